@@ -1,0 +1,68 @@
+"""The Python API: track tables, submit optimizations, inspect status.
+
+    >>> from autooptimize import api
+    >>> api.track("analytics.events", target_file_size="128MiB")
+    >>> handle = api.optimize("analytics.events", partition="event_date=2026-11-01")
+    >>> handle.wait(timeout=600)["state"]
+    'succeeded'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autooptimize.config import Settings, get_settings
+from autooptimize.services import actions as _actions
+from autooptimize.services import status as _status
+from autooptimize.services import tracking as _tracking
+from autooptimize.storage.models import ActionState, Trigger
+
+
+@dataclass(frozen=True)
+class ActionHandle:
+    """A submitted action. ``wait`` blocks until it is terminal; ``result`` reads it now."""
+
+    id: str
+    settings: Settings
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        return _actions.wait(self.settings, self.id, timeout)
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return _actions.get_outcome(self.settings, self.id)
+
+    @property
+    def done(self) -> bool:
+        return ActionState(self.result["state"]).terminal
+
+
+def track(table: str, *, settings: Settings | None = None, **tuning: Any) -> dict[str, Any]:
+    """Track ``table`` (``namespace.table``) with tuning such as ``target_file_size="64MiB"``."""
+    return _tracking.track(settings or get_settings(), table, **tuning)
+
+
+def optimize(
+    table: str,
+    partition: str | None = None,
+    action: str = "merge",
+    priority: str | None = None,
+    dry_run: bool = False,
+    *,
+    target_file_size: Any = None,
+    settings: Settings | None = None,
+) -> ActionHandle:
+    """Submit an ad-hoc action; ``partition`` is ``col=value[,col2=value2]`` or None for every partition."""
+    settings = settings or get_settings()
+    action_id = _actions.submit(
+        settings, table, partition=partition, kind=action, priority=priority, trigger=Trigger.AD_HOC,
+        dry_run=dry_run, target_file_size=target_file_size,
+    )
+    return ActionHandle(action_id, settings)
+
+
+def status(table: str | None = None, *, settings: Settings | None = None) -> Any:
+    """A table's partitions ranked by File Size Entropy, or one line per tracked table."""
+    settings = settings or get_settings()
+    return _status.table_status(settings, table) if table else _status.all_status(settings)

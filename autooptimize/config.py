@@ -1,0 +1,156 @@
+"""One Settings object. No other module reads ``os.environ`` for our settings.
+
+Every field is read from an ``AO_*`` environment variable (``AO_DATABASE_URL`` …). Secrets are
+``SecretStr`` so they never print in logs or reprs.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from autooptimize.errors import ConfigError
+
+MiB = 1024 * 1024
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": MiB, "MB": MiB, "MIB": MiB,
+          "G": 1024 * MiB, "GB": 1024 * MiB, "GIB": 1024 * MiB, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
+
+
+def parse_size(value: str | int, name: str = "size") -> int:
+    """Parse ``134217728``, ``128MiB``, ``64MB`` or ``1.5GiB`` into bytes (binary units)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE_RE.match(str(value))
+    if not match or match.group(2) is not None and match.group(2).upper() not in _UNITS:
+        raise ConfigError(f"{name}={value!r} is not a size; use bytes or a unit like 64MiB, 512KiB, 1GiB")
+    number, unit = match.group(1), (match.group(2) or "").upper()
+    return int(float(number) * _UNITS[unit])
+
+
+class Settings(BaseSettings):
+    """Service configuration, from ``AO_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="AO_", extra="ignore", frozen=True)
+
+    database_url: str = "postgresql+psycopg2://postgres@localhost:5432/autooptimize"
+    redis_url: str = "redis://localhost:6379/0"
+    spark_remote: str = "local"
+    catalog: str = "autooptimize"
+    home: Path = Path("./.autooptimize")
+
+    # local Spark Connect server, when spark_remote == "local"
+    spark_driver_memory: str = "2g"
+    spark_cores: int = Field(default=2, ge=1)
+    spark_port: int = Field(default=15002, ge=0, le=65535)
+
+    # Celery worker
+    worker_concurrency: int = Field(default=1, ge=1)
+    priority_classes: tuple[str, ...] = ("high", "normal", "low")
+
+    # defaults for newly tracked tables
+    default_target_file_size: int = Field(default=128 * MiB, gt=0)
+    default_tolerance: int | None = None  # None: a quarter of the target size
+
+    # Flower basic auth; generated into AO_HOME when unset
+    flower_user: str = "admin"
+    flower_password: SecretStr | None = None
+    flower_port: int = Field(default=5555, ge=1, le=65535)
+    flower_address: str = "127.0.0.1"
+
+    # action execution
+    commit_retries: int = Field(default=4, ge=0)
+    action_timeout_seconds: int = Field(default=3600, gt=0)
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_only(cls, value: str) -> str:
+        if not value.startswith(("postgresql://", "postgresql+psycopg2://", "postgres://")):
+            raise ValueError(
+                "must be a PostgreSQL URL such as postgresql+psycopg2://user@host:5432/autooptimize"
+            )
+        if value.startswith("postgres://"):
+            value = "postgresql+psycopg2://" + value[len("postgres://"):]
+        elif value.startswith("postgresql://"):
+            value = "postgresql+psycopg2://" + value[len("postgresql://"):]
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_only(cls, value: str) -> str:
+        if urlsplit(value).scheme not in ("redis", "rediss"):
+            raise ValueError("must be a Redis URL such as redis://localhost:6379/0")
+        return value
+
+    @field_validator("spark_remote")
+    @classmethod
+    def _spark_remote(cls, value: str) -> str:
+        if value != "local" and not value.startswith("sc://"):
+            raise ValueError("must be 'local' or a Spark Connect URL such as sc://host:15002/;token=...")
+        return value
+
+    @field_validator("catalog")
+    @classmethod
+    def _catalog_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", value):
+            raise ValueError("must be a catalog name of letters, digits, '_' or '-'")
+        return value
+
+    @field_validator("default_target_file_size", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> object:
+        return parse_size(value, "AO_DEFAULT_TARGET_FILE_SIZE") if isinstance(value, str) else value
+
+    @field_validator("priority_classes", mode="before")
+    @classmethod
+    def _classes(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(p.strip() for p in value.split(",") if p.strip())
+        if not value or not all(re.fullmatch(r"[a-z][a-z0-9_]*", p) for p in value):  # type: ignore[union-attr]
+            raise ValueError("must be comma-separated lower-case names such as high,normal,low")
+        return value
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def warehouse_dir(self) -> Path:
+        return self.home_dir / "warehouse"
+
+    @property
+    def tolerance_default(self) -> int:
+        return self.default_tolerance or self.default_target_file_size // 4
+
+    def redacted_database_url(self) -> str:
+        """The database URL with any password masked, for messages and logs."""
+        return redact_url(self.database_url)
+
+
+def redact_url(url: str) -> str:
+    """Mask the password of a URL and any ``token=`` parameter."""
+    url = re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
+    return re.sub(r"(token=)[^;&]*", r"\1***", url)
+
+
+def load_settings() -> Settings:
+    """Build Settings from the environment; a bad value raises ConfigError naming the variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "?"
+            problems.append(f"AO_{field.upper()}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+
+
+@functools.lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return load_settings()

@@ -1,0 +1,51 @@
+"""One error tree: every error autooptimize raises derives from :class:`AutoOptimizeError`."""
+
+from __future__ import annotations
+
+
+class AutoOptimizeError(Exception):
+    """Root of every error raised by autooptimize."""
+
+
+class ConfigError(AutoOptimizeError):
+    """A setting is missing or invalid; the message names the setting and what would be valid."""
+
+
+class InvalidArgument(AutoOptimizeError, ValueError):
+    """A caller passed a value that is not valid; the message names it and what would be valid."""
+
+
+class TableNotFound(AutoOptimizeError):
+    """The named table does not exist in the configured catalog."""
+
+
+class ServiceUnavailable(AutoOptimizeError):
+    """PostgreSQL, Redis, the catalog or the Spark Connect server cannot be reached."""
+
+
+class ActionNotFound(AutoOptimizeError):
+    """No action has the given id."""
+
+
+class ActionRefused(AutoOptimizeError):
+    """The action cannot run on this partition as it is now (the message says why); nothing was changed."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ConflictAbort(AutoOptimizeError):
+    """A concurrent change made the action's output invalid (e.g. an input file was deleted)."""
+
+
+class VerificationFailed(AutoOptimizeError):
+    """The rewritten files do not hold exactly the rows of the inputs; nothing was committed."""
+
+
+class Retry(AutoOptimizeError):
+    """Control flow: the action should be tried again later (a transient failure); not a failure."""
+
+    def __init__(self, message: str, delay: float = 5.0) -> None:
+        super().__init__(message)
+        self.delay = delay

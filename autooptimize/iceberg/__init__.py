@@ -1,0 +1,1 @@
+"""pyiceberg adapter: catalog access, live files per partition, footers to DataFiles, the rewrite commit."""

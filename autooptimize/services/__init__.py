@@ -1,0 +1,1 @@
+"""Use cases that join the pieces: tracking, submitting and executing actions."""

@@ -1,0 +1,305 @@
+"""Submitting and executing actions. Submission validates everything before writing anything; the
+executor is idempotent under retry and crash (see services/merge.py)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import text
+
+from autooptimize.config import Settings
+from autooptimize.errors import (
+    ActionNotFound,
+    ActionRefused,
+    AutoOptimizeError,
+    ConflictAbort,
+    InvalidArgument,
+    Retry,
+    ServiceUnavailable,
+    VerificationFailed,
+)
+from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.files import key_from_values, parse_partition
+from autooptimize.services.merge import Hooks, MergeOutcome, MergeRequest, run_merge
+from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
+from autooptimize.storage.db import get_engine, session_scope
+from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
+from autooptimize.storage.repositories import active_action, audit, get_action, now
+
+log = logging.getLogger(__name__)
+
+OUTCOME_FIELDS = (
+    "id", "state", "reason", "kind", "trigger", "priority_class", "partition", "files_in", "files_out",
+    "rows_in", "rows_out", "bytes_in", "bytes_out", "checksum_in", "checksum_out", "mse_before", "mse_after",
+    "base_snapshot_id", "snapshot_id", "attempts", "error",
+)
+
+
+def outcome_of(action: Action, table: str | None = None) -> dict[str, Any]:
+    """The public view of an action (what the API and ``optimize --json`` print)."""
+    return {
+        "id": action.id,
+        "table": table,
+        "state": action.state,
+        "reason": action.reason,
+        "kind": action.kind,
+        "trigger": action.trigger,
+        "priority_class": action.priority_class,
+        "partition": action.partition_key,
+        "files_in": action.files_in,
+        "files_out": action.files_out,
+        "rows_in": action.rows_in,
+        "rows_out": action.rows_out,
+        "bytes_in": action.bytes_in,
+        "bytes_out": action.bytes_out,
+        "checksum_in": action.checksum_in,
+        "checksum_out": action.checksum_out,
+        "mse_before": action.mse_before,
+        "mse_after": action.mse_after,
+        "base_snapshot_id": action.base_snapshot_id,
+        "snapshot_id": action.committed_snapshot_id,
+        "attempts": action.attempts,
+        "error": action.error,
+        "plan": action.plan,
+        "created_at": action.created_at.isoformat() if action.created_at else None,
+        "finished_at": action.finished_at.isoformat() if action.finished_at else None,
+        "seconds": (action.finished_at - action.started_at).total_seconds()
+        if action.finished_at and action.started_at else None,
+    }
+
+
+def submit(
+    settings: Settings,
+    identifier: str,
+    *,
+    partition: str | None = None,
+    kind: str = "merge",
+    priority: str | None = None,
+    trigger: Trigger = Trigger.AD_HOC,
+    dry_run: bool = False,
+    target_file_size: Any = None,
+    dispatch: bool = True,
+) -> str:
+    """Record an action and send it to the actors; returns its id.
+
+    Everything is validated (table, partition, kind, priority, sizes, Redis reachable) before anything
+    is written. A queued or running action on the same partition and kind is returned instead of a
+    duplicate. A dry run is planned inline, recorded, and never dispatched.
+    """
+    if kind not in ACTION_KINDS:
+        raise InvalidArgument(f"action {kind!r} is not supported; valid actions: {', '.join(ACTION_KINDS)}")
+    if priority is not None and priority not in settings.priority_classes:
+        raise InvalidArgument(f"priority {priority!r} is not one of {', '.join(settings.priority_classes)}")
+    target = None if target_file_size is None else size_arg("target_file_size", target_file_size)
+    table = load_table(settings, identifier)
+    spec_id = key = values = None
+    if partition is not None:
+        values = parse_partition(table, partition)
+        spec_id, key = table.spec().spec_id, key_from_values(values)
+    if dispatch and not dry_run:
+        from tasks.dispatch import check_broker
+
+        check_broker(settings)
+    table_id = ensure_tracked(settings, identifier)
+    with session_scope(settings) as session:
+        tracked = session.get(TrackedTable, table_id)
+        assert tracked is not None
+        if not dry_run:
+            existing = active_action(session, table_id, spec_id, key, kind)
+            if existing is not None:
+                audit(session, "action.deduplicated", action_id=existing.id, table_id=table_id, trigger=trigger.value)
+                return existing.id
+        action = Action(
+            id=str(uuid.uuid4()),
+            table_id=table_id,
+            spec_id=spec_id,
+            partition_key=key,
+            partition_values=values,
+            kind=kind,
+            trigger=trigger.value,
+            priority_class=priority or tracked.priority_class,
+            state=ActionState.QUEUED.value,
+            options={"target_file_size": target, "dry_run": dry_run},
+            attempts=0,
+            timings={},
+        )
+        session.add(action)
+        session.flush()
+        audit(session, "action.submitted", action_id=action.id, table_id=table_id, table=identifier,
+              partition=key, kind=kind, trigger=trigger.value, priority=action.priority_class, dry_run=dry_run)
+        action_id, priority_class = action.id, action.priority_class
+    if dry_run:
+        execute(settings, action_id, spark=None)
+    elif dispatch:
+        from tasks.dispatch import send_action
+
+        send_action(settings, action_id, priority_class=priority_class,
+                    label={"table": identifier, "partition": key, "kind": kind})
+    return action_id
+
+
+@contextmanager
+def action_lock(settings: Settings, action_id: str) -> Iterator[bool]:
+    """A PostgreSQL advisory lock held on its own connection for the whole execution.
+
+    If the worker dies the connection closes and the lock is released, so a redelivered task can run.
+    """
+    with get_engine(settings).connect() as conn:
+        got = bool(conn.execute(text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"),
+                                {"k": action_id}).scalar())
+        conn.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                conn.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": action_id})
+                conn.commit()
+
+
+def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks: Hooks | None = None) -> dict[str, Any]:
+    """Run an action to a terminal state (or raise Retry); safe to call again with the same id."""
+    with action_lock(settings, action_id) as locked:
+        if not locked:
+            raise Retry(f"action {action_id} is being executed by another worker", delay=30)
+        with session_scope(settings) as session:
+            action = get_action(session, action_id)
+            if action is None:
+                raise ActionNotFound(f"no action with id {action_id!r}")
+            tracked = session.get(TrackedTable, action.table_id)
+            assert tracked is not None
+            identifier = tracked.identifier
+            if ActionState(action.state).terminal:
+                return outcome_of(action, identifier)
+            action.state = ActionState.RUNNING.value
+            action.attempts += 1
+            action.started_at = action.started_at or now()
+            audit(session, "action.started", action_id=action_id, table_id=action.table_id, attempt=action.attempts)
+            options = dict(action.options or {})
+            request = MergeRequest(
+                action_id=action_id,
+                identifier=identifier,
+                spec_id=action.spec_id,
+                partition_key=action.partition_key,
+                target_file_size=options.get("target_file_size") or tracked.target_file_size,
+                tolerance=min(tracked.tolerance, options.get("target_file_size") or tracked.target_file_size),
+                min_input_files=tracked.min_input_files,
+                max_bytes=tracked.max_bytes_per_action,
+                checkpoint=action.checkpoint,
+                dry_run=bool(options.get("dry_run")),
+            )
+        started = time.monotonic()
+        try:
+            if spark == "session" and not request.dry_run:
+                from spark_actors.session import get_session
+
+                spark = get_session(settings)
+
+            def save_checkpoint(checkpoint: dict[str, Any]) -> None:
+                with session_scope(settings) as s:
+                    a = get_action(s, action_id)
+                    assert a is not None
+                    a.checkpoint = checkpoint
+                    audit(s, "action.checkpointed", action_id=action_id, table_id=a.table_id,
+                          outputs=sum(len(g["outputs"]) for g in checkpoint.get("groups", [])))
+
+            outcome = run_merge(settings, request, spark, save_checkpoint, hooks)
+        except ActionRefused as exc:
+            return _finish(settings, action_id, ActionState.REFUSED, reason=exc.reason, error=str(exc))
+        except ConflictAbort as exc:
+            return _finish(settings, action_id, ActionState.ABORTED, reason="conflict", error=str(exc))
+        except VerificationFailed as exc:
+            return _finish(settings, action_id, ActionState.FAILED, reason="verification_failed", error=str(exc))
+        except (ServiceUnavailable, Retry) as exc:
+            _requeue(settings, action_id, str(exc))
+            raise Retry(str(exc)) from None
+        except AutoOptimizeError as exc:
+            return _finish(settings, action_id, ActionState.FAILED, reason="error", error=str(exc))
+        except Exception as exc:
+            if _is_transient(exc):
+                _requeue(settings, action_id, f"{type(exc).__name__}: {exc}")
+                raise Retry(f"transient failure: {type(exc).__name__}") from None
+            raise
+        outcome.timings["wall"] = time.monotonic() - started
+        return _finish(settings, action_id, ActionState(outcome.state), reason=outcome.reason, outcome=outcome)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Lost connections to Spark Connect, PostgreSQL or the catalog: try again later."""
+    name = type(exc).__name__
+    text_ = str(exc)
+    return (
+        name in ("SparkConnectGrpcException", "OperationalError", "ConnectionError", "RetriesExceeded")
+        or "UNAVAILABLE" in text_
+        or "Connection refused" in text_
+    )
+
+
+def _requeue(settings: Settings, action_id: str, error: str) -> None:
+    with session_scope(settings) as session:
+        action = get_action(session, action_id)
+        if action is not None and not ActionState(action.state).terminal:
+            action.state = ActionState.QUEUED.value
+            action.error = error
+            audit(session, "action.retry", action_id=action_id, table_id=action.table_id, error=error)
+
+
+def fail_permanently(settings: Settings, action_id: str, error: str) -> dict[str, Any]:
+    """Give up on an action after its retries (the task layer calls this); cleans its output."""
+    return _finish(settings, action_id, ActionState.FAILED, reason="retries_exhausted", error=error)
+
+
+def _finish(
+    settings: Settings,
+    action_id: str,
+    state: ActionState,
+    *,
+    reason: str | None = None,
+    error: str | None = None,
+    outcome: MergeOutcome | None = None,
+) -> dict[str, Any]:
+    with session_scope(settings) as session:
+        action = get_action(session, action_id, for_update=True)
+        assert action is not None
+        tracked = session.get(TrackedTable, action.table_id)
+        if outcome is not None:
+            for name in ("base_snapshot_id", "files_in", "files_out", "bytes_in", "bytes_out", "rows_in",
+                         "rows_out", "checksum_in", "checksum_out", "mse_before", "mse_after", "plan"):
+                setattr(action, name, getattr(outcome, name))
+            action.committed_snapshot_id = outcome.committed_snapshot_id
+            action.timings = {k: round(v, 3) for k, v in outcome.timings.items()}
+            if outcome.checkpoint is not None:
+                action.checkpoint = outcome.checkpoint
+        action.state = state.value
+        action.reason = reason
+        action.error = error
+        action.finished_at = now()
+        audit(session, f"action.{state.value}", action_id=action_id, table_id=action.table_id, reason=reason,
+              error=error, snapshot_id=action.committed_snapshot_id, files_in=action.files_in,
+              files_out=action.files_out, rows_in=action.rows_in, rows_out=action.rows_out)
+        return outcome_of(action, tracked.identifier if tracked else None)
+
+
+def get_outcome(settings: Settings, action_id: str) -> dict[str, Any]:
+    with session_scope(settings) as session:
+        action = get_action(session, action_id)
+        if action is None:
+            raise ActionNotFound(f"no action with id {action_id!r}")
+        tracked = session.get(TrackedTable, action.table_id)
+        return outcome_of(action, tracked.identifier if tracked else None)
+
+
+def wait(settings: Settings, action_id: str, timeout: float | None = None, poll: float = 0.5) -> dict[str, Any]:
+    """Poll PostgreSQL until the action is terminal; TimeoutError after ``timeout`` seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        outcome = get_outcome(settings, action_id)
+        if ActionState(outcome["state"]).terminal:
+            return outcome
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"action {action_id} is still {outcome['state']} after {timeout} s")
+        time.sleep(poll)

@@ -1,0 +1,418 @@
+"""The merge action on a Spark Connect session: plan → rewrite → verify → checkpoint → commit.
+
+Exactly once (DESIGN.md): the action id goes into the snapshot summary. Before working, an action
+already in the table's history only records its result; a checkpointed, verified output whose inputs
+are still live is committed without rewriting; otherwise the partition is rewritten. Output that is not
+committed is removed, and never a file that a snapshot references.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.parquet as pq
+from pyiceberg.table import Table
+
+from autooptimize.config import Settings
+from autooptimize.domain.entropy import EntropyStats
+from autooptimize.domain.planning import Plan, PlanFile, plan_bin_pack
+from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.commit import (
+    ACTION_ID_PROPERTY,
+    ACTION_KIND_PROPERTY,
+    commit_replace,
+    data_file_from_footer,
+    find_action_snapshot,
+    live_data_paths,
+)
+from autooptimize.iceberg.files import LiveFile, PartitionFiles, live_partitions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Hooks:
+    """Fault-injection points for tests and operators' probes; each defaults to doing nothing."""
+
+    after_write: Callable[[list[str]], None] | None = None
+    before_commit: Callable[[], None] | None = None
+    after_commit: Callable[[int], None] | None = None
+
+
+@dataclass(frozen=True)
+class MergeRequest:
+    action_id: str
+    identifier: str
+    spec_id: int | None
+    partition_key: str | None  # None: every partition of the current spec
+    target_file_size: int
+    tolerance: int
+    min_input_files: int
+    max_bytes: int | None
+    checkpoint: dict[str, Any] | None
+    dry_run: bool = False
+
+
+@dataclass
+class MergeOutcome:
+    state: str  # succeeded | skipped
+    reason: str | None = None
+    base_snapshot_id: int | None = None
+    committed_snapshot_id: int | None = None
+    files_in: int = 0
+    files_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    checksum_in: str | None = None
+    checksum_out: str | None = None
+    mse_before: float | None = None
+    mse_after: float | None = None
+    plan: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+CheckpointWriter = Callable[[dict[str, Any]], None]
+
+
+def _plan_files(pf: PartitionFiles) -> list[PlanFile]:
+    return [PlanFile(path=f.path, size=f.size, record_count=f.record_count) for f in pf.data_files]
+
+
+def plan_to_dict(pf: PartitionFiles, plan: Plan) -> dict[str, Any]:
+    return {
+        "spec_id": pf.spec_id,
+        "partition": pf.key,
+        "partition_values": pf.values,
+        "mse_before": plan.mse_before,
+        "mse_after": plan.mse_after,
+        "files_in": plan.files_in,
+        "files_out": plan.files_out,
+        "bytes_rewritten": plan.bytes_rewritten,
+        "groups": [
+            {"files": [f.path for f in g.files], "bytes_in": g.bytes_in, "files_out": g.files_out}
+            for g in plan.groups
+        ],
+    }
+
+
+def data_location(table: Table) -> str:
+    """Where rewritten files go; refuses a data path outside the table's location."""
+    location = table.location().rstrip("/")
+    data_path = table.properties.get("write.data.path", f"{location}/data").rstrip("/")
+    if not (data_path + "/").startswith(location + "/"):
+        raise ActionRefused(
+            "data_path_outside_location",
+            f"write.data.path {data_path} is outside the table location {location}; autooptimize never writes there",
+        )
+    return data_path
+
+
+def action_dir(table: Table, pf: PartitionFiles, action_id: str) -> str:
+    """The directory an action writes a partition's output to; owned by that action alone."""
+    base = data_location(table)
+    part = f"/{pf.key}" if pf.key else ""
+    return f"{base}{part}/ao-{action_id}"
+
+
+def _has_field_ids(table: Table, path: str) -> bool:
+    with table.io.new_input(path).open() as stream:
+        schema = pq.read_schema(stream)
+    return all(f.metadata and b"PARQUET:field_id" in f.metadata for f in schema)
+
+
+def select_partitions(table: Table, spec_id: int | None, key: str | None) -> list[PartitionFiles]:
+    parts = live_partitions(table)
+    if key is not None:
+        pf = parts.get((spec_id if spec_id is not None else table.spec().spec_id, key))
+        return [pf] if pf is not None else []
+    return [pf for (sid, _), pf in sorted(parts.items()) if sid == table.spec().spec_id]
+
+
+def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
+    """Why this partition cannot be merged safely by this version, or None."""
+    if pf.delete_files:
+        return ActionRefused(
+            "has_delete_files",
+            f"partition {pf.key or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
+            "merging it needs delete compaction, which is not supported yet",
+        )
+    if pf.spec_id != table.spec().spec_id:
+        return ActionRefused(
+            "older_spec",
+            f"partition {pf.key} belongs to partition spec {pf.spec_id}, not the current spec "
+            f"{table.spec().spec_id}; rewriting older specs is not supported yet",
+        )
+    return None
+
+
+def run_merge(
+    settings: Settings,
+    request: MergeRequest,
+    spark: Any,
+    save_checkpoint: CheckpointWriter,
+    hooks: Hooks | None = None,
+) -> MergeOutcome:
+    """Execute (or finish) one merge action; see the module docstring for the guarantees."""
+    hooks = hooks or Hooks()
+    started = time.monotonic()
+    table = load_table(settings, request.identifier)
+
+    committed = find_action_snapshot(table, request.action_id)
+    if committed is not None:
+        return _already_committed(request, committed.snapshot_id)
+
+    if request.checkpoint and not request.dry_run:
+        resumed = _resume_from_checkpoint(table, request, hooks)
+        if resumed is not None:
+            return resumed
+
+    base = table.current_snapshot()
+    outcome = MergeOutcome(state="skipped", base_snapshot_id=base.snapshot_id if base else None)
+    partitions = select_partitions(table, request.spec_id, request.partition_key)
+    if not partitions:
+        outcome.reason = "no_live_files"
+        return outcome
+
+    plans: list[tuple[PartitionFiles, Plan]] = []
+    skipped: dict[str, str] = {}
+    for pf in partitions:
+        problem = refusal(table, pf)
+        if problem is not None:
+            if request.partition_key is not None:
+                raise problem
+            skipped[pf.key] = problem.reason
+            continue
+        plan = plan_bin_pack(
+            _plan_files(pf), request.target_file_size, request.tolerance,
+            min_input_files=request.min_input_files, max_bytes=request.max_bytes,
+        )
+        if plan.is_empty:
+            skipped[pf.key] = "below_threshold" if plan.mse_before < request.tolerance**2 else "nothing_to_merge"
+            continue
+        plans.append((pf, plan))
+
+    stats_before = [EntropyStats.from_sizes([f.size for f in pf.data_files], request.target_file_size)
+                    for pf in partitions]
+    outcome.mse_before = _mse(stats_before)
+    outcome.plan = {"partitions": [plan_to_dict(pf, plan) for pf, plan in plans], "skipped": skipped}
+    outcome.timings["plan"] = time.monotonic() - started
+    if not plans:
+        outcome.reason = next(iter(skipped.values()), "nothing_to_merge") if len(set(skipped.values())) == 1 \
+            else "nothing_to_merge"
+        return outcome
+    if request.dry_run:
+        outcome.reason = "dry_run"
+        outcome.mse_after = _mse_after(partitions, plans, request.target_file_size)
+        return outcome
+
+    by_path: dict[str, LiveFile] = {f.path: f for pf, _ in plans for f in pf.data_files}
+    for path in {f.path for _, plan in plans for g in plan.groups for f in g.files}:
+        if not _has_field_ids(table, path):
+            raise ActionRefused(
+                "files_without_field_ids",
+                f"input {path} has no Parquet field ids (added by name mapping); not supported yet",
+            )
+
+    write_started = time.monotonic()
+    codec = table.properties.get("write.parquet.compression-codec", "zstd")
+    entries: list[dict[str, Any]] = []
+    written_dirs = sorted({action_dir(table, pf, request.action_id) for pf, _ in plans})
+    _remove_uncommitted(table, written_dirs)  # leftovers of an earlier attempt of this action
+    try:
+        for pf, plan in plans:
+            for index, group in enumerate(plan.groups):
+                directory = f"{action_dir(table, pf, request.action_id)}/g{index}"
+                entries.append(_rewrite(spark, table, pf, group, directory, codec, by_path, hooks))
+        outcome.timings["rewrite"] = time.monotonic() - write_started
+
+        checkpoint = {
+            "base_snapshot_id": outcome.base_snapshot_id,
+            "groups": entries,
+            "dirs": written_dirs,
+        }
+        save_checkpoint(checkpoint)
+        outcome.checkpoint = checkpoint
+        if hooks.before_commit:
+            hooks.before_commit()
+        commit_started = time.monotonic()
+        snapshot_id = _commit(table, request, entries)
+        outcome.timings["commit"] = time.monotonic() - commit_started
+    except (ConflictAbort, VerificationFailed, ActionRefused):
+        _remove_uncommitted(table, written_dirs)
+        raise
+    except BaseException:
+        # Unknown outcome (crash, lost connection): keep the output, the retry decides from history.
+        raise
+    if hooks.after_commit:
+        hooks.after_commit(snapshot_id)
+    _fill(outcome, entries)
+    outcome.state = "succeeded"
+    outcome.committed_snapshot_id = snapshot_id
+    outcome.mse_after = _mse_after(partitions, plans, request.target_file_size, entries)
+    outcome.timings["total"] = time.monotonic() - started
+    return outcome
+
+
+def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory: str, codec: str,
+             by_path: dict[str, LiveFile], hooks: Hooks) -> dict[str, Any]:
+    from spark_actors.rewrite import content_digest, rewrite_group
+
+    inputs = [f.path for f in group.files]
+    result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec)
+    if hooks.after_write:
+        hooks.after_write(list(result.paths))
+        digest_out = content_digest(spark, table.schema(), list(result.paths))
+    else:
+        digest_out = result.digest_out
+    metadata_rows = sum(by_path[p].record_count for p in inputs)
+    if result.digest_in.rows != metadata_rows:
+        raise VerificationFailed(
+            f"Spark read {result.digest_in.rows} rows from {len(inputs)} inputs but their metadata says {metadata_rows}"
+        )
+    if digest_out != result.digest_in:
+        raise VerificationFailed(
+            f"output of {directory} differs from its inputs: rows {result.digest_in.rows} → {digest_out.rows}, "
+            f"checksum {result.digest_in.checksum} → {digest_out.checksum}"
+        )
+    outputs = [data_file_from_footer(table, p, pf.spec_id, pf.record) for p in result.paths]
+    footer_rows = sum(int(o.record_count) for o in outputs)
+    if footer_rows != digest_out.rows:
+        raise VerificationFailed(f"output footers of {directory} hold {footer_rows} rows, expected {digest_out.rows}")
+    return {
+        "spec_id": pf.spec_id,
+        "partition": pf.key,
+        "inputs": inputs,
+        "outputs": list(result.paths),
+        "bytes_in": sum(by_path[p].size for p in inputs),
+        "bytes_out": sum(int(o.file_size_in_bytes) for o in outputs),
+        "rows_in": result.digest_in.rows,
+        "rows_out": digest_out.rows,
+        "checksum_in": result.digest_in.checksum,
+        "checksum_out": digest_out.checksum,
+        "output_sizes": [int(o.file_size_in_bytes) for o in outputs],
+    }
+
+
+def _commit(table: Table, request: MergeRequest, entries: list[dict[str, Any]]) -> int:
+    table.refresh()
+    live = {f.path: f for pf in live_partitions(table).values() for f in pf.data_files}
+    inputs = [p for e in entries for p in e["inputs"]]
+    gone = [p for p in inputs if p not in live]
+    if gone:
+        raise ConflictAbort(f"{len(gone)} input file(s) are no longer live, e.g. {gone[0]}")
+    partition_of = {p: (live[p].data_file.spec_id, live[p].data_file.partition) for p in inputs}
+    added = []
+    for entry in entries:
+        spec_id, record = partition_of[entry["inputs"][0]]
+        added.extend(data_file_from_footer(table, p, spec_id, record) for p in entry["outputs"])
+    properties = {
+        ACTION_ID_PROPERTY: request.action_id,
+        ACTION_KIND_PROPERTY: "merge",
+    }
+    snapshot = commit_replace(table, [live[p].data_file for p in inputs], added, properties)
+    return snapshot.snapshot_id
+
+
+def _resume_from_checkpoint(table: Table, request: MergeRequest, hooks: Hooks) -> MergeOutcome | None:
+    """Commit a verified checkpoint when its inputs are still live and its outputs exist."""
+    checkpoint = request.checkpoint or {}
+    entries = checkpoint.get("groups") or []
+    if not entries:
+        return None
+    live = live_data_paths(table)
+    inputs_live = all(p in live for e in entries for p in e["inputs"])
+    outputs_exist = all(table.io.new_input(p).exists() for e in entries for p in e["outputs"])
+    if not (inputs_live and outputs_exist):
+        _remove_uncommitted(table, checkpoint.get("dirs", []))
+        return None
+    if hooks.before_commit:
+        hooks.before_commit()
+    try:
+        snapshot_id = _commit(table, request, entries)
+    except ConflictAbort:
+        _remove_uncommitted(table, checkpoint.get("dirs", []))
+        raise
+    if hooks.after_commit:
+        hooks.after_commit(snapshot_id)
+    outcome = MergeOutcome(state="succeeded", reason="resumed_from_checkpoint",
+                           base_snapshot_id=checkpoint.get("base_snapshot_id"),
+                           committed_snapshot_id=snapshot_id, checkpoint=checkpoint)
+    _fill(outcome, entries)
+    return outcome
+
+
+def _already_committed(request: MergeRequest, snapshot_id: int) -> MergeOutcome:
+    outcome = MergeOutcome(state="succeeded", reason="already_committed", committed_snapshot_id=snapshot_id,
+                           checkpoint=request.checkpoint)
+    _fill(outcome, (request.checkpoint or {}).get("groups") or [])
+    if request.checkpoint:
+        outcome.base_snapshot_id = request.checkpoint.get("base_snapshot_id")
+    return outcome
+
+
+def _fill(outcome: MergeOutcome, entries: list[dict[str, Any]]) -> None:
+    outcome.files_in = sum(len(e["inputs"]) for e in entries)
+    outcome.files_out = sum(len(e["outputs"]) for e in entries)
+    outcome.bytes_in = sum(e["bytes_in"] for e in entries)
+    outcome.bytes_out = sum(e["bytes_out"] for e in entries)
+    outcome.rows_in = sum(e["rows_in"] for e in entries)
+    outcome.rows_out = sum(e["rows_out"] for e in entries)
+    outcome.checksum_in = _combine([e["checksum_in"] for e in entries])
+    outcome.checksum_out = _combine([e["checksum_out"] for e in entries])
+
+
+def _combine(checksums: list[str]) -> str | None:
+    """Sum per-group digests (they are sums of row hashes, so they add up)."""
+    if not checksums:
+        return None
+    rows = h1 = h2 = 0
+    for c in checksums:
+        r, a, b = c.split(":")
+        rows, h1, h2 = rows + int(r), h1 + int(a, 16), h2 + int(b, 16)
+    return f"{rows}:{h1:x}:{h2:x}"
+
+
+def _mse(stats: list[EntropyStats]) -> float:
+    total = EntropyStats.empty()
+    for s in stats:
+        total = total.merge(s)
+    return total.mse
+
+
+def _mse_after(partitions: list[PartitionFiles], plans: list[tuple[PartitionFiles, Plan]], target: int,
+               entries: list[dict[str, Any]] | None = None) -> float:
+    """MSE over the chosen partitions after the rewrite: measured output sizes when known, else planned."""
+    replaced = {p for _, plan in plans for g in plan.groups for p in (f.path for f in g.files)}
+    sizes = [f.size for pf in partitions for f in pf.data_files if f.path not in replaced]
+    if entries is not None:
+        sizes += [s for e in entries for s in e["output_sizes"]]
+        return EntropyStats.from_sizes(sizes, target).mse
+    planned = sum((plan.mse_after * len(pf.data_files) for pf, plan in plans), 0.0)
+    return planned / max(1, sum(len(pf.data_files) for pf, _ in plans))
+
+
+def _remove_uncommitted(table: Table, directories: list[str]) -> None:
+    """Delete our output directories, refusing if any file in them is referenced by the table."""
+    from spark_actors.rewrite import delete_dir, list_parquet
+
+    if not directories:
+        return
+    table.refresh()
+    live = live_data_paths(table)
+    location = table.location().rstrip("/") + "/"
+    for directory in directories:
+        if not directory.startswith(location) or "/ao-" not in directory:
+            raise VerificationFailed(f"refusing to delete {directory}: not an autooptimize output in the table")
+        referenced = [p for p in list_parquet(directory) if p in live]
+        if referenced:
+            log.error("not removing %s: %d file(s) are live in the table", directory, len(referenced))
+            continue
+        delete_dir(directory)

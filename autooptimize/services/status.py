@@ -1,0 +1,86 @@
+"""What a table looks like now: File Size Entropy per partition (exact, from the current snapshot)
+and the latest actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autooptimize.config import Settings
+from autooptimize.domain.entropy import EntropyStats
+from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.files import live_partitions
+from autooptimize.services.actions import outcome_of
+from autooptimize.services.tracking import tuning_of
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.repositories import recent_actions, tracked_table, tracked_tables
+
+
+def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
+    """Partitions ranked by MSE (worst first) with N, SSE, bytes, small files and last action."""
+    table = load_table(settings, identifier)
+    with session_scope(settings) as session:
+        row = tracked_table(session, settings.catalog, identifier)
+        tuning = tuning_of(row).as_dict() if row else None
+        actions = [outcome_of(a, identifier) for a in recent_actions(session, row.id, 200)] if row else []
+    target = tuning["target_file_size"] if tuning else settings.default_target_file_size
+    tolerance = tuning["tolerance"] if tuning else settings.tolerance_default
+    last_by_partition: dict[str | None, dict[str, Any]] = {}
+    for a in actions:  # newest first
+        last_by_partition.setdefault(a["partition"], a)
+    partitions = []
+    for pf in live_partitions(table).values():
+        sizes = [f.size for f in pf.data_files]
+        stats = EntropyStats.from_sizes(sizes, target)
+        last = last_by_partition.get(pf.key) or last_by_partition.get(None)
+        partitions.append({
+            "partition": pf.key,
+            "spec_id": pf.spec_id,
+            "n": stats.n,
+            "sse": stats.sse,
+            "mse": stats.mse,
+            "rmse_bytes": int(stats.mse ** 0.5),
+            "needs_attention": stats.needs_attention(tolerance),
+            "bytes": sum(sizes),
+            "rows": sum(f.record_count for f in pf.data_files),
+            "small_files": sum(1 for s in sizes if s < target),
+            "delete_files": len(pf.delete_files),
+            "last_action": None if last is None else {
+                "id": last["id"], "kind": last["kind"], "state": last["state"], "at": last["finished_at"]
+                or last["created_at"]},
+        })
+    partitions.sort(key=lambda p: (-p["mse"], p["partition"]))
+    snapshot = table.current_snapshot()
+    return {
+        "table": identifier,
+        "tracked": row is not None,
+        "tuning": tuning,
+        "snapshot_id": snapshot.snapshot_id if snapshot else None,
+        "files": sum(p["n"] for p in partitions),
+        "partitions": partitions,
+        "recent_actions": [{k: a[k] for k in ("id", "state", "reason", "partition", "files_in", "files_out",
+                                              "snapshot_id", "created_at")} for a in actions[:10]],
+    }
+
+
+def all_status(settings: Settings) -> list[dict[str, Any]]:
+    """One line per tracked table with its worst partition."""
+    with session_scope(settings) as session:
+        names = [r.identifier for r in tracked_tables(session, settings.catalog)]
+    lines = []
+    for name in names:
+        try:
+            st = table_status(settings, name)
+        except Exception as exc:  # one broken table must not hide the others
+            lines.append({"table": name, "error": str(exc)})
+            continue
+        worst = st["partitions"][0] if st["partitions"] else None
+        lines.append({
+            "table": name,
+            "files": st["files"],
+            "partitions": len(st["partitions"]),
+            "worst_partition": worst and worst["partition"],
+            "worst_mse": worst and worst["mse"],
+            "worst_small_files": worst and worst["small_files"],
+            "needs_attention": sum(1 for p in st["partitions"] if p["needs_attention"]),
+        })
+    return lines

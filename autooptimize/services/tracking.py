@@ -1,0 +1,157 @@
+"""Tracking a table: validated per-table tuning stored in PostgreSQL."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autooptimize.config import Settings, parse_size
+from autooptimize.errors import ConfigError, InvalidArgument
+from autooptimize.iceberg.catalog import load_table
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.models import TrackedTable
+from autooptimize.storage.repositories import audit, tracked_table
+
+ACTION_KINDS = ("merge",)
+TUNING_FIELDS = (
+    "target_file_size", "tolerance", "min_input_files", "priority_class", "weight", "sort_order",
+    "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",
+)
+
+
+@dataclass(frozen=True)
+class TableTuning:
+    target_file_size: int
+    tolerance: int
+    min_input_files: int
+    priority_class: str
+    weight: int
+    sort_order: str | None
+    allowed_actions: tuple[str, ...]
+    max_bytes_per_action: int | None
+    min_interval_seconds: int
+    enabled: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["allowed_actions"] = list(self.allowed_actions)
+        return d
+
+
+def size_arg(name: str, value: Any) -> int:
+    """A positive size from an int or a string like ``64MiB``; InvalidArgument otherwise."""
+    try:
+        size = parse_size(value, name)
+    except ConfigError as exc:
+        raise InvalidArgument(str(exc)) from None
+    if size <= 0:
+        raise InvalidArgument(f"{name} must be a positive size such as 128MiB (got {value!r})")
+    return size
+
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InvalidArgument(f"{name} must be an integer ≥ {minimum} (got {value!r})")
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidArgument(f"{name} must be an integer ≥ {minimum} (got {value!r})") from None
+    if number < minimum:
+        raise InvalidArgument(f"{name} must be an integer ≥ {minimum} (got {value!r})")
+    return number
+
+
+def validate_tuning(settings: Settings, current: TableTuning | None, table: Any, **changes: Any) -> TableTuning:
+    """Merge ``changes`` into ``current`` (or the defaults) and validate every field."""
+    unknown = sorted(set(changes) - set(TUNING_FIELDS))
+    if unknown:
+        raise InvalidArgument(f"unknown tuning option(s) {', '.join(unknown)}; valid: {', '.join(TUNING_FIELDS)}")
+    base = current.as_dict() if current else {
+        "target_file_size": settings.default_target_file_size,
+        "tolerance": None,
+        "min_input_files": 2,
+        "priority_class": "normal" if "normal" in settings.priority_classes else settings.priority_classes[0],
+        "weight": 1,
+        "sort_order": None,
+        "allowed_actions": list(ACTION_KINDS),
+        "max_bytes_per_action": None,
+        "min_interval_seconds": 0,
+        "enabled": True,
+    }
+    merged = {**base, **{k: v for k, v in changes.items() if v is not None}}
+    target = size_arg("target_file_size", merged["target_file_size"])
+    tolerance = merged["tolerance"]
+    tolerance = target // 4 if tolerance is None else size_arg("tolerance", tolerance)
+    if tolerance > target:
+        raise InvalidArgument(f"tolerance ({tolerance} bytes) must not exceed target_file_size ({target} bytes)")
+    priority = merged["priority_class"]
+    if priority not in settings.priority_classes:
+        raise InvalidArgument(
+            f"priority_class {priority!r} is not one of {', '.join(settings.priority_classes)}"
+        )
+    actions = merged["allowed_actions"]
+    if isinstance(actions, str):
+        actions = [a.strip() for a in actions.split(",") if a.strip()]
+    bad = [a for a in actions if a not in ACTION_KINDS]
+    if bad or not actions:
+        raise InvalidArgument(f"allowed_actions {actions!r} must be a non-empty subset of {', '.join(ACTION_KINDS)}")
+    sort_order = merged["sort_order"]
+    if sort_order:
+        names = [c.strip() for c in str(sort_order).split(",") if c.strip()]
+        columns = {f.name for f in table.schema().fields}
+        missing = [n for n in names if n not in columns]
+        if missing:
+            raise InvalidArgument(
+                f"sort_order column(s) {', '.join(missing)} not in the table; columns: {', '.join(sorted(columns))}"
+            )
+        sort_order = ",".join(names)
+    max_bytes = merged["max_bytes_per_action"]
+    return TableTuning(
+        target_file_size=target,
+        tolerance=tolerance,
+        min_input_files=_positive_int("min_input_files", merged["min_input_files"], 2),
+        priority_class=priority,
+        weight=_positive_int("weight", merged["weight"]),
+        sort_order=sort_order or None,
+        allowed_actions=tuple(actions),
+        max_bytes_per_action=None if max_bytes is None else size_arg("max_bytes_per_action", max_bytes),
+        min_interval_seconds=_positive_int("min_interval_seconds", merged["min_interval_seconds"], 0),
+        enabled=bool(merged["enabled"]),
+    )
+
+
+def tuning_of(row: TrackedTable) -> TableTuning:
+    return TableTuning(
+        target_file_size=row.target_file_size, tolerance=row.tolerance, min_input_files=row.min_input_files,
+        priority_class=row.priority_class, weight=row.weight, sort_order=row.sort_order,
+        allowed_actions=tuple(row.allowed_actions), max_bytes_per_action=row.max_bytes_per_action,
+        min_interval_seconds=row.min_interval_seconds, enabled=row.enabled,
+    )
+
+
+def track(settings: Settings, identifier: str, **tuning: Any) -> dict[str, Any]:
+    """Start (or update) tracking ``identifier``; returns the stored tuning. Validates before writing."""
+    table = load_table(settings, identifier)
+    with session_scope(settings) as session:
+        row = tracked_table(session, settings.catalog, identifier)
+        new = validate_tuning(settings, tuning_of(row) if row else None, table, **tuning)
+        if row is None:
+            row = TrackedTable(catalog=settings.catalog, identifier=identifier, **new.as_dict())
+            session.add(row)
+            session.flush()
+            audit(session, "table.tracked", table_id=row.id, identifier=identifier, tuning=new.as_dict())
+        else:
+            for key, value in new.as_dict().items():
+                setattr(row, key, value)
+            session.flush()
+            audit(session, "table.tuned", table_id=row.id, identifier=identifier, tuning=new.as_dict())
+        return {"table": identifier, "id": row.id, **new.as_dict()}
+
+
+def ensure_tracked(settings: Settings, identifier: str) -> int:
+    """The tracked-table id, tracking with default tuning first when needed."""
+    with session_scope(settings) as session:
+        row = tracked_table(session, settings.catalog, identifier)
+        if row is not None:
+            return row.id
+    return int(track(settings, identifier)["id"])

@@ -1,0 +1,1 @@
+"""PostgreSQL state: SQLAlchemy models, engine helpers and repositories (which never commit)."""

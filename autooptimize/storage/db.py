@@ -1,0 +1,112 @@
+"""Engine and session helpers: one engine per process (re-made after fork), the database created
+if missing, and ``upgrade()`` applying the Alembic migrations."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from autooptimize.config import Settings, redact_url
+from autooptimize.errors import ConfigError, ServiceUnavailable
+
+_engines: dict[tuple[int, str], Engine] = {}
+
+
+def get_engine(settings: Settings) -> Engine:
+    """The process's engine for ``settings.database_url``; a forked child gets its own pool."""
+    key = (os.getpid(), settings.database_url)
+    engine = _engines.get(key)
+    if engine is None:
+        engine = create_engine(settings.database_url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+        _engines[key] = engine
+    return engine
+
+
+def reset_engines_after_fork() -> None:
+    """Drop pools inherited from a parent process without closing the parent's connections."""
+    for key, engine in list(_engines.items()):
+        if key[0] != os.getpid():
+            engine.dispose(close=False)
+            del _engines[key]
+
+
+@contextmanager
+def session_scope(settings: Settings) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error; the one place that commits."""
+    factory = sessionmaker(get_engine(settings), expire_on_commit=False)
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def ensure_database(settings: Settings) -> None:
+    """Create the configured database if it does not exist (the server must be reachable)."""
+    url = make_url(settings.database_url)
+    name = url.database or ""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]{0,62}", name):
+        raise ConfigError(
+            f"AO_DATABASE_URL names database {name!r}; use letters, digits, '_' or '-' (max 63 chars)"
+        )
+    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT", poolclass=None)
+    try:
+        with admin.connect() as conn:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
+            if not exists:
+                # Identifiers cannot be bound parameters; the name was validated above and is quoted.
+                conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    except OperationalError as exc:
+        raise ServiceUnavailable(
+            f"cannot reach PostgreSQL at {redact_url(settings.database_url)}: {exc.orig}".strip()
+        ) from None
+    finally:
+        admin.dispose()
+
+
+def alembic_config(settings: Settings):  # type: ignore[no-untyped-def]
+    from alembic.config import Config
+
+    location = resources.files("migrations")
+    cfg = Config(str(location / "alembic.ini"))
+    cfg.set_main_option("script_location", str(location))
+    # '%' is ConfigParser interpolation syntax: escape it so passwords survive.
+    cfg.set_main_option("sqlalchemy.url", settings.database_url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade(settings: Settings, revision: str = "head") -> None:
+    """Create the database if missing and apply migrations up to ``revision``."""
+    from alembic import command
+
+    ensure_database(settings)
+    command.upgrade(alembic_config(settings), revision)
+
+
+def check_schema(settings: Settings) -> None:
+    """Raise ServiceUnavailable with a hint when the database is unreachable or not migrated."""
+    try:
+        with get_engine(settings).connect() as conn:
+            present = conn.execute(text("SELECT to_regclass('ao_actions') IS NOT NULL")).scalar()
+    except OperationalError as exc:
+        raise ServiceUnavailable(
+            f"cannot reach PostgreSQL at {redact_url(settings.database_url)}: {exc.orig}".strip()
+            + " (is it running? run `autooptimize db upgrade` once it is)"
+        ) from None
+    if not present:
+        raise ServiceUnavailable(
+            f"database {redact_url(settings.database_url)} has no autooptimize schema; "
+            "run `autooptimize db upgrade`"
+        )

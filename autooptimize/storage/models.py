@@ -1,0 +1,179 @@
+"""SQLAlchemy 2.0 models of autooptimize's state. Every table is prefixed ``ao_``: the catalog's own
+tables (pyiceberg's SqlCatalog may share the database) are never touched by our migrations."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Numeric,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TIMESTAMP
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _now() -> Any:
+    return func.now()
+
+
+class ActionState(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    SKIPPED = "skipped"  # nothing worth doing; the reason says why
+    REFUSED = "refused"  # cannot be done safely as the partition is now
+    ABORTED = "aborted"  # a concurrent change invalidated the output; it was removed
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (ActionState.QUEUED, ActionState.RUNNING)
+
+
+class Trigger(str, enum.Enum):
+    EVENT = "event"
+    SCHEDULE = "schedule"
+    AD_HOC = "ad-hoc"
+
+
+class TrackedTable(Base):
+    __tablename__ = "ao_tracked_tables"
+    __table_args__ = (UniqueConstraint("catalog", "identifier"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    catalog: Mapped[str] = mapped_column(String(200))
+    identifier: Mapped[str] = mapped_column(String(500))
+    target_file_size: Mapped[int] = mapped_column(BigInteger)
+    tolerance: Mapped[int] = mapped_column(BigInteger)
+    min_input_files: Mapped[int] = mapped_column(Integer, default=2)
+    priority_class: Mapped[str] = mapped_column(String(50), default="normal")
+    weight: Mapped[int] = mapped_column(Integer, default=1)
+    sort_order: Mapped[str | None] = mapped_column(Text, nullable=True)
+    allowed_actions: Mapped[list[str]] = mapped_column(JSONB, default=lambda: ["merge"])
+    max_bytes_per_action: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    min_interval_seconds: Mapped[int] = mapped_column(Integer, default=0)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True), server_default=_now())
+    updated_at: Mapped[datetime] = mapped_column(
+        TIMESTAMP(timezone=True), server_default=_now(), onupdate=_now()
+    )
+
+
+class PartitionStats(Base):
+    """Current File Size Entropy of one partition: N and SSE are kept, MSE is derived."""
+
+    __tablename__ = "ao_partition_stats"
+
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("ao_tracked_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    spec_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    partition_key: Mapped[str] = mapped_column(Text, primary_key=True)
+    partition_values: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    n_files: Mapped[int] = mapped_column(BigInteger, default=0)
+    sse: Mapped[Decimal] = mapped_column(Numeric(40, 0), default=0)
+    total_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    small_files: Mapped[int] = mapped_column(BigInteger, default=0)
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(
+        TIMESTAMP(timezone=True), server_default=_now(), onupdate=_now()
+    )
+
+
+class EntropyHistory(Base):
+    __tablename__ = "ao_entropy_history"
+    __table_args__ = (Index("ix_ao_entropy_history_partition", "table_id", "spec_id", "partition_key"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    table_id: Mapped[int] = mapped_column(ForeignKey("ao_tracked_tables.id", ondelete="CASCADE"))
+    spec_id: Mapped[int] = mapped_column(Integer)
+    partition_key: Mapped[str] = mapped_column(Text)
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    source: Mapped[str] = mapped_column(String(20))  # snapshot | scan | action
+    n_files: Mapped[int] = mapped_column(BigInteger)
+    sse: Mapped[Decimal] = mapped_column(Numeric(40, 0))
+    mse: Mapped[float] = mapped_column(Float)
+    recorded_at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True), server_default=_now())
+
+
+class Action(Base):
+    """One unit of work with an id decided before any work; the id goes into the commit's summary."""
+
+    __tablename__ = "ao_actions"
+    __table_args__ = (
+        Index("ix_ao_actions_table_state", "table_id", "state"),
+        Index("ix_ao_actions_created_at", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    table_id: Mapped[int] = mapped_column(ForeignKey("ao_tracked_tables.id", ondelete="CASCADE"))
+    spec_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    partition_key: Mapped[str | None] = mapped_column(Text, nullable=True)  # None: every partition
+    partition_values: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    kind: Mapped[str] = mapped_column(String(30))
+    trigger: Mapped[str] = mapped_column(String(20))
+    priority_class: Mapped[str] = mapped_column(String(50))
+    state: Mapped[str] = mapped_column(String(20), default=ActionState.QUEUED.value)
+    reason: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    options: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    base_snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    committed_snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    files_in: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    files_out: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    bytes_in: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    bytes_out: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    rows_in: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    rows_out: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    checksum_in: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    checksum_out: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    mse_before: Mapped[float | None] = mapped_column(Float, nullable=True)
+    mse_after: Mapped[float | None] = mapped_column(Float, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    timings: Mapped[dict[str, float]] = mapped_column(JSONB, default=dict)
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True), server_default=_now())
+    started_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
+
+
+class AuditLog(Base):
+    """Append-only: a database trigger rejects UPDATE and DELETE."""
+
+    __tablename__ = "ao_audit_log"
+    __table_args__ = (Index("ix_ao_audit_log_action", "action_id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True), server_default=_now())
+    action_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    table_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    event: Mapped[str] = mapped_column(String(60))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)

@@ -1,0 +1,101 @@
+"""The rewrite job: read input files by field id, write target-size Parquet files, and measure rows
+and a content checksum of both sides so the caller can refuse to commit anything that differs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.fs as pafs
+from pyiceberg.schema import Schema
+
+from spark_actors.schema import spark_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class ContentDigest:
+    """Rows and an order-independent checksum of a set of rows (sums of two row hashes)."""
+
+    rows: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class GroupOutput:
+    paths: tuple[str, ...]
+    digest_in: ContentDigest
+    digest_out: ContentDigest
+
+
+def _digest_columns(df: DataFrame) -> list[Any]:
+    from pyspark.sql import functions as F
+
+    cols = [df[f"`{c}`"] for c in df.columns]
+    return [
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.xxhash64(*cols).cast("decimal(38,0)")).alias("h1"),
+        F.sum(F.hash(*cols).cast("decimal(38,0)")).alias("h2"),
+    ]
+
+
+def _to_digest(row: Any) -> ContentDigest:
+    rows = int(row["rows"] or 0)
+    return ContentDigest(rows=rows, checksum=f"{rows}:{int(row['h1'] or 0):x}:{int(row['h2'] or 0):x}")
+
+
+def content_digest(spark: SparkSession, schema: Schema, paths: list[str]) -> ContentDigest:
+    """Rows and checksum of ``paths`` read by field id through ``schema``."""
+    df = spark.read.schema(spark_schema(schema)).parquet(*paths)
+    return _to_digest(df.agg(*_digest_columns(df)).collect()[0])
+
+
+def list_parquet(directory: str) -> list[str]:
+    """Parquet files under ``directory`` (a URI), as URIs with the directory's scheme."""
+    fs, root = pafs.FileSystem.from_uri(directory)
+    # pyarrow strips the scheme ("file:///a" -> "/a", "s3://b/k" -> "b/k"); Iceberg wants it back.
+    prefix = directory.split("://", 1)[0] + "://" if "://" in directory else ""
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    return sorted(
+        prefix + info.path
+        for info in infos
+        if info.type == pafs.FileType.File
+        and info.base_name.endswith(".parquet")
+        and not info.base_name.startswith(("_", "."))
+    )
+
+
+def delete_dir(directory: str) -> None:
+    """Remove ``directory`` and everything below it; missing is fine."""
+    fs, root = pafs.FileSystem.from_uri(directory)
+    info = fs.get_file_info(root)
+    if info.type != pafs.FileType.NotFound:
+        fs.delete_dir(root)
+
+
+def rewrite_group(
+    spark: SparkSession,
+    schema: Schema,
+    inputs: list[str],
+    output_dir: str,
+    files_out: int,
+    codec: str = "zstd",
+) -> GroupOutput:
+    """Rewrite ``inputs`` into ``files_out`` files under ``output_dir`` (which must not exist).
+
+    The input digest is observed during the write (one pass); the output digest is measured by
+    reading the written files back by field id.
+    """
+    from pyspark.sql import Observation
+
+    df = spark.read.schema(spark_schema(schema)).parquet(*inputs)
+    observation = Observation("ao_input_digest")
+    observed = df.observe(observation, *_digest_columns(df))
+    writer = observed.repartition(max(1, files_out)).write.mode("error")
+    writer.option("compression", codec).parquet(output_dir)
+    digest_in = _to_digest(observation.get)
+    paths = list_parquet(output_dir)
+    digest_out = content_digest(spark, schema, paths) if paths else ContentDigest(0, "0:0:0")
+    return GroupOutput(paths=tuple(paths), digest_in=digest_in, digest_out=digest_out)

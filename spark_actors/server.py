@@ -1,0 +1,198 @@
+"""A local Spark Connect server from the installed pyspark, for ``AO_SPARK_REMOTE=local``.
+
+The server binds 127.0.0.1 only and requires a token. Its port, token and pid live in
+``$AO_HOME/spark/server.json`` (mode 0600) so every process of the service reuses one server.
+The token travels in the environment, never on a command line, and is never logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from autooptimize.config import Settings
+from autooptimize.errors import ConfigError, ServiceUnavailable
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+_IDENT = "autooptimize"
+READY_TIMEOUT = 180.0
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    port: int
+    token: str
+    pid: int
+
+    @property
+    def remote(self) -> str:
+        # "localhost" makes the client use local channel credentials: a token without TLS on loopback.
+        return f"sc://localhost:{self.port}/;token={self.token}"
+
+
+def _spark_dir(settings: Settings) -> Path:
+    path = settings.home_dir / "spark"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _read(settings: Settings) -> ServerInfo | None:
+    try:
+        data = json.loads((_spark_dir(settings) / "server.json").read_text())
+        return ServerInfo(port=int(data["port"]), token=str(data["token"]), pid=int(data["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def running_server(settings: Settings) -> ServerInfo | None:
+    """The recorded server if it is alive and listening."""
+    info = _read(settings)
+    if info and _alive(info.pid) and _listening(info.port):
+        return info
+    return None
+
+
+def _free_port(preferred: int) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", preferred))
+            return preferred
+        except OSError:
+            pass
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_confs(settings: Settings) -> dict[str, str]:
+    """Server-side settings the rewrite relies on (see DESIGN.md: field ids, micros, no .crc)."""
+    return {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.sql.shuffle.partitions": str(max(2, settings.spark_cores * 2)),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.fieldId.write.enabled": "true",
+        "spark.sql.parquet.fieldId.read.enabled": "true",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+        "spark.hadoop.fs.file.impl.disable.cache": "true",
+        "spark.ui.enabled": "false",
+        "spark.sql.adaptive.enabled": "true",
+    }
+
+
+def ensure_local_server(settings: Settings) -> ServerInfo:
+    """Reuse the recorded local server or start one; safe to call from many processes at once."""
+    if settings.spark_remote != "local":
+        raise ConfigError("AO_SPARK_REMOTE is not 'local'; no local server is managed")
+    spark_dir = _spark_dir(settings)
+    with open(spark_dir / "server.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        info = running_server(settings)
+        if info is not None:
+            return info
+        return _start(settings, spark_dir)
+
+
+def _start(settings: Settings, spark_dir: Path) -> ServerInfo:
+    from pyspark.find_spark_home import _find_spark_home
+
+    spark_home = os.environ.get("SPARK_HOME") or _find_spark_home()
+    script = Path(spark_home) / "sbin" / "start-connect-server.sh"
+    if not script.is_file():
+        raise ServiceUnavailable(f"cannot start Spark Connect: {script} is missing from the pyspark install")
+    token = secrets.token_urlsafe(32)
+    port = _free_port(settings.spark_port)
+    log_dir = spark_dir / "logs"
+    log_dir.mkdir(exist_ok=True)
+    pid_file = spark_dir / f"spark-{_IDENT}-{SERVER_CLASS}-1.pid"
+    with contextlib.suppress(OSError):
+        pid_file.unlink()
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    env.update(
+        SPARK_CONNECT_AUTHENTICATE_TOKEN=token,
+        SPARK_PID_DIR=str(spark_dir),
+        SPARK_LOG_DIR=str(log_dir),
+        SPARK_IDENT_STRING=_IDENT,
+        SPARK_HOME=str(spark_home),
+    )
+    props = spark_dir / "server.properties"
+    confs = server_confs(settings) | {"spark.connect.grpc.binding.port": str(port)}
+    props.write_text("".join(f"{k}={v}\n" for k, v in confs.items()))
+    cmd = [str(script), "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)]
+    result = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise ServiceUnavailable(
+            f"start-connect-server.sh failed ({result.returncode}): {(result.stderr or result.stdout).strip()[-500:]}"
+        )
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        pid = _pid_from(pid_file)
+        if pid is not None and _listening(port):
+            info = ServerInfo(port=port, token=token, pid=pid)
+            fd = os.open(spark_dir / "server.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"port": port, "token": token, "pid": pid}, f)
+            return info
+        if pid is not None and not _alive(pid):
+            break
+        time.sleep(0.25)
+    raise ServiceUnavailable(f"the Spark Connect server did not start; see logs under {log_dir}")
+
+
+def _pid_from(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def stop_local_server(settings: Settings, timeout: float = 30.0) -> bool:
+    """Stop the recorded local server; True when one was running."""
+    info = _read(settings)
+    if info is None or not _alive(info.pid):
+        with contextlib.suppress(OSError):
+            (_spark_dir(settings) / "server.json").unlink()
+        return False
+    os.kill(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(info.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _alive(info.pid):
+        os.kill(info.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        (_spark_dir(settings) / "server.json").unlink()
+    return True
+
+
+def resolve_remote(settings: Settings) -> str:
+    """The ``sc://`` URL clients connect to (it holds the token: never log it)."""
+    if settings.spark_remote == "local":
+        return ensure_local_server(settings).remote
+    return settings.spark_remote

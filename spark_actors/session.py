@@ -1,0 +1,78 @@
+"""One Spark Connect session per worker process: created after fork, reused across tasks,
+re-created when the server restarted or the channel broke."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from autooptimize.config import Settings
+from autooptimize.errors import ServiceUnavailable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_session: SparkSession | None = None
+_owner_pid: int | None = None
+
+RUNTIME_CONFS = {
+    "spark.sql.parquet.fieldId.read.enabled": "true",
+    "spark.sql.parquet.fieldId.write.enabled": "true",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def _healthy(session: SparkSession) -> bool:
+    try:
+        session.range(1).collect()
+        return True
+    except Exception:  # any failure means: build a new session
+        return False
+
+
+def get_session(settings: Settings) -> SparkSession:
+    """The process's session; a health check on reuse replaces a session whose server went away."""
+    global _session, _owner_pid
+    with _lock:
+        if _session is not None and _owner_pid == os.getpid() and _healthy(_session):
+            return _session
+        if _session is not None and _owner_pid == os.getpid():
+            log.warning("Spark Connect session is unhealthy; creating a new one")
+            try:
+                _session.stop()
+            except Exception:
+                pass
+        _session = _create(settings)
+        _owner_pid = os.getpid()
+        return _session
+
+
+def _create(settings: Settings) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    from spark_actors.server import resolve_remote
+
+    remote = resolve_remote(settings)
+    try:
+        session = SparkSession.builder.remote(remote).create()
+        for key, value in RUNTIME_CONFS.items():
+            session.conf.set(key, value)
+        session.range(1).collect()
+    except Exception as exc:
+        raise ServiceUnavailable(
+            f"cannot reach the Spark Connect server ({'local' if settings.spark_remote == 'local' else 'AO_SPARK_REMOTE'}): "
+            f"{type(exc).__name__}"
+        ) from None
+    return session
+
+
+def reset_after_fork() -> None:
+    """Forget a session inherited from a parent; the child creates its own on first use."""
+    global _session, _owner_pid
+    _session = None
+    _owner_pid = None

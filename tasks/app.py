@@ -1,0 +1,51 @@
+"""The Celery app: Redis broker, late acks, prefetch 1, reject on worker lost, priority queues."""
+
+from __future__ import annotations
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from autooptimize.config import get_settings
+from tasks.routing import CONTROL_QUEUE, queues
+
+
+def make_app() -> Celery:
+    settings = get_settings()
+    app = Celery("autooptimize", broker=settings.redis_url, include=["tasks.actions"])
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=CONTROL_QUEUE,
+        task_queues=queues(settings.priority_classes),
+        task_create_missing_queues=False,
+        broker_transport_options={
+            "priority_steps": list(range(10)),
+            "sep": ":",
+            "queue_order_strategy": "priority",
+            # An unacked task comes back after this long; longer than any action may take.
+            "visibility_timeout": settings.action_timeout_seconds + 600,
+        },
+        broker_connection_retry_on_startup=True,
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        enable_utc=True,
+    )
+    return app
+
+
+app = make_app()
+
+
+@worker_process_init.connect
+def _after_fork(**_: object) -> None:
+    # Pools and Spark sessions must not be shared with the parent process.
+    from autooptimize.storage.db import reset_engines_after_fork
+    from spark_actors.session import reset_after_fork
+
+    reset_engines_after_fork()
+    reset_after_fork()

@@ -1,0 +1,21 @@
+"""Queue names. One control queue for decisions, and one actor queue per priority class."""
+
+from __future__ import annotations
+
+from kombu import Queue
+
+CONTROL_QUEUE = "ao.control"
+
+
+def actor_queue(priority_class: str) -> str:
+    return f"ao.actor.{priority_class}"
+
+
+def queues(priority_classes: tuple[str, ...]) -> list[Queue]:
+    return [Queue(CONTROL_QUEUE)] + [Queue(actor_queue(p)) for p in priority_classes]
+
+
+def task_priority(priority_class: str, priority_classes: tuple[str, ...]) -> int:
+    """Celery-on-Redis priority (0 is highest) for a class, spread over 0..9 by its rank."""
+    rank = priority_classes.index(priority_class)
+    return min(9, rank * max(1, 9 // max(1, len(priority_classes) - 1)))
