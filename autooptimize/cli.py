@@ -1,0 +1,236 @@
+"""The ``autooptimize`` command line. Exit codes: 0 done, 1 the action did not succeed, 2 bad input
+(unknown table, malformed partition, invalid option or configuration), 3 a service is unreachable,
+4 timed out waiting."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from autooptimize.errors import (
+    ActionNotFound,
+    AutoOptimizeError,
+    ConfigError,
+    InvalidArgument,
+    ServiceUnavailable,
+    TableNotFound,
+)
+
+OPTIMIZE_FIELDS = ("id", "state", "reason", "files_in", "files_out", "rows_in", "rows_out", "bytes_in",
+                   "bytes_out", "snapshot_id")
+
+
+def _print(obj: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(obj, default=str))
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            print(f"{key:>18}: {value}")
+    else:
+        print(obj)
+
+
+def _settings():  # type: ignore[no-untyped-def]
+    from autooptimize.config import get_settings
+
+    return get_settings()
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from autooptimize.config import redact_url
+    from autooptimize.storage.db import upgrade
+
+    settings = _settings()
+    upgrade(settings, args.revision)
+    print(f"database {redact_url(settings.database_url)} is at revision {args.revision}")
+    return 0
+
+
+def cmd_track(args: argparse.Namespace) -> int:
+    from autooptimize.api import track
+
+    tuning = {
+        "target_file_size": args.target_size, "tolerance": args.tolerance, "min_input_files": args.min_input_files,
+        "priority_class": args.priority, "weight": args.weight, "sort_order": args.sort_order,
+        "allowed_actions": args.allowed_actions, "max_bytes_per_action": args.max_bytes_per_action,
+        "min_interval_seconds": args.min_interval,
+    }
+    result = track(args.table, settings=_settings(), **{k: v for k, v in tuning.items() if v is not None})
+    _print(result, args.json)
+    return 0
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from autooptimize.api import optimize
+
+    handle = optimize(args.table, partition=args.partition, action=args.action, priority=args.priority,
+                      dry_run=args.dry_run, target_file_size=args.target_size, settings=_settings())
+    if args.wait or args.dry_run:
+        try:
+            result = handle.wait(timeout=args.timeout)
+        except TimeoutError as exc:
+            print(f"autooptimize: {exc}", file=sys.stderr)
+            return 4
+    else:
+        result = handle.result
+    shown = {k: result.get(k) for k in OPTIMIZE_FIELDS}
+    if args.dry_run:
+        shown["plan"] = result.get("plan")
+    if result.get("error"):
+        shown["error"] = result["error"]
+    _print(shown, args.json)
+    return 0 if result["state"] in ("succeeded", "skipped", "queued", "running") else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from autooptimize.api import status
+
+    result = status(args.table, settings=_settings())
+    if args.json:
+        print(json.dumps(result, default=str))
+        return 0
+    if args.table:
+        print(f"{result['table']}: {result['files']} files in {len(result['partitions'])} partitions "
+              f"(snapshot {result['snapshot_id']})")
+        print(f"{'partition':40} {'n':>6} {'small':>6} {'bytes':>12} {'rmse':>12}  last action")
+        for p in result["partitions"]:
+            last = p["last_action"]
+            last_s = f"{last['kind']} {last['state']} {last['at']}" if last else "-"
+            print(f"{p['partition'] or '(unpartitioned)':40} {p['n']:>6} {p['small_files']:>6} {p['bytes']:>12} "
+                  f"{p['rmse_bytes']:>12}  {last_s}")
+    else:
+        for line in result:
+            print(json.dumps(line, default=str) if "error" in line else
+                  f"{line['table']:40} files={line['files']:<6} partitions={line['partitions']:<4} "
+                  f"needs_attention={line['needs_attention']:<4} worst={line['worst_partition']}")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from autooptimize.services.runtime import worker_argv
+    from tasks.app import app
+
+    app.worker_main(worker_argv(_settings(), queues=args.queues, concurrency=args.concurrency,
+                                loglevel=args.loglevel, name=args.name))
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from autooptimize.services.runtime import run_service
+
+    return run_service(_settings(), workers=args.workers, flower=not args.no_flower, beat=not args.no_beat)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from autooptimize.demo import run_demo
+
+    result = run_demo(_settings(), files=args.files, partitions=args.partitions, target_size=args.target_size,
+                      as_json=args.json)
+    ok = (result["files_after"] * 4 <= result["files_before"] and result["rows_after"] == result["rows_before"]
+          and result["checksum_after"] == result["checksum_before"])
+    return 0 if ok else 1
+
+
+def cmd_spark(args: argparse.Namespace) -> int:
+    from spark_actors import server
+
+    settings = _settings()
+    if args.spark_command == "start":
+        info = server.ensure_local_server(settings)
+        print(f"Spark Connect server on 127.0.0.1:{info.port} (pid {info.pid}); token in {settings.home_dir}/spark")
+    elif args.spark_command == "stop":
+        print("stopped" if server.stop_local_server(settings) else "no server was running")
+    else:
+        info = server.running_server(settings)
+        print(f"running on 127.0.0.1:{info.port} (pid {info.pid})" if info else "not running")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autooptimize", description=__doc__.split(".")[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    db = sub.add_parser("db", help="database schema")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    up = db_sub.add_parser("upgrade", help="create the database if missing and apply migrations")
+    up.add_argument("revision", nargs="?", default="head")
+    up.set_defaults(func=cmd_db)
+
+    tr = sub.add_parser("track", help="track a table, or change its tuning")
+    tr.add_argument("table")
+    tr.add_argument("--target-size", help="target file size, e.g. 128MiB")
+    tr.add_argument("--tolerance", help="tolerated RMS file-size error, e.g. 32MiB")
+    tr.add_argument("--min-input-files", type=int)
+    tr.add_argument("--priority", help="priority class, e.g. high|normal|low")
+    tr.add_argument("--weight", type=int)
+    tr.add_argument("--sort-order", help="comma-separated columns")
+    tr.add_argument("--allowed-actions", help="comma-separated actions, e.g. merge")
+    tr.add_argument("--max-bytes-per-action")
+    tr.add_argument("--min-interval", type=int, help="seconds between actions on one partition")
+    tr.add_argument("--json", action="store_true")
+    tr.set_defaults(func=cmd_track)
+
+    op = sub.add_parser("optimize", help="submit an ad-hoc optimization")
+    op.add_argument("table")
+    op.add_argument("--partition", help="col=value[,col2=value2]; default: every partition")
+    op.add_argument("--action", default="merge")
+    op.add_argument("--priority")
+    op.add_argument("--target-size", help="override the table's target file size for this action")
+    op.add_argument("--dry-run", action="store_true", help="plan only; change nothing")
+    op.add_argument("--wait", action="store_true", help="wait for the outcome")
+    op.add_argument("--timeout", type=float, default=3600.0)
+    op.add_argument("--json", action="store_true")
+    op.set_defaults(func=cmd_optimize)
+
+    st = sub.add_parser("status", help="partitions ranked by file-size entropy")
+    st.add_argument("table", nargs="?")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    wk = sub.add_parser("worker", help="run a Celery worker (actors and control)")
+    wk.add_argument("--queues", help="comma-separated queues; default: control and every actor queue")
+    wk.add_argument("--concurrency", type=int)
+    wk.add_argument("--loglevel", default="INFO")
+    wk.add_argument("--name", default=None)
+    wk.set_defaults(func=cmd_worker)
+
+    upp = sub.add_parser("up", help="run the whole service on this machine until Ctrl-C or SIGTERM")
+    upp.add_argument("--workers", type=int, default=1)
+    upp.add_argument("--no-flower", action="store_true")
+    upp.add_argument("--no-beat", action="store_true")
+    upp.set_defaults(func=cmd_up)
+
+    dm = sub.add_parser("demo", help="create a table of small files and watch the service merge them")
+    dm.add_argument("--files", type=int, default=240)
+    dm.add_argument("--partitions", type=int, default=4)
+    dm.add_argument("--target-size", default="1MiB")
+    dm.add_argument("--json", action="store_true")
+    dm.set_defaults(func=cmd_demo)
+
+    sp = sub.add_parser("spark", help="the local Spark Connect server (AO_SPARK_REMOTE=local)")
+    sp.add_argument("spark_command", choices=["start", "stop", "status"])
+    sp.set_defaults(func=cmd_spark)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (InvalidArgument, TableNotFound, ConfigError, ActionNotFound) as exc:
+        print(f"autooptimize: error: {exc}", file=sys.stderr)
+        return 2
+    except ServiceUnavailable as exc:
+        print(f"autooptimize: error: {exc}", file=sys.stderr)
+        return 3
+    except AutoOptimizeError as exc:
+        print(f"autooptimize: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

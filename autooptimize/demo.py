@@ -1,0 +1,175 @@
+"""``autooptimize demo``: a table of small files, merged by the running service through Celery and
+Spark Connect, with before/after figures read back through pyiceberg."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import DateType, DoubleType, LongType, NestedField, StringType, TimestamptzType
+
+from autooptimize import api
+from autooptimize.config import Settings
+from autooptimize.errors import InvalidArgument
+from autooptimize.iceberg.catalog import get_catalog
+from autooptimize.iceberg.checksum import table_checksum
+
+DEMO_TABLE = "demo.events"
+SCHEMA = Schema(
+    NestedField(1, "event_id", LongType(), required=True),
+    NestedField(2, "event_date", DateType(), required=True),
+    NestedField(3, "ts", TimestamptzType(), required=False),
+    NestedField(4, "user_id", LongType(), required=False),
+    NestedField(5, "region", StringType(), required=False),
+    NestedField(6, "amount", DoubleType(), required=False),
+    NestedField(7, "payload", StringType(), required=False),
+)
+SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="event_date"))
+ARROW = pa.schema([
+    pa.field("event_id", pa.int64(), nullable=False),
+    pa.field("event_date", pa.date32(), nullable=False),
+    pa.field("ts", pa.timestamp("us", tz="UTC")),
+    pa.field("user_id", pa.int64()),
+    pa.field("region", pa.string()),
+    pa.field("amount", pa.float64()),
+    pa.field("payload", pa.string()),
+])
+
+
+def _batch(rng: random.Random, day: dt.date, first_id: int, rows: int) -> pa.Table:
+    base = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+    return pa.table({
+        "event_id": list(range(first_id, first_id + rows)),
+        "event_date": [day] * rows,
+        "ts": [base + dt.timedelta(seconds=rng.randrange(86400)) for _ in range(rows)],
+        "user_id": [rng.randrange(1_000_000) for _ in range(rows)],
+        "region": [rng.choice(("eu", "us", "apac", "latam")) for _ in range(rows)],
+        "amount": [round(rng.random() * 100, 2) for _ in range(rows)],
+        "payload": [f"evt-{rng.getrandbits(64):016x}" for _ in range(rows)],
+    }, schema=ARROW)
+
+
+def create_demo_table(settings: Settings, files: int, partitions: int, seed: int = 7) -> Any:
+    """(Re)create the demo table with ``files`` small files over ``partitions`` days, one commit each.
+
+    Most files land in the newest day, some arrive late for older days, and sizes are uneven, like
+    a streaming ingest.
+    """
+    catalog = get_catalog(settings)
+    try:
+        catalog.create_namespace("demo")
+    except NamespaceAlreadyExistsError:
+        pass
+    try:
+        catalog.purge_table(DEMO_TABLE)
+    except NoSuchTableError:
+        pass
+    table = catalog.create_table(DEMO_TABLE, schema=SCHEMA, partition_spec=SPEC)
+    rng = random.Random(seed)
+    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(partitions)]
+    weights = [1 + i for i in range(partitions)]
+    next_id = 0
+    for i in range(files):
+        # every day gets files; late arrivals keep hitting older days
+        day = days[i % partitions] if i < partitions * 2 else rng.choices(days, weights)[0]
+        rows = int(rng.lognormvariate(6.5, 0.8)) + 20
+        table.append(_batch(rng, day, next_id, rows))
+        next_id += rows
+    return table
+
+
+def _ensure_worker(settings: Settings) -> subprocess.Popen[bytes] | None:
+    """Start a worker for the demo when none answers; returns it so the demo can stop it."""
+    from tasks.app import app
+
+    if app.control.ping(timeout=1.0):
+        return None
+    logs = settings.home_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    out = open(logs / "demo-worker.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "autooptimize.cli", "worker", "--name", "demo@%h"],
+                            stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the demo worker exited with {proc.returncode}; see {logs / 'demo-worker.log'}")
+        if app.control.ping(timeout=1.0):
+            return proc
+    proc.terminate()
+    raise RuntimeError("the demo worker did not answer within 60 s")
+
+
+def _files(table: Any) -> int:
+    table.refresh()
+    return len(table.inspect.files())
+
+
+def run_demo(settings: Settings, *, files: int = 240, partitions: int = 4, target_size: str = "1MiB",
+             as_json: bool = False) -> dict[str, Any]:
+    if files < partitions or partitions < 1:
+        raise InvalidArgument(f"--files ({files}) must be ≥ --partitions ({partitions}) ≥ 1")
+    from autooptimize.storage.db import upgrade
+    from spark_actors.server import ensure_local_server
+
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if as_json else print
+    upgrade(settings)
+    say(f"creating {DEMO_TABLE} with {files} small files over {partitions} partitions …")
+    started = time.monotonic()
+    table = create_demo_table(settings, files, partitions)
+    say(f"  written in {time.monotonic() - started:.1f} s")
+    api.track(DEMO_TABLE, settings=settings, target_file_size=target_size)
+    before = {"files": _files(table), "checksum": table_checksum(table)}
+    before["rows"] = int(before["checksum"].split(":")[0])
+    if settings.spark_remote == "local":
+        say("starting (or reusing) the local Spark Connect server …")
+        ensure_local_server(settings)
+    worker = _ensure_worker(settings)
+    try:
+        say("submitting one merge per partition through Celery …")
+        t0 = time.monotonic()
+        status = api.status(DEMO_TABLE, settings=settings)
+        handles = [api.optimize(DEMO_TABLE, partition=p["partition"], settings=settings)
+                   for p in status["partitions"] if p["needs_attention"]]
+        results = [h.wait(timeout=900) for h in handles]
+        seconds = time.monotonic() - t0
+    finally:
+        if worker is not None:
+            worker.terminate()
+            worker.wait(timeout=60)
+    after = {"files": _files(table), "checksum": table_checksum(table)}
+    after["rows"] = int(after["checksum"].split(":")[0])
+    for r in results:
+        say(f"  {r['partition']}: {r['state']} {r.get('reason') or ''} files {r['files_in']} → {r['files_out']}, "
+            f"rows {r['rows_in']} → {r['rows_out']}, snapshot {r['snapshot_id']}")
+    result = {
+        "table": DEMO_TABLE,
+        "files_before": before["files"],
+        "files_after": after["files"],
+        "rows_before": before["rows"],
+        "rows_after": after["rows"],
+        "checksum_before": before["checksum"],
+        "checksum_after": after["checksum"],
+        "bytes_rewritten": sum(r["bytes_in"] or 0 for r in results),
+        "actions": len(results),
+        "actions_succeeded": sum(1 for r in results if r["state"] == "succeeded"),
+        "seconds": round(seconds, 2),
+    }
+    if as_json:
+        print(json.dumps(result))
+    else:
+        print(f"\n{'':18}{'before':>22}{'after':>22}")
+        for key in ("files", "rows", "checksum"):
+            print(f"{key:18}{before[key]!s:>22}{after[key]!s:>22}")
+        print(f"{'bytes rewritten':18}{result['bytes_rewritten']:>22}")
+        print(f"{'seconds':18}{result['seconds']:>22}")
+    return result

@@ -1,0 +1,158 @@
+"""File Size Entropy: the Netflix measure of how far a partition's data files are from the target size.
+
+For a target size ``S`` the error of a file of ``s`` bytes is ``e = S - min(s, S)``: files at or above
+the target cost nothing, small files cost up to ``S``. A partition keeps ``N`` (live data files) and
+``SSE = Σ e²`` rather than the mean, so a snapshot that adds ``M`` files and removes ``D`` files updates
+it in ``O(M + D)``::
+
+    SSE' = SSE + Σ e(a)² − Σ e(d)²        N' = N + M − D        MSE = SSE / N
+
+Everything here is exact integer arithmetic: a rolling figure equals a full recomputation bit for bit,
+whatever the sequence of appends, overwrites, deletes, rewrites and expirations.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from autooptimize.errors import InvalidArgument
+
+__all__ = ["EntropyStats", "file_error", "squared_error"]
+
+
+def _check_target(target: int) -> int:
+    try:
+        value = operator.index(target)
+    except TypeError:
+        raise InvalidArgument(f"target must be a positive integer number of bytes, got {target!r}") from None
+    if value <= 0:
+        raise InvalidArgument(f"target must be a positive integer number of bytes, got {target!r}")
+    return value
+
+
+def _check_size(size: int) -> int:
+    try:
+        value = operator.index(size)
+    except TypeError:
+        raise InvalidArgument(f"file size must be a non-negative integer, got {size!r}") from None
+    if value < 0:
+        raise InvalidArgument(f"file size must be a non-negative integer, got {size!r}")
+    return value
+
+
+def _check_tolerance(tolerance: int) -> int:
+    try:
+        value = operator.index(tolerance)
+    except TypeError:
+        raise InvalidArgument(f"tolerance must be a non-negative integer number of bytes, got {tolerance!r}") from None
+    if value < 0:
+        raise InvalidArgument(f"tolerance must be a non-negative integer number of bytes, got {tolerance!r}")
+    return value
+
+
+def file_error(size: int, target: int) -> int:
+    """Return ``target - min(size, target)``: 0 for a file at or above the target, up to ``target``.
+
+    Raises :class:`~autooptimize.errors.InvalidArgument` for a negative size or a non-positive target.
+    """
+    s = _check_size(size)
+    t = _check_target(target)
+    return t - s if s < t else 0
+
+
+def squared_error(size: int, target: int) -> int:
+    """Return ``file_error(size, target) ** 2``, the file's contribution to the partition's SSE."""
+    e = file_error(size, target)
+    return e * e
+
+
+def _sum_squared_errors(sizes: Iterable[int], target: int) -> tuple[int, int]:
+    """Count and SSE of ``sizes`` against an already validated ``target``."""
+    count = 0
+    sse = 0
+    for size in sizes:
+        s = _check_size(size)
+        if s < target:
+            sse += (target - s) * (target - s)
+        count += 1
+    return count, sse
+
+
+@dataclass(frozen=True, slots=True)
+class EntropyStats:
+    """The entropy of one partition: ``n`` live data files whose squared errors sum to ``sse``.
+
+    Values are immutable; every operation returns a new value. ``n`` and ``sse`` are never negative and
+    ``sse`` is 0 whenever ``n`` is 0. The target size is not stored: the caller passes the same target
+    to every call for a given partition (a change of target needs a fresh :meth:`from_sizes`).
+    """
+
+    n: int
+    sse: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 0:
+            raise InvalidArgument(f"n must be a non-negative integer file count, got {self.n!r}")
+        if not isinstance(self.sse, int) or self.sse < 0:
+            raise InvalidArgument(f"sse must be a non-negative integer, got {self.sse!r}")
+        if self.n == 0 and self.sse != 0:
+            raise InvalidArgument(f"sse must be 0 when n is 0, got sse={self.sse}")
+
+    @classmethod
+    def empty(cls) -> EntropyStats:
+        """The entropy of a partition with no files."""
+        return cls(0, 0)
+
+    @classmethod
+    def from_sizes(cls, sizes: Iterable[int], target: int) -> EntropyStats:
+        """Exact entropy of a partition whose live data files have ``sizes`` bytes (a full scan)."""
+        n, sse = _sum_squared_errors(sizes, _check_target(target))
+        return cls(n, sse)
+
+    def apply(self, added: Iterable[int], removed: Iterable[int], target: int) -> EntropyStats:
+        """Roll the figure forward over a snapshot that added ``added`` and removed ``removed`` files.
+
+        The result equals :meth:`from_sizes` over the partition's new file list exactly. Raises
+        :class:`~autooptimize.errors.InvalidArgument` when the removals cannot have come from this
+        partition (``n`` or ``sse`` would go negative, or files would remain with no error left to
+        hold): the rolling figure cannot be trusted and the partition needs a scan.
+        """
+        t = _check_target(target)
+        m, sse_added = _sum_squared_errors(added, t)
+        d, sse_removed = _sum_squared_errors(removed, t)
+        n = self.n + m - d
+        sse = self.sse + sse_added - sse_removed
+        if n < 0:
+            raise InvalidArgument(
+                f"removed lists {d} files but the partition holds only {self.n + m}; "
+                "the rolling stats are stale and the partition needs a scan"
+            )
+        if sse < 0 or (n == 0 and sse != 0):
+            raise InvalidArgument(
+                f"removed files carry more squared error than the partition holds (sse would be {sse} "
+                f"with {n} files); the rolling stats are stale and the partition needs a scan"
+            )
+        return EntropyStats(n, sse)
+
+    def merge(self, other: EntropyStats) -> EntropyStats:
+        """Entropy of the union of two disjoint file sets measured against the same target."""
+        return EntropyStats(self.n + other.n, self.sse + other.sse)
+
+    @property
+    def mse(self) -> float:
+        """Mean squared error ``sse / n`` in bytes²; 0.0 for an empty partition."""
+        return self.sse / self.n if self.n else 0.0
+
+    def excess(self, tolerance: int) -> int:
+        """``sse - tolerance² · n``: how far the partition is over its tolerance, exactly.
+
+        Negative exactly when the MSE is under ``tolerance²``; planners drive this below zero.
+        """
+        t = _check_tolerance(tolerance)
+        return self.sse - t * t * self.n
+
+    def needs_attention(self, tolerance: int) -> bool:
+        """True when ``MSE ≥ tolerance²``, decided exactly in integers; False for an empty partition."""
+        return self.n > 0 and self.excess(tolerance) >= 0

@@ -1,0 +1,482 @@
+"""Fair dispatch: which (priority class, table) queue is served next.
+
+Pure decisions, no I/O. The caller describes the queues that could be served right now (one
+:class:`Head` per non-empty queue whose table has capacity) and :class:`FairScheduler` answers with a
+:class:`Pick`. Three mechanisms are combined, in this order:
+
+1. **Aging** (``max_wait``): a queue that has waited ``max_wait`` or longer since it was last served (or
+   since it was first seen backlogged) is served first, the longest-waiting first. This is the bound that
+   holds whatever else happens, including a flood in an urgent class.
+2. **Fixed Priority Preemptive**: classes marked ``urgent`` are served before every other class, in the
+   order they were given, whenever they have an eligible head.
+3. **Weighted fair sharing**: classes share by weight with Deficit Weighted Round Robin (or smooth
+   Weighted Round Robin); inside a class, tenants (optional) and then tables share by weight the same way.
+
+Time is either the caller's clock (e.g. ``time.time``) or, when no clock is given, the number of picks
+the scheduler has made, so that bounds can be stated and tested in dispatches.
+
+Bounds a caller may rely on (unit costs, DRR at both levels, no tenant level):
+
+* a queue that becomes backlogged in a non-urgent class while no urgent class is backlogged is served
+  within :meth:`FairScheduler.fair_wait_bound` dispatches, however long any other queue is
+  (a burst of 5,000 items for one table counts as one queue);
+* with ``max_wait = M`` in dispatches, every queue that stays eligible is served within ``M + Q``
+  dispatches, where ``Q`` is the number of distinct queues (:meth:`FairScheduler.aged_wait_bound`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Generic, Protocol, TypeVar
+
+from autooptimize.errors import InvalidArgument
+
+__all__ = [
+    "DeficitRoundRobin",
+    "FairScheduler",
+    "Head",
+    "Pick",
+    "PickReason",
+    "Policy",
+    "PriorityClass",
+    "Selector",
+    "WeightedRoundRobin",
+    "namespace_of",
+]
+
+K = TypeVar("K", bound=Hashable)
+
+
+def _positive(name: str, value: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{name} must be a positive finite number, got {value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise InvalidArgument(f"{name} must be a positive finite number, got {value!r}")
+    return number
+
+
+def _weight_lookup(
+    weights: Mapping[K, float] | Callable[[K], float] | None, default: float
+) -> Callable[[K], float]:
+    if weights is None:
+        return lambda key: default
+    if callable(weights):
+        return weights
+    checked = {key: _positive(f"weight of {key!r}", value) for key, value in weights.items()}
+    return lambda key: checked.get(key, default)
+
+
+class Policy(str, Enum):
+    """How keys at one level share: by picks (WRR) or by cost (DWRR)."""
+
+    WRR = "wrr"
+    DWRR = "dwrr"
+
+
+class PickReason(str, Enum):
+    """Why a queue was picked."""
+
+    AGED = "aged"
+    URGENT = "urgent"
+    FAIR = "fair"
+
+
+class Selector(Protocol[K]):
+    """One level of fair sharing: chooses among keys, each with the cost of its next item."""
+
+    def peek(self, costs: Mapping[K, float]) -> K | None:
+        """The key :meth:`pick` would choose now, without changing any state."""
+        ...
+
+    def pick(self, costs: Mapping[K, float]) -> K | None:
+        """Choose a key among ``costs`` (key -> cost of its next item) and account for it."""
+        ...
+
+
+class WeightedRoundRobin(Generic[K]):
+    """Smooth weighted round robin (the interleaving variant nginx uses); costs are ignored.
+
+    While the set of candidates stays the same and weights are integers, every window of ``W`` picks
+    (``W`` = sum of the candidates' weights, counted from the moment the set last changed) serves each
+    key exactly its weight times, interleaved rather than in runs. A key that is not among the
+    candidates of a pick loses its accumulated credit. Keys are considered in the order ``costs``
+    iterates them; ties go to the earlier one.
+    """
+
+    def __init__(
+        self, weights: Mapping[K, float] | Callable[[K], float] | None = None, default_weight: float = 1.0
+    ) -> None:
+        self._weight = _weight_lookup(weights, _positive("default_weight", default_weight))
+        self._current: dict[K, float] = {}
+
+    def _decide(self, costs: Mapping[K, float]) -> tuple[K | None, dict[K, float]]:
+        if not costs:
+            return None, {}
+        current: dict[K, float] = {}
+        total = 0.0
+        best: K | None = None
+        for key in costs:
+            weight = _positive(f"weight of {key!r}", self._weight(key))
+            current[key] = self._current.get(key, 0.0) + weight
+            total += weight
+            if best is None or current[key] > current[best]:
+                best = key
+        assert best is not None
+        current[best] -= total
+        return best, current
+
+    def peek(self, costs: Mapping[K, float]) -> K | None:
+        return self._decide(costs)[0]
+
+    def pick(self, costs: Mapping[K, float]) -> K | None:
+        key, self._current = self._decide(costs)
+        return key
+
+
+class DeficitRoundRobin(Generic[K]):
+    """Deficit weighted round robin (Shreedhar and Varghese): shares *cost*, e.g. bytes or items.
+
+    Keys take turns in a ring. At the start of its turn a key earns ``quantum x weight`` credit and is
+    served while its credit covers the cost of its next item; then the turn passes on. A key that is
+    not among the candidates of a pick (empty, or blocked by capacity) loses its credit and, when it
+    comes back, joins the tail of the ring, so nothing is banked while idle and a returning key waits
+    at most one round. While a set of keys stays backlogged, the cost served to each differs from its
+    weighted share by less than ``quantum x weight + max cost`` per key. With unit costs and integer
+    ``quantum x weight`` a turn serves exactly ``quantum x weight`` items.
+    """
+
+    def __init__(
+        self,
+        weights: Mapping[K, float] | Callable[[K], float] | None = None,
+        quantum: float = 1.0,
+        default_weight: float = 1.0,
+    ) -> None:
+        self._weight = _weight_lookup(weights, _positive("default_weight", default_weight))
+        self._quantum = _positive("quantum", quantum)
+        self._ring: list[K] = []  # keys in turn order; the turn is at self._head
+        self._members: set[K] = set()
+        self._head = 0
+        self._deficit: dict[K, float] = {}
+        self._credited = False  # the key whose turn it is has had its credit for this turn
+
+    def quantum_of(self, key: K) -> float:
+        """Credit ``key`` earns per turn: quantum x weight."""
+        quantum = self._quantum * self._weight(key)
+        if not 0 < quantum < math.inf:
+            raise InvalidArgument(f"weight of {key!r} must be a positive finite number, got {self._weight(key)!r}")
+        return quantum
+
+    def _sync(self, costs: Mapping[K, float]) -> tuple[list[K], int, bool] | None:
+        """The ring after dropping keys absent from ``costs`` and adding new ones at the tail, or None if unchanged."""
+        if costs.keys() == self._members:
+            return None
+        rotated = self._ring[self._head:] + self._ring[:self._head]
+        ring = [key for key in rotated if key in costs]
+        credited = self._credited and bool(ring) and ring[0] == rotated[0]
+        present = set(ring)
+        ring.extend(key for key in costs if key not in present)
+        return ring, 0, credited
+
+    def _decide(self, costs: Mapping[K, float]) -> tuple[K | None, tuple[list[K], int, bool] | None, int, dict[K, float]]:
+        """(chosen, new ring or None, new head, deficit changes); changes nothing."""
+        if not costs:
+            return None, ([], 0, False), 0, {}
+        synced = self._sync(costs)
+        ring, head, credited = synced if synced is not None else (self._ring, self._head, self._credited)
+        deficits = self._deficit if synced is None else {}
+        changes: dict[K, float] = {}
+
+        def deficit(key: K) -> float:
+            return changes[key] if key in changes else deficits.get(key, 0.0) if synced is None else self._deficit.get(key, 0.0)
+
+        def cost(key: K) -> float:
+            value = costs[key]
+            if not 0 < value < math.inf:
+                raise InvalidArgument(f"cost of {key!r} must be a positive finite number, got {value!r}")
+            return value
+
+        if not credited:
+            changes[ring[head]] = deficit(ring[head]) + self.quantum_of(ring[head])
+        misses = 0
+        while deficit(ring[head]) < cost(ring[head]):
+            head = (head + 1) % len(ring)
+            changes[ring[head]] = deficit(ring[head]) + self.quantum_of(ring[head])
+            misses += 1
+            if misses == len(ring):
+                # A whole round served nothing (costs far above quanta): credit the rounds in one step.
+                rounds = min(math.ceil((cost(k) - deficit(k)) / self.quantum_of(k)) for k in ring) - 1
+                if rounds > 0:
+                    for key in ring:
+                        changes[key] = deficit(key) + rounds * self.quantum_of(key)
+                misses = 0
+        chosen = ring[head]
+        changes[chosen] = deficit(chosen) - cost(chosen)
+        return chosen, synced, head, changes
+
+    def peek(self, costs: Mapping[K, float]) -> K | None:
+        return self._decide(costs)[0]
+
+    def pick(self, costs: Mapping[K, float]) -> K | None:
+        chosen, synced, head, changes = self._decide(costs)
+        if synced is not None:
+            self._ring = synced[0]
+            self._members = set(self._ring)
+            self._deficit = {key: self._deficit[key] for key in self._ring if key in self._deficit}
+        self._deficit.update(changes)
+        self._head = head
+        self._credited = chosen is not None
+        return chosen
+
+
+def _selector(policy: Policy, weights: Callable[[str], float], quantum: float) -> Selector[str]:
+    if policy is Policy.WRR:
+        return WeightedRoundRobin(weights)
+    return DeficitRoundRobin(weights, quantum)
+
+
+def namespace_of(table: str) -> str:
+    """Tenant of a table identifier: its namespace (``"sales.eu.orders"`` -> ``"sales.eu"``)."""
+    return table.rpartition(".")[0]
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    """A priority class: ``weight`` is its share among non-urgent classes; ``urgent`` ones preempt."""
+
+    name: str
+    weight: float = 1.0
+    urgent: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name or "|" in self.name:
+            raise InvalidArgument(f"priority class name must be non-empty and contain no '|', got {self.name!r}")
+        object.__setattr__(self, "weight", _positive(f"weight of class {self.name!r}", self.weight))
+
+
+@dataclass(frozen=True)
+class Head:
+    """The next item of one (priority class, table) queue, offered because it may be dispatched now."""
+
+    priority_class: str
+    table: str
+    cost: float = 1.0
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The queue to serve next, and why."""
+
+    priority_class: str
+    table: str
+    reason: PickReason
+
+
+class FairScheduler:
+    """Two-level (three with tenants) weighted fair scheduler with urgent preemption and aging.
+
+    Not thread-safe; one dispatcher owns one scheduler. State (credits, waiting times) lives in memory:
+    a restarted dispatcher starts fresh, which costs at most one round of accuracy.
+    """
+
+    def __init__(
+        self,
+        classes: Sequence[PriorityClass],
+        *,
+        class_policy: Policy | str = Policy.DWRR,
+        table_policy: Policy | str = Policy.DWRR,
+        quantum: float = 1.0,
+        table_weights: Mapping[str, float] | None = None,
+        tenant_of: Callable[[str], str] | None = None,
+        tenant_weights: Mapping[str, float] | None = None,
+        max_wait: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """Create a scheduler.
+
+        ``quantum`` is the credit per unit of weight per turn, in the unit of ``Head.cost`` (1 for
+        counting items; e.g. 512 MiB when costs are bytes). ``tenant_of`` maps a table to its tenant
+        (e.g. :func:`namespace_of`); when given, tenants share a class by ``tenant_weights`` and tables
+        share their tenant. ``max_wait`` is in the unit of ``clock``, or in dispatches when ``clock`` is
+        None; set it above :meth:`fair_wait_bound` so that aging only fires when fairness alone would
+        not (urgent floods, costs far above the quantum), otherwise it turns sharing into FIFO.
+        """
+        if not classes:
+            raise InvalidArgument("classes must name at least one PriorityClass")
+        self._classes: dict[str, PriorityClass] = {}
+        for cls in classes:
+            if not isinstance(cls, PriorityClass):
+                raise InvalidArgument(f"classes must be PriorityClass values, got {cls!r}")
+            if cls.name in self._classes:
+                raise InvalidArgument(f"priority class {cls.name!r} is given twice")
+            self._classes[cls.name] = cls
+        try:
+            self._class_policy = Policy(class_policy)
+            self._table_policy = Policy(table_policy)
+        except ValueError:
+            raise InvalidArgument(
+                f"policy must be one of {[p.value for p in Policy]}, got {class_policy!r}/{table_policy!r}"
+            ) from None
+        self._quantum = _positive("quantum", quantum)
+        self._max_wait = None if max_wait is None else _positive("max_wait", max_wait)
+        self._clock = clock
+        self._rank = {name: i for i, name in enumerate(self._classes)}
+        self._urgent = [c.name for c in classes if c.urgent]
+        self._table_weights: dict[str, float] = {}
+        self.set_table_weights(table_weights or {})
+        self._tenant_of = tenant_of
+        self._tenant_weights = {t: _positive(f"weight of tenant {t!r}", w) for t, w in (tenant_weights or {}).items()}
+        self._class_selector = _selector(self._class_policy, lambda c: self._classes[c].weight, self._quantum)
+        self._tenant_selectors: dict[str, Selector[str]] = {}
+        self._table_selectors: dict[tuple[str, str], Selector[str]] = {}
+        self._since: dict[tuple[str, str], float] = {}
+        self._dispatched = 0
+
+    @property
+    def classes(self) -> tuple[PriorityClass, ...]:
+        return tuple(self._classes.values())
+
+    @property
+    def dispatched(self) -> int:
+        """Number of picks made so far."""
+        return self._dispatched
+
+    @property
+    def max_wait(self) -> float | None:
+        return self._max_wait
+
+    def now(self) -> float:
+        """Current time on the scheduler's clock (dispatches made, when no clock was given)."""
+        return float(self._dispatched) if self._clock is None else float(self._clock())
+
+    def set_table_weights(self, weights: Mapping[str, float]) -> None:
+        """Replace table weights (tables not named weigh 1); takes effect from the next turn."""
+        self._table_weights = {t: _positive(f"weight of table {t!r}", w) for t, w in weights.items()}
+
+    def table_weight(self, table: str) -> float:
+        return self._table_weights.get(table, 1.0)
+
+    def pick(self, heads: Iterable[Head]) -> Pick | None:
+        """Choose the queue to serve among ``heads`` and account for it; None when ``heads`` is empty.
+
+        The caller must dequeue from the picked queue (or tell nobody: a pick that could not be
+        served only costs that queue its turn). Queues absent from ``heads`` are treated as idle.
+        """
+        now = self.now()
+        queues: dict[tuple[str, str], float] = {}
+        for head in heads:
+            if head.priority_class not in self._classes:
+                raise InvalidArgument(
+                    f"unknown priority class {head.priority_class!r}; known: {list(self._classes)}"
+                )
+            key = (head.priority_class, head.table)
+            if key in queues:
+                raise InvalidArgument(f"queue {key!r} is offered twice in one pick")
+            queues[key] = _positive(f"cost of {key!r}", head.cost)
+        self._since = {key: self._since.get(key, now) for key in queues}
+        if not queues:
+            return None
+        if self._max_wait is not None:
+            overdue = [key for key in queues if now - self._since[key] >= self._max_wait]
+            if overdue:
+                key = min(overdue, key=lambda k: (self._since[k], self._rank[k[0]], k[1]))
+                return self._served(key, PickReason.AGED, now)
+        by_class: dict[str, dict[str, float]] = {}
+        for (cls, table), cost in queues.items():
+            by_class.setdefault(cls, {})[table] = cost
+        for cls in self._urgent:
+            if cls in by_class:
+                table, _ = self._choose_in_class(cls, by_class[cls], commit=True)
+                return self._served((cls, table), PickReason.URGENT, now)
+        fair = {cls: tables for cls, tables in by_class.items() if not self._classes[cls].urgent}
+        class_costs = {cls: self._choose_in_class(cls, tables, commit=False)[1] for cls, tables in fair.items()}
+        cls = self._class_selector.pick(class_costs)
+        assert cls is not None
+        table, _ = self._choose_in_class(cls, fair[cls], commit=True)
+        return self._served((cls, table), PickReason.FAIR, now)
+
+    def _served(self, key: tuple[str, str], reason: PickReason, now: float) -> Pick:
+        self._dispatched += 1
+        self._since[key] = now
+        return Pick(key[0], key[1], reason)
+
+    def _tables(self, cls: str, tenant: str) -> Selector[str]:
+        selector = self._table_selectors.get((cls, tenant))
+        if selector is None:
+            selector = _selector(self._table_policy, self.table_weight, self._quantum)
+            self._table_selectors[(cls, tenant)] = selector
+        return selector
+
+    def _choose_in_class(self, cls: str, tables: Mapping[str, float], *, commit: bool) -> tuple[str, float]:
+        """(table, cost of its head) the class would serve next; state changes only when ``commit``."""
+        if self._tenant_of is None:
+            selector = self._tables(cls, "")
+            table = selector.pick(tables) if commit else selector.peek(tables)
+            assert table is not None
+            return table, tables[table]
+        groups: dict[str, dict[str, float]] = {}
+        for table, cost in tables.items():
+            groups.setdefault(self._tenant_of(table), {})[table] = cost
+        candidates: dict[str, tuple[str, float]] = {}
+        for tenant, members in groups.items():
+            table = self._tables(cls, tenant).peek(members)
+            assert table is not None
+            candidates[tenant] = (table, members[table])
+        tenants = self._tenant_selectors.get(cls)
+        if tenants is None:
+            tenants = _selector(self._table_policy, lambda t: self._tenant_weights.get(t, 1.0), self._quantum)
+            self._tenant_selectors[cls] = tenants
+        tenant_costs = {tenant: cost for tenant, (_, cost) in candidates.items()}
+        tenant = tenants.pick(tenant_costs) if commit else tenants.peek(tenant_costs)
+        assert tenant is not None
+        if commit:
+            self._tables(cls, tenant).pick(groups[tenant])
+        return candidates[tenant]
+
+    def fair_wait_bound(
+        self, priority_class: str, table: str, other_tables: Iterable[str], backlogged_classes: Iterable[str]
+    ) -> int:
+        """Most dispatches until ``table``'s first item in ``priority_class`` is served, counting its own.
+
+        Holds for a queue that becomes backlogged while ``other_tables`` (same class) and
+        ``backlogged_classes`` stay backlogged, with unit costs, DRR at both levels, no tenant level,
+        no urgent class backlogged and no aging pick in between. The length of each other queue does not
+        matter. The bound: the class needs ``P = Σ ceil(q_t)`` picks over its tables (``q_t`` = quantum x
+        table weight, times ``ceil(1/q_table)`` when the new table's own quantum is below one item) and
+        gets at least ``floor(r x q_c)`` picks in ``r`` class rounds, each round lasting at most
+        ``R = Σ ceil(q_c)`` dispatches; so the wait is at most ``ceil(P / q_c) x R``.
+        """
+        if self._class_policy is not Policy.DWRR or self._table_policy is not Policy.DWRR:
+            raise InvalidArgument("fair_wait_bound is stated for class_policy=table_policy='dwrr'")
+        if self._tenant_of is not None:
+            raise InvalidArgument("fair_wait_bound is stated for schedulers without a tenant level")
+        if priority_class not in self._classes or self._classes[priority_class].urgent:
+            raise InvalidArgument(f"priority_class must be a non-urgent class, got {priority_class!r}")
+        table_quanta = [self._quantum * self.table_weight(t) for t in set(other_tables) - {table}]
+        own = self._quantum * self.table_weight(table)
+        picks = (sum(math.ceil(q) for q in table_quanta) + math.ceil(own)) * math.ceil(1 / own)
+        classes = set(backlogged_classes) | {priority_class}
+        unknown = classes - set(self._classes)
+        if unknown:
+            raise InvalidArgument(f"unknown priority classes {sorted(unknown)}; known: {list(self._classes)}")
+        round_length = sum(math.ceil(self._quantum * self._classes[c].weight) for c in classes if not self._classes[c].urgent)
+        class_quantum = self._quantum * self._classes[priority_class].weight
+        return math.ceil(picks / class_quantum) * round_length
+
+    def aged_wait_bound(self, queues: int) -> float:
+        """Most time (dispatches when no clock) until an eligible queue is served: ``max_wait + queues``.
+
+        ``queues`` is the number of distinct (class, table) queues that may be offered meanwhile.
+        Holds whatever the classes, weights and costs, including a flood in an urgent class: once a
+        queue has waited ``max_wait`` only queues that started waiting earlier are served before it,
+        each once. In dispatch units only; with a clock the bound also depends on the dispatch rate.
+        """
+        if self._max_wait is None:
+            raise InvalidArgument("aged_wait_bound needs max_wait to be set")
+        if self._clock is not None:
+            raise InvalidArgument("aged_wait_bound is stated in dispatches: build the scheduler without a clock")
+        return self._max_wait + queues
