@@ -46,7 +46,9 @@ def _check_tolerance(tolerance: int) -> int:
     try:
         value = operator.index(tolerance)
     except TypeError:
-        raise InvalidArgument(f"tolerance must be a non-negative integer number of bytes, got {tolerance!r}") from None
+        raise InvalidArgument(
+            f"tolerance must be a non-negative integer number of bytes, got {tolerance!r}"
+        ) from None
     if value < 0:
         raise InvalidArgument(f"tolerance must be a non-negative integer number of bytes, got {tolerance!r}")
     return value

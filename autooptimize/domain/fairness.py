@@ -1,12 +1,12 @@
 """Fair dispatch: which (priority class, table) queue is served next.
 
-Pure decisions, no I/O. The caller describes the queues that could be served right now (one
-:class:`Head` per non-empty queue whose table has capacity) and :class:`FairScheduler` answers with a
-:class:`Pick`. Three mechanisms are combined, in this order:
+Pure decisions, no I/O. The caller describes the queues as they are right now (one :class:`Head` per
+non-empty queue, marked ``blocked`` when its table is at its concurrency limit) and
+:class:`FairScheduler` answers with a :class:`Pick`. Three mechanisms are combined, in this order:
 
-1. **Aging** (``max_wait``): a queue that has waited ``max_wait`` or longer since it was last served (or
-   since it was first seen backlogged) is served first, the longest-waiting first. This is the bound that
-   holds whatever else happens, including a flood in an urgent class.
+1. **Aging** (``max_wait``): an unblocked queue that has waited ``max_wait`` or longer since it was last
+   served (or first seen backlogged, or last blocked) is served first, the longest-waiting first. This
+   is the bound that holds whatever else happens, including a flood in an urgent class.
 2. **Fixed Priority Preemptive**: classes marked ``urgent`` are served before every other class, in the
    order they were given, whenever they have an eligible head.
 3. **Weighted fair sharing**: classes share by weight with Deficit Weighted Round Robin (or smooth
@@ -27,9 +27,9 @@ Bounds a caller may rely on (unit costs, DRR at both levels, no tenant level):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
 from autooptimize.errors import InvalidArgument
@@ -60,6 +60,10 @@ def _positive(name: str, value: float) -> float:
     return number
 
 
+def _is_positive(value: object) -> bool:
+    return isinstance(value, int | float) and 0 < value < math.inf
+
+
 def _weight_lookup(
     weights: Mapping[K, float] | Callable[[K], float] | None, default: float
 ) -> Callable[[K], float]:
@@ -71,14 +75,14 @@ def _weight_lookup(
     return lambda key: checked.get(key, default)
 
 
-class Policy(str, Enum):
+class Policy(StrEnum):
     """How keys at one level share: by picks (WRR) or by cost (DWRR)."""
 
     WRR = "wrr"
     DWRR = "dwrr"
 
 
-class PickReason(str, Enum):
+class PickReason(StrEnum):
     """Why a queue was picked."""
 
     AGED = "aged"
@@ -87,13 +91,17 @@ class PickReason(str, Enum):
 
 
 class Selector(Protocol[K]):
-    """One level of fair sharing: chooses among keys, each with the cost of its next item."""
+    """One level of fair sharing: chooses among keys, each with the cost of its next item.
 
-    def peek(self, costs: Mapping[K, float]) -> K | None:
+    ``blocked`` names keys that have work but cannot be served now (e.g. their table is at its
+    concurrency limit): they keep their place and are passed over. Keys in neither are idle.
+    """
+
+    def peek(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
         """The key :meth:`pick` would choose now, without changing any state."""
         ...
 
-    def pick(self, costs: Mapping[K, float]) -> K | None:
+    def pick(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
         """Choose a key among ``costs`` (key -> cost of its next item) and account for it."""
         ...
 
@@ -103,9 +111,9 @@ class WeightedRoundRobin(Generic[K]):
 
     While the set of candidates stays the same and weights are integers, every window of ``W`` picks
     (``W`` = sum of the candidates' weights, counted from the moment the set last changed) serves each
-    key exactly its weight times, interleaved rather than in runs. A key that is not among the
-    candidates of a pick loses its accumulated credit. Keys are considered in the order ``costs``
-    iterates them; ties go to the earlier one.
+    key exactly its weight times, interleaved rather than in runs. A blocked key keeps its credit but
+    earns none; an idle key loses its credit. Keys are considered in the order ``costs`` iterates them;
+    ties go to the earlier one.
     """
 
     def __init__(
@@ -114,10 +122,8 @@ class WeightedRoundRobin(Generic[K]):
         self._weight = _weight_lookup(weights, _positive("default_weight", default_weight))
         self._current: dict[K, float] = {}
 
-    def _decide(self, costs: Mapping[K, float]) -> tuple[K | None, dict[K, float]]:
-        if not costs:
-            return None, {}
-        current: dict[K, float] = {}
+    def _decide(self, costs: Mapping[K, float], blocked: Collection[K]) -> tuple[K | None, dict[K, float]]:
+        current = {key: self._current[key] for key in blocked if key in self._current}
         total = 0.0
         best: K | None = None
         for key in costs:
@@ -126,15 +132,15 @@ class WeightedRoundRobin(Generic[K]):
             total += weight
             if best is None or current[key] > current[best]:
                 best = key
-        assert best is not None
-        current[best] -= total
+        if best is not None:
+            current[best] -= total
         return best, current
 
-    def peek(self, costs: Mapping[K, float]) -> K | None:
-        return self._decide(costs)[0]
+    def peek(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
+        return self._decide(costs, blocked)[0]
 
-    def pick(self, costs: Mapping[K, float]) -> K | None:
-        key, self._current = self._decide(costs)
+    def pick(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
+        key, self._current = self._decide(costs, blocked)
         return key
 
 
@@ -142,12 +148,13 @@ class DeficitRoundRobin(Generic[K]):
     """Deficit weighted round robin (Shreedhar and Varghese): shares *cost*, e.g. bytes or items.
 
     Keys take turns in a ring. At the start of its turn a key earns ``quantum x weight`` credit and is
-    served while its credit covers the cost of its next item; then the turn passes on. A key that is
-    not among the candidates of a pick (empty, or blocked by capacity) loses its credit and, when it
-    comes back, joins the tail of the ring, so nothing is banked while idle and a returning key waits
-    at most one round. While a set of keys stays backlogged, the cost served to each differs from its
-    weighted share by less than ``quantum x weight + max cost`` per key. With unit costs and integer
-    ``quantum x weight`` a turn serves exactly ``quantum x weight`` items.
+    served while its credit covers the cost of its next item; then the turn passes on. A blocked key
+    keeps its place but is passed over; if it was its turn, the turn ends and its credit is dropped. An idle key
+    (neither offered nor blocked) leaves the ring and loses its credit; when it comes back it joins the
+    tail, so nothing is banked while idle and a returning key waits at most one round. While a set of
+    keys stays backlogged and unblocked, the cost served to each differs from its weighted share by
+    less than ``quantum x weight + max cost``; with unit costs and integer ``quantum x weight`` a turn
+    serves exactly ``quantum x weight`` items.
     """
 
     def __init__(
@@ -158,7 +165,7 @@ class DeficitRoundRobin(Generic[K]):
     ) -> None:
         self._weight = _weight_lookup(weights, _positive("default_weight", default_weight))
         self._quantum = _positive("quantum", quantum)
-        self._ring: list[K] = []  # keys in turn order; the turn is at self._head
+        self._ring: list[K] = []  # backlogged keys in turn order; the turn is at self._head
         self._members: set[K] = set()
         self._head = 0
         self._deficit: dict[K, float] = {}
@@ -166,70 +173,92 @@ class DeficitRoundRobin(Generic[K]):
 
     def quantum_of(self, key: K) -> float:
         """Credit ``key`` earns per turn: quantum x weight."""
-        quantum = self._quantum * self._weight(key)
-        if not 0 < quantum < math.inf:
-            raise InvalidArgument(f"weight of {key!r} must be a positive finite number, got {self._weight(key)!r}")
+        weight = self._weight(key)
+        quantum = self._quantum * weight if _is_positive(weight) else math.nan
+        if not _is_positive(quantum):
+            raise InvalidArgument(f"weight of {key!r} must be a positive finite number, got {weight!r}")
         return quantum
 
-    def _sync(self, costs: Mapping[K, float]) -> tuple[list[K], int, bool] | None:
-        """The ring after dropping keys absent from ``costs`` and adding new ones at the tail, or None if unchanged."""
-        if costs.keys() == self._members:
+    def _sync(self, costs: Mapping[K, float], blocked: Collection[K]) -> tuple[list[K], int, bool] | None:
+        """The ring without idle keys and with new ones at the tail, or None when the members are unchanged."""
+        if not blocked and costs.keys() == self._members:
+            return None
+        members = set(costs).union(blocked)
+        if members == self._members:
             return None
         rotated = self._ring[self._head:] + self._ring[:self._head]
-        ring = [key for key in rotated if key in costs]
+        ring = [key for key in rotated if key in members]
         credited = self._credited and bool(ring) and ring[0] == rotated[0]
         present = set(ring)
-        ring.extend(key for key in costs if key not in present)
+        for key in (*costs, *blocked):
+            if key not in present:
+                ring.append(key)
+                present.add(key)
         return ring, 0, credited
 
-    def _decide(self, costs: Mapping[K, float]) -> tuple[K | None, tuple[list[K], int, bool] | None, int, dict[K, float]]:
+    def _decide(
+        self, costs: Mapping[K, float], blocked: Collection[K]
+    ) -> tuple[K | None, tuple[list[K], int, bool] | None, int, dict[K, float]]:
         """(chosen, new ring or None, new head, deficit changes); changes nothing."""
-        if not costs:
-            return None, ([], 0, False), 0, {}
-        synced = self._sync(costs)
+        synced = self._sync(costs, blocked)
         ring, head, credited = synced if synced is not None else (self._ring, self._head, self._credited)
-        deficits = self._deficit if synced is None else {}
+        if not costs:
+            return None, synced, head, {}
         changes: dict[K, float] = {}
 
         def deficit(key: K) -> float:
-            return changes[key] if key in changes else deficits.get(key, 0.0) if synced is None else self._deficit.get(key, 0.0)
+            # self._deficit only holds keys of the committed ring, so a new key starts from 0
+            return changes[key] if key in changes else self._deficit.get(key, 0.0)
 
         def cost(key: K) -> float:
             value = costs[key]
-            if not 0 < value < math.inf:
+            if not _is_positive(value):
                 raise InvalidArgument(f"cost of {key!r} must be a positive finite number, got {value!r}")
             return value
 
-        if not credited:
+        def next_turn(position: int) -> int:
+            """Pass the turn to the next unblocked key and credit it."""
+            position = (position + 1) % len(ring)
+            while ring[position] not in costs:
+                position = (position + 1) % len(ring)
+            changes[ring[position]] = deficit(ring[position]) + self.quantum_of(ring[position])
+            return position
+
+        if ring[head] not in costs:
+            # The key whose turn it was is blocked: its turn ends and its unused credit is dropped, so
+            # a key that stays at its capacity limit cannot bank credit for a burst later.
+            changes[ring[head]] = 0.0
+            head = next_turn(head)
+        elif not credited:
             changes[ring[head]] = deficit(ring[head]) + self.quantum_of(ring[head])
         misses = 0
         while deficit(ring[head]) < cost(ring[head]):
-            head = (head + 1) % len(ring)
-            changes[ring[head]] = deficit(ring[head]) + self.quantum_of(ring[head])
+            head = next_turn(head)
             misses += 1
-            if misses == len(ring):
+            if misses == len(costs):
                 # A whole round served nothing (costs far above quanta): credit the rounds in one step.
-                rounds = min(math.ceil((cost(k) - deficit(k)) / self.quantum_of(k)) for k in ring) - 1
+                rounds = min(math.ceil((cost(k) - deficit(k)) / self.quantum_of(k)) for k in costs) - 1
                 if rounds > 0:
-                    for key in ring:
+                    for key in costs:
                         changes[key] = deficit(key) + rounds * self.quantum_of(key)
                 misses = 0
         chosen = ring[head]
         changes[chosen] = deficit(chosen) - cost(chosen)
         return chosen, synced, head, changes
 
-    def peek(self, costs: Mapping[K, float]) -> K | None:
-        return self._decide(costs)[0]
+    def peek(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
+        return self._decide(costs, blocked)[0]
 
-    def pick(self, costs: Mapping[K, float]) -> K | None:
-        chosen, synced, head, changes = self._decide(costs)
+    def pick(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
+        chosen, synced, head, changes = self._decide(costs, blocked)
         if synced is not None:
             self._ring = synced[0]
             self._members = set(self._ring)
             self._deficit = {key: self._deficit[key] for key in self._ring if key in self._deficit}
         self._deficit.update(changes)
         self._head = head
-        self._credited = chosen is not None
+        if synced is not None or chosen is not None:
+            self._credited = chosen is not None or (synced is not None and synced[2])
         return chosen
 
 
@@ -260,11 +289,16 @@ class PriorityClass:
 
 @dataclass(frozen=True)
 class Head:
-    """The next item of one (priority class, table) queue, offered because it may be dispatched now."""
+    """The next item of one non-empty (priority class, table) queue.
+
+    ``blocked`` marks a queue that cannot be served now (its table is at its concurrency limit): it is
+    not picked, keeps its place in the rounds, and does not count as waiting for aging.
+    """
 
     priority_class: str
     table: str
     cost: float = 1.0
+    blocked: bool = False
 
 
 @dataclass(frozen=True)
@@ -361,43 +395,58 @@ class FairScheduler:
         return self._table_weights.get(table, 1.0)
 
     def pick(self, heads: Iterable[Head]) -> Pick | None:
-        """Choose the queue to serve among ``heads`` and account for it; None when ``heads`` is empty.
+        """Choose the queue to serve among the unblocked ``heads`` and account for it.
 
-        The caller must dequeue from the picked queue (or tell nobody: a pick that could not be
-        served only costs that queue its turn). Queues absent from ``heads`` are treated as idle.
+        Returns None when no head is unblocked. The caller should then dequeue from the picked queue; a
+        pick that could not be served only costs that queue its turn. Queues absent from ``heads`` are
+        idle: they lose their credit and their place, and their waiting time restarts.
         """
         now = self.now()
-        queues: dict[tuple[str, str], float] = {}
+        by_class: dict[str, dict[str, float]] = {}
+        blocked: dict[str, set[str]] = {}
+        since: dict[tuple[str, str], float] = {}
+        previous = self._since
         for head in heads:
-            if head.priority_class not in self._classes:
-                raise InvalidArgument(
-                    f"unknown priority class {head.priority_class!r}; known: {list(self._classes)}"
-                )
-            key = (head.priority_class, head.table)
-            if key in queues:
+            cls, table, cost = head.priority_class, head.table, head.cost
+            if cls not in by_class:
+                if cls not in self._classes:
+                    raise InvalidArgument(f"unknown priority class {cls!r}; known: {list(self._classes)}")
+                by_class[cls] = {}
+                blocked[cls] = set()
+            key = (cls, table)
+            if key in since:
                 raise InvalidArgument(f"queue {key!r} is offered twice in one pick")
-            queues[key] = _positive(f"cost of {key!r}", head.cost)
-        self._since = {key: self._since.get(key, now) for key in queues}
-        if not queues:
+            if not _is_positive(cost):
+                raise InvalidArgument(f"cost of {key!r} must be a positive finite number, got {cost!r}")
+            if head.blocked:
+                blocked[cls].add(table)
+                since[key] = now  # a queue with work in flight is not starving
+            else:
+                by_class[cls][table] = cost
+                since[key] = previous.get(key, now)
+        self._since = since
+        eligible = {cls: tables for cls, tables in by_class.items() if tables}
+        if not eligible:
             return None
         if self._max_wait is not None:
-            overdue = [key for key in queues if now - self._since[key] >= self._max_wait]
+            overdue = [(t, key) for key, t in since.items() if now - t >= self._max_wait and key[1] in by_class[key[0]]]
             if overdue:
-                key = min(overdue, key=lambda k: (self._since[k], self._rank[k[0]], k[1]))
+                _, key = min(overdue, key=lambda o: (o[0], self._rank[o[1][0]], o[1][1]))
                 return self._served(key, PickReason.AGED, now)
-        by_class: dict[str, dict[str, float]] = {}
-        for (cls, table), cost in queues.items():
-            by_class.setdefault(cls, {})[table] = cost
         for cls in self._urgent:
-            if cls in by_class:
-                table, _ = self._choose_in_class(cls, by_class[cls], commit=True)
+            if cls in eligible:
+                table, _ = self._choose_in_class(cls, eligible[cls], blocked[cls], commit=True)
                 return self._served((cls, table), PickReason.URGENT, now)
-        fair = {cls: tables for cls, tables in by_class.items() if not self._classes[cls].urgent}
-        class_costs = {cls: self._choose_in_class(cls, tables, commit=False)[1] for cls, tables in fair.items()}
-        cls = self._class_selector.pick(class_costs)
-        assert cls is not None
-        table, _ = self._choose_in_class(cls, fair[cls], commit=True)
-        return self._served((cls, table), PickReason.FAIR, now)
+        class_costs = {
+            cls: self._choose_in_class(cls, tables, blocked[cls], commit=False)[1]
+            for cls, tables in eligible.items()
+            if not self._classes[cls].urgent
+        }
+        class_blocked = {cls for cls, tables in by_class.items() if not tables and not self._classes[cls].urgent}
+        chosen = self._class_selector.pick(class_costs, class_blocked)
+        assert chosen is not None  # some class is eligible and none of the eligible ones is urgent
+        table, _ = self._choose_in_class(chosen, eligible[chosen], blocked[chosen], commit=True)
+        return self._served((chosen, table), PickReason.FAIR, now)
 
     def _served(self, key: tuple[str, str], reason: PickReason, now: float) -> Pick:
         self._dispatched += 1
@@ -411,19 +460,24 @@ class FairScheduler:
             self._table_selectors[(cls, tenant)] = selector
         return selector
 
-    def _choose_in_class(self, cls: str, tables: Mapping[str, float], *, commit: bool) -> tuple[str, float]:
+    def _choose_in_class(
+        self, cls: str, tables: Mapping[str, float], blocked: set[str], *, commit: bool
+    ) -> tuple[str, float]:
         """(table, cost of its head) the class would serve next; state changes only when ``commit``."""
         if self._tenant_of is None:
             selector = self._tables(cls, "")
-            table = selector.pick(tables) if commit else selector.peek(tables)
+            table = selector.pick(tables, blocked) if commit else selector.peek(tables, blocked)
             assert table is not None
             return table, tables[table]
         groups: dict[str, dict[str, float]] = {}
+        blocked_groups: dict[str, set[str]] = {}
         for table, cost in tables.items():
             groups.setdefault(self._tenant_of(table), {})[table] = cost
+        for table in blocked:
+            blocked_groups.setdefault(self._tenant_of(table), set()).add(table)
         candidates: dict[str, tuple[str, float]] = {}
         for tenant, members in groups.items():
-            table = self._tables(cls, tenant).peek(members)
+            table = self._tables(cls, tenant).peek(members, blocked_groups.get(tenant, set()))
             assert table is not None
             candidates[tenant] = (table, members[table])
         tenants = self._tenant_selectors.get(cls)
@@ -431,11 +485,15 @@ class FairScheduler:
             tenants = _selector(self._table_policy, lambda t: self._tenant_weights.get(t, 1.0), self._quantum)
             self._tenant_selectors[cls] = tenants
         tenant_costs = {tenant: cost for tenant, (_, cost) in candidates.items()}
-        tenant = tenants.pick(tenant_costs) if commit else tenants.peek(tenant_costs)
-        assert tenant is not None
+        tenant_blocked = set(blocked_groups) - set(groups)
         if commit:
-            self._tables(cls, tenant).pick(groups[tenant])
-        return candidates[tenant]
+            chosen = tenants.pick(tenant_costs, tenant_blocked)
+        else:
+            chosen = tenants.peek(tenant_costs, tenant_blocked)
+        assert chosen is not None
+        if commit:
+            self._tables(cls, chosen).pick(groups[chosen], blocked_groups.get(chosen, set()))
+        return candidates[chosen]
 
     def fair_wait_bound(
         self, priority_class: str, table: str, other_tables: Iterable[str], backlogged_classes: Iterable[str]

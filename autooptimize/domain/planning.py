@@ -26,7 +26,9 @@ Every planner keeps every file: each input file is in exactly one group or left 
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -37,13 +39,13 @@ from autooptimize.errors import InvalidArgument
 
 __all__ = [
     "BIN_SLACK_DIVISOR",
-    "DEFAULT_MAX_GROUP_TARGETS",
     "DEFAULT_REWRITE_COST_DIVISOR",
     "Plan",
     "PlanFile",
     "RewriteGroup",
     "Segmentation",
     "expected_outputs",
+    "one_output_limit",
     "optimal_segmentation",
     "ordered_objective",
     "output_sizes",
@@ -57,8 +59,6 @@ __all__ = [
 BIN_SLACK_DIVISOR = 10
 #: Default ordered-planner charge per byte rewritten is ``target // DEFAULT_REWRITE_COST_DIVISOR``.
 DEFAULT_REWRITE_COST_DIVISOR = 4
-#: Default cap on one ordered group: ``DEFAULT_MAX_GROUP_TARGETS · target`` bytes.
-DEFAULT_MAX_GROUP_TARGETS = 2
 
 #: Consecutive spans ``(start, stop)`` (half-open indices) covering ``0..n`` in order; a span of one
 #: file keeps it, a longer span rewrites its files together.
@@ -96,6 +96,14 @@ def expected_outputs(bytes_in: int, target: int) -> int:
     return max(1, (2 * bytes_in + target) // (2 * target))
 
 
+def one_output_limit(target: int) -> int:
+    """The most bytes a group may hold and still write a single file: just under 1.5 targets.
+
+    The ordered planner's default group cap: a longer run is better cut into two groups.
+    """
+    return (3 * target - 1) // 2
+
+
 def output_sizes(bytes_in: int, target: int) -> tuple[int, ...]:
     """The sizes the output model assumes: :func:`expected_outputs` files, equal to within one byte.
 
@@ -126,7 +134,9 @@ class RewriteGroup:
         if not self.files:
             raise InvalidArgument("RewriteGroup.files must hold at least one file")
         if not isinstance(self.files_out, int) or self.files_out < 1:
-            raise InvalidArgument(f"RewriteGroup.files_out must be a positive integer, got {self.files_out!r}")
+            raise InvalidArgument(
+                f"RewriteGroup.files_out must be a positive integer, got {self.files_out!r}"
+            )
 
     @property
     def bytes_in(self) -> int:
@@ -294,7 +304,7 @@ def _select_essential(
             continue
         ratio = red / b if b else float("inf")
         scored.append((-ratio, order, red, b, idxs))
-    scored.sort(key=lambda c: (c[0], c[1]))
+    scored.sort(key=lambda c: (c[0], c[1]))  # (ratio, order) is unique: lists never compared
     chosen: list[list[int]] = []
     need = excess  # the plan is complete once the chosen reductions sum to more than this
     spent = 0
@@ -324,22 +334,23 @@ def _select_essential(
 def _build_plan(
     files: Sequence[PlanFile],
     sizes: Sequence[int],
+    err2: Sequence[int],
     target: int,
     tolerance: int,
     before: EntropyStats,
     chosen: Iterable[Sequence[int]],
 ) -> Plan:
     groups: list[RewriteGroup] = []
-    added: list[int] = []
-    removed: list[int] = []
+    n = before.n
+    sse = before.sse
     for idxs in chosen:
         ordered = sorted(idxs)
         bytes_in = sum(map(sizes.__getitem__, ordered))
-        group = RewriteGroup(tuple(map(files.__getitem__, ordered)), expected_outputs(bytes_in, target))
-        groups.append(group)
-        removed.extend(map(sizes.__getitem__, ordered))
-        added.extend(output_sizes(bytes_in, target))
-    after = before.apply(added, removed, target)
+        m, e_out = _output_sse(bytes_in, target)
+        groups.append(RewriteGroup(tuple(map(files.__getitem__, ordered)), m))
+        n += m - len(ordered)
+        sse += e_out - sum(map(err2.__getitem__, ordered))
+    after = EntropyStats(n, sse)
     return Plan(
         target=target,
         tolerance=tolerance,
@@ -359,62 +370,90 @@ def _squared_errors(sizes: Sequence[int], target: int) -> list[int]:
 
 
 def _first_fit_decreasing(order: Sequence[int], sizes: Sequence[int], capacity: int) -> list[list[int]]:
-    """First Fit over ``order`` (indices by decreasing size, each ≤ capacity), in O(n log n).
+    """First Fit over ``order`` (indices by non-increasing size, each ≤ capacity), in O(n log n).
 
-    A max-segment-tree over bins' free space finds the leftmost bin an item fits in; unused leaves
-    stand for empty bins, so opening a bin is just fitting into the first empty one.
+    Each item goes into the lowest-numbered bin it fits in. Because sizes only shrink, a bin that
+    fits the current item fits every later one until it is filled: those bins wait in a min-heap by
+    number, the others in a max-heap by free space until an item small enough comes along.
     """
-    if not order:
-        return []
-    total = sum(map(sizes.__getitem__, order))
-    # First Fit leaves at most one bin at most half full, so this many bins always suffice.
-    bound = min(len(order), 2 * total // capacity + 2)
-    leaves = 1
-    while leaves < bound:
-        leaves <<= 1
-    tree = [capacity] * (2 * leaves)
+    free: list[int] = []
     bins: list[list[int]] = []
+    fits: list[int] = []  # bin numbers with free space ≥ the current item
+    waiting: list[tuple[int, int]] = []  # (−free space, bin number) of bins too full for it
+    push = heapq.heappush
+    pop = heapq.heappop
     for idx in order:
         s = sizes[idx]
-        i = 1
-        while i < leaves:
-            i <<= 1
-            if tree[i] < s:
-                i += 1
-        leaf = i - leaves
-        if leaf == len(bins):
-            bins.append([idx])
+        while waiting and -waiting[0][0] >= s:
+            push(fits, pop(waiting)[1])
+        if fits:
+            b = fits[0]
+            bins[b].append(idx)
+            room = free[b] - s
+            free[b] = room
         else:
-            bins[leaf].append(idx)
-        tree[i] -= s
-        i >>= 1
-        while i:
-            left = tree[2 * i]
-            right = tree[2 * i + 1]
-            top = left if left >= right else right
-            if tree[i] == top:
-                break
-            tree[i] = top
-            i >>= 1
+            b = len(bins)
+            bins.append([idx])
+            room = capacity - s
+            free.append(room)
+            push(fits, b)
+        if room < s:
+            pop(fits)
+            push(waiting, (-room, b))
     return bins
 
 
-def _balanced(order: Sequence[int], sizes: Sequence[int], bins: int, capacity: int) -> list[list[int]] | None:
-    """Spread ``order`` (by decreasing size) over ``bins`` bins, each item into the emptiest bin.
+def _balanced(
+    order: Sequence[int], sizes: Sequence[int], bins: int, capacity: int, min_files: int
+) -> list[list[int]] | None:
+    """Spread ``order`` (by non-increasing size) over ``bins`` bins, each item into the emptiest bin.
 
-    Equal bins minimise the squared error of bins that cannot all be filled; None if a bin would
-    overflow ``capacity``. O(n log bins).
+    Equal bins carry the least squared error among bins that cannot all be filled. Once the items
+    left are just enough to give every bin ``min_files`` files, they go to the emptiest bins still
+    short of that. None if a bin would overflow ``capacity``. O(n log bins).
     """
     heap = [(0, b) for b in range(bins)]
     result: list[list[int]] = [[] for _ in range(bins)]
-    for i in order:
+    short = bins * min_files  # files still missing before every bin has min_files
+    left = len(order)
+    for pos, i in enumerate(order):
+        if left - pos <= short:
+            # just enough files left: fill the bins short of min_files, emptiest first
+            heap = [(sum(map(sizes.__getitem__, r)), b) for b, r in enumerate(result) if len(r) < min_files]
+            heapq.heapify(heap)
+            for j in order[pos:]:
+                load, b = heap[0]
+                load += sizes[j]
+                if load > capacity:
+                    return None
+                result[b].append(j)
+                if len(result[b]) < min_files:
+                    heapq.heapreplace(heap, (load, b))
+                else:
+                    heapq.heappop(heap)
+            return result
         load, b = heap[0]
         load += sizes[i]
         if load > capacity:
             return None
+        if len(result[b]) < min_files:
+            short -= 1
         result[b].append(i)
         heapq.heapreplace(heap, (load, b))
     return result
+
+
+def _levelled(
+    bins: list[list[int]], sizes: Sequence[int], target: int, capacity: int, min_files: int
+) -> list[list[int]] | None:
+    """``bins`` with the ones FFD left under the target levelled (:func:`_balanced`) together with the
+    :data:`_LEVEL_WITH` least-filled others; None if levelling would overflow a bin. O(n log n)."""
+    loads = [sum(map(sizes.__getitem__, b)) for b in bins]
+    short = sum(1 for load in loads if load < target)
+    take = set(sorted(range(len(bins)), key=loads.__getitem__)[: short + _LEVEL_WITH])
+    order = sorted((i for b in take for i in bins[b]), key=sizes.__getitem__, reverse=True)
+    spread = _balanced(order, sizes, len(take), capacity, min_files)
+    return None if spread is None else [b for n, b in enumerate(bins) if n not in take] + spread
 
 
 def _next_fit(order: Sequence[int], sizes: Sequence[int], capacity: int) -> list[list[int]]:
@@ -433,37 +472,48 @@ def _next_fit(order: Sequence[int], sizes: Sequence[int], capacity: int) -> list
     return result
 
 
+#: Past this many candidates the prefix estimate is first evaluated on a grid of this many points.
+_ESTIMATE_GRID = 512
+#: Rounds of lengthening the packed prefix before every candidate is packed.
+_PREFIX_ROUNDS = 5
+#: Full bins levelled together with the under-filled ones when FFD falls short (a few suffice).
+_LEVEL_WITH = 4
+
+
 def _essential_prefix(
-    cand: Sequence[int], sizes: Sequence[int], err2: Sequence[int], target: int, t2: int, excess: int,
-    min_input_files: int, capacity: int,
+    cum_bytes: Sequence[int],
+    cum_err2: Sequence[int],
+    target: int,
+    capacity: int,
+    t2: int,
+    required: int,
+    min_input_files: int,
 ) -> int:
-    """Fewest smallest candidates that, packed ideally into full target files, would complete the plan."""
-    total = 0
-    e_in = 0
-    for k, idx in enumerate(cand, 1):
-        total += sizes[idx]
-        e_in += err2[idx]
-        if k < min_input_files:
-            continue
-        if _EST == 0:
-            full, rest = divmod(total, target)
-            m = full + (1 if rest else 0)
-            e_out = (target - rest) * (target - rest) if rest else 0
-            if e_in - e_out - t2 * (k - m) > excess:
-                return k
-        else:
-            m = -(-total // capacity) or 1
-            q, r = divmod(total, m)
-            e_q = target - q if q < target else 0
-            e_q1 = target - q - 1 if q + 1 < target else 0
-            e_out = r * e_q1 * e_q1 + (m - r) * e_q * e_q
-            if e_in - e_out - t2 * (k - m) > excess:
-                return k
-    return len(cand)
-_EST=1
-_GROW=1.25
-_NF=True
-_MARGIN=0
+    """Fewest smallest candidates that could lower the excess by more than ``required``.
+
+    ``cum_bytes[k]`` and ``cum_err2[k]`` are the totals of the ``k`` smallest candidates. The estimate
+    packs them into as few bins as the capacity allows, all of equal size. Long lists are searched on
+    a grid first and then point by point (an estimate needs no more); returns ``len(cum_bytes) − 1``
+    when no prefix would do.
+    """
+    n = len(cum_bytes) - 1
+
+    def enough(k: int) -> bool:
+        total = cum_bytes[k]
+        m = -(-total // capacity) or 1
+        q, r = divmod(total, m)
+        e_q = target - q if q < target else 0
+        e_q1 = target - q - 1 if q + 1 < target else 0
+        return cum_err2[k] - r * e_q1 * e_q1 - (m - r) * e_q * e_q - t2 * (k - m) > required
+
+    start = min_input_files
+    stride = max(1, n // _ESTIMATE_GRID)
+    if stride > 1:
+        hit = next((k for k in range(start, n + 1, stride) if enough(k)), None)
+        if hit is None:
+            return n
+        start = max(start, hit - stride + 1)
+    return next((k for k in range(start, n + 1) if enough(k)), n)
 
 
 def plan_bin_pack(
@@ -477,19 +527,24 @@ def plan_bin_pack(
     """Plan the fewest bytes of rewriting that bring the partition's MSE under ``tolerance²``.
 
     Modified First Fit Decreasing, O(n log n). Only files smaller than ``target`` are candidates
-    (larger ones are never touched but count in the MSE). The smallest candidates carry the most
-    error per byte, so only a prefix of the candidates sorted by size is packed: the shortest that
-    could complete the plan, doubled until it does. The prefix is packed First Fit Decreasing into
-    bins of at most ``target + target // BIN_SLACK_DIVISOR`` bytes; if those bins fall short, the same
-    number of bins balanced (each file into the emptiest bin) is tried, since equal bins carry less
-    squared error than full ones plus a remainder. Bins of fewer than ``min_input_files`` files are
-    dropped; the rest are taken most beneficial per byte first until the MSE is under ``tolerance²``.
-    Runs of the smallest candidates (next fit) are tried too; the plan that reaches the goal with the
-    fewest bytes wins.
+    (larger ones are never touched but count in the MSE). The modifications:
+
+    * only a prefix of the candidates sorted by size is packed, since the smallest files carry the
+      most error per byte: the shortest prefix that could complete the plan, lengthened by the
+      shortfall while it does not (at most :data:`_PREFIX_ROUNDS` rounds, then every candidate);
+    * bins hold at most ``target + target // BIN_SLACK_DIVISOR`` bytes; bins of fewer than
+      ``min_input_files`` files are dropped, so no file is ever rewritten into itself;
+    * when the FFD bins fall short, the bins left under the target are also tried levelled with a
+      few full ones (spread evenly, at least ``min_input_files`` files each): equal bins carry less
+      squared error than full bins plus a remainder;
+    * bins are taken most beneficial per byte first until the MSE is under ``tolerance²``, the last
+      one trimmed to its cheapest part that still completes the plan (see the module doc).
 
     The result never groups a file twice, never holds a group of fewer than ``min_input_files`` files,
     rewrites at most ``max_bytes`` bytes when given, and is empty when the MSE is already under
-    ``tolerance²``. When the goal cannot be reached it is the best effort found: every bin that helps.
+    ``tolerance²``. It reaches the goal whenever cutting the size-sorted candidates into runs of at
+    most the bin capacity would (that partition is tried last); otherwise it is the best effort
+    found. The goal may be missed when only a cleverer packing reaches it: bin packing is NP-hard.
     """
     plan_files = _check_files(files)
     target = _positive("target", target)
@@ -497,13 +552,15 @@ def plan_bin_pack(
     min_input_files = _check_min_input(min_input_files)
     max_bytes = _check_max_bytes(max_bytes)
     sizes = [f.size for f in plan_files]
-    before = EntropyStats.from_sizes(sizes, target)
-    if not before.needs_attention(tolerance):
-        return _build_plan(plan_files, sizes, target, tolerance, before, ())
-    t2 = tolerance * tolerance
     err2 = _squared_errors(sizes, target)
+    before = EntropyStats(len(sizes), sum(err2))
+    if not before.needs_attention(tolerance):
+        return _build_plan(plan_files, sizes, err2, target, tolerance, before, ())
+    t2 = tolerance * tolerance
     excess = before.excess(tolerance)
     cand = sorted((i for i, s in enumerate(sizes) if s < target), key=sizes.__getitem__)
+    cum_bytes = [0, *itertools.accumulate(map(sizes.__getitem__, cand))]
+    cum_err2 = [0, *itertools.accumulate(map(err2.__getitem__, cand))]
     capacity = target + target // BIN_SLACK_DIVISOR
 
     def trim(idxs: list[int], need: int, beat: int) -> list[int] | None:
@@ -525,31 +582,38 @@ def plan_bin_pack(
         return _select_essential(groups, sizes, err2, target, t2, excess, max_bytes, trim)
 
     best: _Selection | None = None
-    k = _essential_prefix(cand, sizes, err2, target, t2, excess, min_input_files, capacity)
-    k = min(len(cand), k + (k >> _MARGIN if _MARGIN else 0))
-    while True:
+    required = excess
+    k = _essential_prefix(cum_bytes, cum_err2, target, capacity, t2, required, min_input_files)
+    for rounds in itertools.count(1):
         prefix = cand[k - 1 :: -1] if k else []  # the k smallest, largest first
         bins = _first_fit_decreasing(prefix, sizes, capacity)
         choice = select(bins)
         if not choice.reached and len(bins) > 1:
-            balanced = _balanced(prefix, sizes, len(bins), capacity)
-            if balanced is not None and (alt := select(balanced)).better_than(choice):
+            spread = _levelled(bins, sizes, target, capacity, min_input_files)
+            if spread is not None and (alt := select(spread)).better_than(choice):
                 choice = alt
         if choice.better_than(best):
             best = choice
-        if best.reached or k >= len(cand):
+        if choice.reached or k >= len(cand):
             break
-        k = min(len(cand), max(k + 1, int(_GROW * k)))
-    if (_NF or not best.reached) and (alt := select(_next_fit(cand, sizes, capacity))).better_than(best):
+        # ask the estimate for the shortfall, twice as much each round; grow by at most a quarter
+        required += (excess - choice.reduction + 1) << rounds
+        estimate = _essential_prefix(cum_bytes, cum_err2, target, capacity, t2, required, min_input_files)
+        k = len(cand) if rounds >= _PREFIX_ROUNDS else min(len(cand), max(k + 1, min(estimate, k + k // 4)))
+    assert best is not None
+    if not best.reached and (alt := select(_next_fit(cand, sizes, capacity))).better_than(best):
         best = alt
-    return _build_plan(plan_files, sizes, target, tolerance, before, best.groups)
+    return _build_plan(plan_files, sizes, err2, target, tolerance, before, best.groups)
 
 
 # --------------------------------------------------------------------------------- Knuth–Plass
 
 
 def _ordered_params(
-    target: int, tolerance: int, min_input_files: int, rewrite_cost_per_byte: int | None,
+    target: int,
+    tolerance: int,
+    min_input_files: int,
+    rewrite_cost_per_byte: int | None,
     max_group_bytes: int | None,
 ) -> tuple[int, int, int, int, int]:
     target = _positive("target", target)
@@ -561,9 +625,7 @@ def _ordered_params(
         else _non_negative("rewrite_cost_per_byte", rewrite_cost_per_byte)
     )
     cap = (
-        DEFAULT_MAX_GROUP_TARGETS * target
-        if max_group_bytes is None
-        else _positive("max_group_bytes", max_group_bytes)
+        one_output_limit(target) if max_group_bytes is None else _positive("max_group_bytes", max_group_bytes)
     )
     return target, tolerance, min_input_files, lam, cap
 
@@ -580,13 +642,17 @@ def ordered_objective(
 ) -> int:
     """The cost :func:`optimal_segmentation` minimises, for one segmentation of ``files``.
 
-    A kept file costs ``e(s)² − T²``; a group of ``B`` bytes costs ``Σ (e(out)² − T²)`` over its
-    model outputs plus ``λ·B`` (``λ = rewrite_cost_per_byte``, default ``target // 4``). The total is
-    the partition's excess ``SSE − T²·N`` after the rewrite plus ``λ`` times the bytes rewritten.
+    A kept file costs ``e(s)² − T²``: nothing to rewrite, but its own error stays (were it 0, keeping
+    everything would always be optimal). A group of ``B`` bytes costs ``Σ (e(out)² − T²)`` over its
+    model outputs, i.e. ``(S − B)² − T²`` when ``B`` is under the target, plus ``λ·B`` (``λ =
+    rewrite_cost_per_byte``, default ``target // DEFAULT_REWRITE_COST_DIVISOR``: a group must remove
+    more than ``λ`` bytes² of excess per byte it rewrites). The total is the partition's excess
+    ``SSE − T²·N`` after the rewrite plus ``λ`` times the bytes rewritten, so ``λ = 0`` minimises the
+    excess itself. The ``−T²`` per file counts the benefit of a file within tolerance of the target.
 
     Raises :class:`~autooptimize.errors.InvalidArgument` when the spans do not cover the files in
     order, or a group has fewer than ``min_input_files`` files or more than ``max_group_bytes`` bytes
-    (default ``2·target``).
+    (default :func:`one_output_limit`).
     """
     target, tolerance, min_input_files, lam, cap = _ordered_params(
         target, tolerance, min_input_files, rewrite_cost_per_byte, max_group_bytes
@@ -619,43 +685,68 @@ def ordered_objective(
     return cost
 
 
+def _last_min(values: list[int]) -> tuple[int, int]:
+    """``(min(values), position of its last occurrence)``, at C speed."""
+    v = min(values)
+    return v, len(values) - 1 - values[::-1].index(v)
+
+
 def _knuth_plass(
     sizes: Sequence[int], target: int, t2: int, min_input_files: int, lam: int, cap: int
 ) -> list[tuple[int, int]]:
-    """Spans of a segmentation with the least :func:`ordered_objective` cost (ties keep files)."""
+    """Spans of a segmentation with the least :func:`ordered_objective` cost.
+
+    ``best[i]`` is the least cost of the first ``i`` files; the last segment of ``i`` is a kept file
+    or a group ``j..i``. Groups split by their byte count ``g``: under the target the cost is a
+    quadratic in the prefix sum ``P[j]`` (``best[j] + P[j]² − λP[j] + 2(S − P[i])·P[j] + …``), and up to
+    1.5 targets it is linear (one output at or above the target), so both minima are taken over
+    whole slices with C-speed ``map``/``min``; only groups written as several files loop in Python.
+    Ties go to the kept file, then to the shortest group.
+    """
     n = len(sizes)
+    prefix = [0, *itertools.accumulate(sizes)]
     best = [0] * (n + 1)
     start_of = [0] * (n + 1)
+    quad = [0] * (n + 1)  # best[j] + P[j]² − λ·P[j]
+    flat = [0] * (n + 1)  # best[j] − λ·P[j]
     two_t = 2 * target
+    add = operator.add
     for i in range(1, n + 1):
         s = sizes[i - 1]
         e = target - s if s < target else 0
         cost = best[i - 1] + e * e - t2
         start = i - 1
-        j = i - min_input_files
-        if j >= 0:
-            g = 0
-            for x in range(j, i):
-                g += sizes[x]
-            while g <= cap:
-                m = (2 * g + target) // two_t
-                if m <= 1:
-                    e = target - g if g < target else 0
-                    c = best[j] + e * e - t2 + lam * g
-                else:
-                    q, r = divmod(g, m)
-                    e = target - q if q < target else 0
-                    e1 = target - q - 1 if q + 1 < target else 0
-                    c = best[j] + r * e1 * e1 + (m - r) * e * e - t2 * m + lam * g
+        hi = i - min_input_files + 1  # groups start at j < hi
+        if hi > 0:
+            p_i = prefix[i]
+            lo = bisect.bisect_left(prefix, p_i - cap, 0, hi)
+            a = bisect.bisect_right(prefix, p_i - target, lo, hi)  # j ≥ a: fewer bytes than the target
+            b = bisect.bisect_right(prefix, (2 * p_i - 3 * target) // 2, lo, a)  # b ≤ j < a: one output
+            if a < hi:
+                x = target - p_i
+                v, at = _last_min(list(map(add, quad[a:hi], map((2 * x).__mul__, prefix[a:hi]))))
+                c = v + x * x + lam * p_i - t2
                 if c < cost:
-                    cost = c
-                    start = j
-                if j == 0:
-                    break
-                j -= 1
-                g += sizes[j]
+                    cost, start = c, a + at
+            if b < a:
+                v, at = _last_min(flat[b:a])
+                c = v + lam * p_i - t2
+                if c < cost:
+                    cost, start = c, b + at
+            for j in range(b - 1, lo - 1, -1):  # several outputs
+                g = p_i - prefix[j]
+                m = (2 * g + target) // two_t
+                q, r = divmod(g, m)
+                e = target - q if q < target else 0
+                e1 = target - q - 1 if q + 1 < target else 0
+                c = best[j] + r * e1 * e1 + (m - r) * e * e - t2 * m + lam * g
+                if c < cost:
+                    cost, start = c, j
         best[i] = cost
         start_of[i] = start
+        p = prefix[i]
+        quad[i] = cost + p * p - lam * p
+        flat[i] = cost - lam * p
     spans: list[tuple[int, int]] = []
     i = n
     while i > 0:
@@ -699,8 +790,8 @@ def plan_ordered(
     """Plan rewrites of consecutive runs of ``files`` (already in sort order) that bring MSE under T².
 
     Takes the groups of :func:`optimal_segmentation` most beneficial per byte first and stops once
-    the MSE is under ``tolerance²``; the completing group may be trimmed to a cheaper consecutive
-    sub-run. If the groups chosen under the default rewrite charge cannot reach the goal, the
+    the MSE is under ``tolerance²``; the completing group may be trimmed to a cheaper run at either
+    of its ends. If the groups chosen under the default rewrite charge cannot reach the goal, the
     segmentation is recomputed with no charge (``λ = 0`` minimises the excess itself, so the goal is
     then reached whenever any segmentation within ``max_group_bytes`` reaches it).
 
@@ -714,29 +805,28 @@ def plan_ordered(
     )
     max_bytes = _check_max_bytes(max_bytes)
     sizes = [f.size for f in plan_files]
-    before = EntropyStats.from_sizes(sizes, target)
-    if not before.needs_attention(tolerance):
-        return _build_plan(plan_files, sizes, target, tolerance, before, ())
-    t2 = tolerance * tolerance
     err2 = _squared_errors(sizes, target)
+    before = EntropyStats(len(sizes), sum(err2))
+    if not before.needs_attention(tolerance):
+        return _build_plan(plan_files, sizes, err2, target, tolerance, before, ())
+    t2 = tolerance * tolerance
     excess = before.excess(tolerance)
 
     def trim(idxs: list[int], need: int, beat: int) -> list[int] | None:
-        # cheapest consecutive sub-run that alone completes the plan; runs as costly as `beat` are cut
-        best: list[int] | None = None
-        for a in range(len(idxs)):
+        # cheapest run at either end of the group that alone completes the plan (O(len), not O(len²))
+        found: list[int] | None = None
+        for run in (idxs, idxs[::-1]):
             total = 0
             e_in = 0
-            for z in range(a, len(idxs)):
-                total += sizes[idxs[z]]
-                e_in += err2[idxs[z]]
+            for k, i in enumerate(run, 1):
+                total += sizes[i]
+                e_in += err2[i]
                 if total >= beat:
                     break
-                k = z + 1 - a
                 if k >= min_input_files and _reduction_of(total, e_in, k, target, t2) > need:
-                    best, beat = idxs[a : z + 1], total
+                    found, beat = sorted(run[:k]), total
                     break
-        return best
+        return found
 
     best: _Selection | None = None
     for charge in (lam, 0) if lam else (0,):
@@ -745,10 +835,10 @@ def plan_ordered(
         choice = _select_essential(groups, sizes, err2, target, t2, excess, max_bytes, trim)
         if choice.better_than(best):
             best = choice
-        if best.reached:
+        if choice.reached:
             break
     assert best is not None
-    return _build_plan(plan_files, sizes, target, tolerance, before, best.groups)
+    return _build_plan(plan_files, sizes, err2, target, tolerance, before, best.groups)
 
 
 # ------------------------------------------------------------------------------------- baseline
@@ -780,12 +870,12 @@ def plan_iceberg_bin_pack(
             f"need 0 ≤ min_ratio ≤ 1 ≤ max_ratio, got min_ratio={min_ratio!r}, max_ratio={max_ratio!r}"
         )
     sizes = [f.size for f in plan_files]
-    before = EntropyStats.from_sizes(sizes, target)
+    err2 = _squared_errors(sizes, target)
+    before = EntropyStats(len(sizes), sum(err2))
     low, high = min_ratio * target, max_ratio * target
     cand = [i for i, s in enumerate(sizes) if s < low or s > high]
     cand.sort(key=sizes.__getitem__, reverse=True)
     oversized = [[i] for i in cand if sizes[i] > target]
     bins = oversized + _first_fit_decreasing([i for i in cand if sizes[i] <= target], sizes, target)
     chosen = [b for b in bins if len(b) >= min_input_files or sum(sizes[i] for i in b) > target]
-    return _build_plan(plan_files, sizes, target, tolerance, before, chosen)
-
+    return _build_plan(plan_files, sizes, err2, target, tolerance, before, chosen)
