@@ -1,0 +1,80 @@
+"""Test session set-up: a fresh PostgreSQL database, Redis db 13, an AO_HOME in a temp dir and one
+local Spark Connect server for the whole session (all real services)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+
+_RUN = uuid.uuid4().hex[:10]
+_HOME = tempfile.mkdtemp(prefix="autooptimize-test-")
+os.environ.setdefault("AO_TEST_ADMIN_URL", "postgresql+psycopg2://postgres@localhost:5432/postgres")
+os.environ["AO_DATABASE_URL"] = os.environ.get("AO_TEST_DATABASE_URL",
+                                                f"postgresql+psycopg2://postgres@localhost:5432/ao_test_{_RUN}")
+os.environ["AO_REDIS_URL"] = os.environ.get("AO_TEST_REDIS_URL", "redis://localhost:6379/13")
+os.environ["AO_HOME"] = _HOME
+os.environ.setdefault("AO_SPARK_REMOTE", "local")
+os.environ.setdefault("AO_SPARK_PORT", "15012")
+os.environ.setdefault("AO_SPARK_DRIVER_MEMORY", "1g")
+os.environ.pop("PYICEBERG_HOME", None)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def settings():
+    from autooptimize.config import get_settings
+    from autooptimize.storage.db import upgrade
+
+    s = get_settings()
+    upgrade(s)
+    import redis
+
+    redis.Redis.from_url(s.redis_url).flushdb()
+    yield s
+    from sqlalchemy import create_engine
+
+    from autooptimize.storage.db import _engines
+
+    for engine in _engines.values():
+        engine.dispose()
+    from autooptimize.iceberg.catalog import _catalogs
+
+    for catalog in _catalogs.values():
+        engine = getattr(catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
+    if "AO_TEST_DATABASE_URL" not in os.environ:
+        admin = create_engine(os.environ["AO_TEST_ADMIN_URL"], isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "ao_test_{_RUN}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def spark(settings):
+    from spark_actors.server import stop_local_server
+    from spark_actors.session import get_session
+
+    session = get_session(settings)
+    yield session
+    session.stop()
+    if settings.spark_remote == "local":
+        stop_local_server(settings)
+    shutil.rmtree(_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def catalog(settings):
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+    from autooptimize.iceberg.catalog import get_catalog
+
+    cat = get_catalog(settings)
+    try:
+        cat.create_namespace("test")
+    except NamespaceAlreadyExistsError:
+        pass
+    return cat
