@@ -230,6 +230,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # connection failures surfacing from libraries: name the service, no traceback
+        from sqlalchemy.exc import OperationalError
+
+        if isinstance(exc, OperationalError):
+            from autooptimize.config import redact_url
+
+            url = redact_url(_settings().database_url)
+            print(f"autooptimize: error: cannot reach PostgreSQL at {url}: {str(exc.orig).strip()}", file=sys.stderr)
+            return 3
+        raise
 
 
 if __name__ == "__main__":

@@ -1,0 +1,117 @@
+"""The running service: `autooptimize up` (worker, beat, Flower with auth), a merge through Celery,
+and clean shutdown on SIGTERM."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from autooptimize import api
+from autooptimize.iceberg.checksum import table_checksum
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.repositories import audit_events
+from tests.integration.tables import DAY1, DAY2, identifier, live_files, make_table
+
+pytestmark = pytest.mark.spark
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, auth: tuple[str, str] | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url)
+    if auth:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except (urllib.error.URLError, ConnectionError):
+        return 0, b""
+
+
+def _children_of(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purposes
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+    return bool(state) and not state.startswith("Z")
+
+
+def test_up_runs_worker_and_authenticated_flower_then_stops_cleanly(settings, spark, catalog):
+    port = _free_port()
+    env = {**os.environ, "AO_FLOWER_PORT": str(port), "AO_FLOWER_USER": "ops", "AO_FLOWER_PASSWORD": "s3cret-pw"}
+    proc = subprocess.Popen([sys.executable, "-m", "autooptimize.cli", "up", "--workers", "1"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            status, _ = _get(f"http://127.0.0.1:{port}/")
+            if status in (200, 401):
+                break
+            time.sleep(0.5)
+        assert _get(f"http://127.0.0.1:{port}/")[0] == 401, "Flower must require authentication"
+        assert _get(f"http://127.0.0.1:{port}/", ("ops", "wrong"))[0] == 401
+        assert _get(f"http://127.0.0.1:{port}/", ("ops", "s3cret-pw"))[0] == 200
+
+        table = make_table(catalog, {DAY1: 5, DAY2: 2})
+        checksum = table_checksum(table)
+        api.track(identifier(table), settings=settings, target_file_size="1MiB")
+        handle = api.optimize(identifier(table), partition="day=2026-01-01", settings=settings)
+        result = handle.wait(timeout=180)
+        assert result["state"] == "succeeded", result
+        assert (result["files_in"], result["files_out"]) == (5, 1)
+        assert table_checksum(table) == checksum
+        assert len(live_files(table)) == 3
+        with session_scope(settings) as s:
+            events = [e.event for e in audit_events(s, handle.id)]
+        assert events[0] == "action.submitted" and events[-1] == "action.succeeded"
+
+        # Flower shows the task by its namespaced name, with the table in its arguments
+        deadline = time.monotonic() + 20
+        tasks: dict = {}
+        while time.monotonic() < deadline and handle.id not in tasks:
+            status, body = _get(f"http://127.0.0.1:{port}/api/tasks", ("ops", "s3cret-pw"))
+            tasks = json.loads(body or b"{}") if status == 200 else {}
+            time.sleep(1)
+        assert tasks[handle.id]["name"] == "autooptimize.merge"
+        assert identifier(table) in tasks[handle.id]["kwargs"]
+
+        children = _children_of(proc.pid)
+        assert len(children) == 3  # worker, beat, flower
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            output = proc.communicate(timeout=90)[0].decode()
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode == 0, output
+    assert "autooptimize stopped" in output
+    assert "s3cret-pw" not in output, "the Flower password must not be printed"
+    time.sleep(1)
+    assert not [c for c in children if _alive(c)], "every child must be stopped"
+    # the Spark server was already running (the test session's), so `up` must leave it alone
+    assert spark.range(3).count() == 3
