@@ -123,6 +123,29 @@ def cmd_up(args: argparse.Namespace) -> int:
     return run_service(_settings(), workers=args.workers, flower=not args.no_flower, beat=not args.no_beat)
 
 
+def cmd_beat(args: argparse.Namespace) -> int:
+    from tasks.app import app
+
+    settings = _settings()
+    app.start(["beat", "-s", str(settings.home_dir / "celerybeat-schedule"), "--loglevel", args.loglevel])
+    return 0
+
+
+def cmd_flower(args: argparse.Namespace) -> int:
+    import os
+
+    from autooptimize.services.runtime import flower_credentials
+    from tasks.app import app
+
+    settings = _settings()
+    user, password, path = flower_credentials(settings)
+    os.environ["FLOWER_BASIC_AUTH"] = f"{user}:{password}"  # not on the command line, never logged
+    where = f"password in {path}" if path else "password from AO_FLOWER_PASSWORD"
+    print(f"Flower on {settings.flower_address}:{settings.flower_port} (user {user!r}, {where})", flush=True)
+    app.start(["flower", f"--address={settings.flower_address}", f"--port={settings.flower_port}"])
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from autooptimize.demo import run_demo
 
@@ -137,6 +160,9 @@ def cmd_spark(args: argparse.Namespace) -> int:
     from spark_actors import server
 
     settings = _settings()
+    if args.spark_command == "serve":
+        server.serve_foreground(settings)
+        return 0
     if args.spark_command == "start":
         info = server.ensure_local_server(settings)
         print(f"Spark Connect server on 127.0.0.1:{info.port} (pid {info.pid}); token in {settings.home_dir}/spark")
@@ -202,6 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
     upp.add_argument("--no-beat", action="store_true")
     upp.set_defaults(func=cmd_up)
 
+    bt = sub.add_parser("beat", help="run the periodic scheduler (Celery beat)")
+    bt.add_argument("--loglevel", default="INFO")
+    bt.set_defaults(func=cmd_beat)
+
+    fl = sub.add_parser("flower", help="run Flower with basic auth (AO_FLOWER_USER / AO_FLOWER_PASSWORD)")
+    fl.set_defaults(func=cmd_flower)
+
     dm = sub.add_parser("demo", help="create a table of small files and watch the service merge them")
     dm.add_argument("--files", type=int, default=240)
     dm.add_argument("--partitions", type=int, default=4)
@@ -210,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     dm.set_defaults(func=cmd_demo)
 
     sp = sub.add_parser("spark", help="the local Spark Connect server (AO_SPARK_REMOTE=local)")
-    sp.add_argument("spark_command", choices=["start", "stop", "status"])
+    sp.add_argument("spark_command", choices=["start", "stop", "status", "serve"],
+                    help="serve: run a server in the foreground with AO_SPARK_TOKEN (containers)")
     sp.set_defaults(func=cmd_spark)
     return parser
 

@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     spark_driver_memory: str = "2g"
     spark_cores: int = Field(default=2, ge=1)
     spark_port: int = Field(default=15002, ge=0, le=65535)
+    # token of a Spark Connect server this service does not start (e.g. `autooptimize spark serve`)
+    spark_token: SecretStr | None = None
 
     # Celery worker
     worker_concurrency: int = Field(default=1, ge=1)

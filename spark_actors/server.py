@@ -195,4 +195,29 @@ def resolve_remote(settings: Settings) -> str:
     """The ``sc://`` URL clients connect to (it holds the token: never log it)."""
     if settings.spark_remote == "local":
         return ensure_local_server(settings).remote
-    return settings.spark_remote
+    remote = settings.spark_remote
+    if settings.spark_token is not None and "token=" not in remote:
+        remote = remote.rstrip("/") + "/;token=" + settings.spark_token.get_secret_value()
+    return remote
+
+
+def serve_foreground(settings: Settings) -> None:
+    """Replace this process with a Spark Connect server on 127.0.0.1 (``autooptimize spark serve``).
+
+    For containers: clients share its network namespace and connect to ``sc://localhost:PORT``, so the
+    token travels over loopback only. The token comes from AO_SPARK_TOKEN and is required.
+    """
+    from pyspark.find_spark_home import _find_spark_home
+
+    if settings.spark_token is None:
+        raise ConfigError("AO_SPARK_TOKEN must be set: the Spark Connect server never runs without a token")
+    spark_home = os.environ.get("SPARK_HOME") or _find_spark_home()
+    spark_dir = _spark_dir(settings)
+    props = spark_dir / "serve.properties"
+    confs = server_confs(settings) | {"spark.connect.grpc.binding.port": str(settings.spark_port)}
+    props.write_text("".join(f"{k}={v}\n" for k, v in confs.items()))
+    env = dict(os.environ, SPARK_CONNECT_AUTHENTICATE_TOKEN=settings.spark_token.get_secret_value(),
+               SPARK_HOME=str(spark_home), SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(spark_dir / "logs"),
+               SPARK_PID_DIR=str(spark_dir))
+    script = str(Path(spark_home) / "sbin" / "start-connect-server.sh")
+    os.execve(script, [script, "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)], env)

@@ -1,0 +1,403 @@
+"""Repositories of the Observe step: partition stats, entropy history and the per-table cursor.
+
+Every function takes a Session and never commits. The caller applies one snapshot (its stats deltas, its
+history rows and the cursor advance) in one transaction, after :func:`lock_table`, so a crash never
+half-applies a snapshot and two observers of one table take turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Numeric, cast, delete, func, literal_column, select, text, tuple_
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from autooptimize.domain.entropy import squared_error
+from autooptimize.errors import AutoOptimizeError
+from autooptimize.storage.models import Action, ActionState, EntropyHistory, PartitionStats, TrackedTable
+from autooptimize.storage.observe_models import TableCursor
+from autooptimize.storage.repositories import now
+
+PartitionId = tuple[int, str]  # (spec_id, partition_key)
+
+
+class StatsDrift(AutoOptimizeError):
+    """A rolling update does not fit the stored figure (a count would go negative, a snapshot would be
+    counted twice, totals disagree): the stored stats cannot be trusted and the table needs a scan."""
+
+
+@dataclass(frozen=True)
+class PartitionFigures:
+    """Stored File Size Entropy of one partition."""
+
+    spec_id: int
+    partition_key: str
+    n_files: int
+    sse: int
+    total_bytes: int
+    small_files: int
+
+    @property
+    def mse(self) -> float:
+        return self.sse / self.n_files if self.n_files else 0.0
+
+
+@dataclass(frozen=True)
+class ExactPartition:
+    """A partition's figures from a full scan, with its human-readable values."""
+
+    spec_id: int
+    partition_key: str
+    values: dict[str, Any]
+    n_files: int
+    sse: int
+    total_bytes: int
+    small_files: int
+
+
+@dataclass(frozen=True)
+class Cursor:
+    table_id: int
+    last_snapshot_id: int | None
+    last_sequence_number: int | None
+    metadata_location: str | None
+    table_uuid: str | None
+    target_file_size: int | None
+    needs_scan: bool
+    scan_reason: str | None
+
+
+@dataclass(frozen=True)
+class AttentionRow:
+    table_id: int
+    identifier: str
+    spec_id: int
+    partition_key: str
+    n_files: int
+    sse: int
+    tolerance: int
+
+    @property
+    def mse(self) -> float:
+        return self.sse / self.n_files if self.n_files else 0.0
+
+
+def exact_partition(spec_id: int, key: str, values: dict[str, Any], sizes: Sequence[int],
+                    target: int) -> ExactPartition:
+    """Figures of a partition whose live data files have ``sizes`` bytes."""
+    return ExactPartition(
+        spec_id=spec_id,
+        partition_key=key,
+        values=values,
+        n_files=len(sizes),
+        sse=sum(squared_error(s, target) for s in sizes),
+        total_bytes=sum(sizes),
+        small_files=sum(1 for s in sizes if s < target),
+    )
+
+
+# --- the cursor -------------------------------------------------------------------------------------------
+
+def lock_table(session: Session, table_id: int) -> None:
+    """Serialise observers of one table until the transaction ends."""
+    session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": f"ao.observe:{table_id}"})
+
+
+def get_cursor(session: Session, table_id: int) -> Cursor | None:
+    row = session.get(TableCursor, table_id, populate_existing=True)
+    if row is None:
+        return None
+    return Cursor(
+        table_id=row.table_id,
+        last_snapshot_id=row.last_snapshot_id,
+        last_sequence_number=row.last_sequence_number,
+        metadata_location=row.metadata_location,
+        table_uuid=row.table_uuid,
+        target_file_size=row.target_file_size,
+        needs_scan=row.needs_scan,
+        scan_reason=row.scan_reason,
+    )
+
+
+def _upsert_cursor(session: Session, table_id: int, values: dict[str, Any],
+                   increments: dict[str, int] | None = None) -> None:
+    increments = {k: v for k, v in (increments or {}).items() if v}
+    # A cursor first created by something other than an observation (an error, a scan request) has
+    # no stats behind it: it asks for a scan.
+    first = {"needs_scan": True, "scan_reason": "first_sight"}
+    insert_values = {"table_id": table_id, **first, **values, **increments, "updated_at": func.now()}
+    stmt = insert(TableCursor).values(**insert_values)
+    table = TableCursor.__table__
+    update: dict[str, Any] = {**values, "updated_at": func.now()}
+    for name, amount in increments.items():
+        update[name] = table.c[name] + amount
+    session.execute(stmt.on_conflict_do_update(index_elements=[TableCursor.table_id], set_=update))
+
+
+def advance_cursor(
+    session: Session,
+    table_id: int,
+    *,
+    snapshot_id: int | None,
+    sequence_number: int | None,
+    metadata_location: str | None,
+    table_uuid: str | None,
+    target_file_size: int,
+    snapshots_applied: int = 0,
+    scanned: bool = False,
+) -> None:
+    """Record that the stats now hold every change up to ``snapshot_id``; clears a pending scan."""
+    _upsert_cursor(
+        session,
+        table_id,
+        {
+            "last_snapshot_id": snapshot_id,
+            "last_sequence_number": sequence_number,
+            "metadata_location": metadata_location,
+            "table_uuid": table_uuid,
+            "target_file_size": target_file_size,
+            "needs_scan": False,
+            "scan_reason": None,
+            "last_error": None,
+            "observed_at": now(),
+        },
+        {"snapshots_applied": snapshots_applied, "scans": 1 if scanned else 0},
+    )
+
+
+def mark_needs_scan(session: Session, table_id: int, reason: str) -> None:
+    """Flag the table so the next observation scans it instead of rolling forward."""
+    _upsert_cursor(session, table_id, {"needs_scan": True, "scan_reason": reason[:200]})
+
+
+def record_error(session: Session, table_id: int, error: str) -> None:
+    _upsert_cursor(session, table_id, {"last_error": error, "last_error_at": now()})
+
+
+def count_attention(session: Session, table_id: int, *, enqueued: int, below_threshold: int,
+                    pending: int) -> None:
+    _upsert_cursor(session, table_id, {}, {
+        "attention_enqueued": enqueued, "skipped_below_threshold": below_threshold, "skipped_pending": pending,
+    })
+
+
+# --- stats ------------------------------------------------------------------------------------------------
+
+def apply_delta(
+    session: Session,
+    table_id: int,
+    *,
+    spec_id: int,
+    partition_key: str,
+    values: dict[str, Any],
+    added: Sequence[int],
+    removed: Sequence[int],
+    target: int,
+    snapshot_id: int,
+) -> PartitionFigures:
+    """Roll one partition forward over files ``added`` and ``removed`` (sizes); returns the new figures.
+
+    A partition left with no file is deleted (a scan would not list it). Raises StatsDrift when the
+    removals do not fit what is stored; the caller's transaction must then be rolled back.
+    """
+    sse_added = sum(squared_error(s, target) for s in added)
+    sse_removed = sum(squared_error(s, target) for s in removed)
+    small_added = sum(1 for s in added if s < target)
+    small_removed = sum(1 for s in removed if s < target)
+    d_n = len(added) - len(removed)
+    d_sse = sse_added - sse_removed
+    d_bytes = sum(added) - sum(removed)
+    d_small = small_added - small_removed
+    c = PartitionStats.__table__.c
+    # The inserted row holds only the additions: PostgreSQL checks constraints on the proposed row
+    # even when it then updates, and a new partition with removals is drift anyway (caught below).
+    stmt = insert(PartitionStats).values(
+        table_id=table_id, spec_id=spec_id, partition_key=partition_key, partition_values=values,
+        n_files=len(added), sse=sse_added, total_bytes=sum(added), small_files=small_added,
+        snapshot_id=snapshot_id, updated_at=func.now(),
+    ).on_conflict_do_update(
+        index_elements=[c.table_id, c.spec_id, c.partition_key],
+        set_={
+            "n_files": c.n_files + d_n,
+            "sse": c.sse + d_sse,
+            "total_bytes": c.total_bytes + d_bytes,
+            "small_files": c.small_files + d_small,
+            "snapshot_id": snapshot_id,
+            "updated_at": func.now(),
+        },
+    ).returning(c.n_files, c.sse, c.total_bytes, c.small_files, literal_column("(xmax = 0)").label("inserted"))
+    try:
+        row = session.execute(stmt).one()
+    except IntegrityError as exc:
+        raise StatsDrift(
+            f"removing {len(removed)} file(s) from partition {partition_key!r} (spec {spec_id}) of table "
+            f"{table_id} would make its stats negative: {exc.orig}".strip()
+        ) from None
+    figures = PartitionFigures(spec_id, partition_key, int(row.n_files), int(row.sse), int(row.total_bytes),
+                               int(row.small_files))
+    if (row.inserted and removed) or (figures.n_files == 0 and (figures.sse or figures.total_bytes)):
+        raise StatsDrift(
+            f"snapshot {snapshot_id} removes files from partition {partition_key!r} (spec {spec_id}) of table "
+            f"{table_id} that the stored stats do not hold"
+        )
+    if figures.n_files == 0:
+        session.execute(delete(PartitionStats).where(
+            c.table_id == table_id, c.spec_id == spec_id, c.partition_key == partition_key))
+    return figures
+
+
+def replace_stats(
+    session: Session,
+    table_id: int,
+    partitions: Iterable[ExactPartition],
+    snapshot_id: int | None,
+    *,
+    only: set[PartitionId] | None = None,
+) -> list[PartitionFigures]:
+    """Replace the table's stats (or only the partitions in ``only``) with exact figures.
+
+    Returns the figures written, plus an empty figure for every partition that held stats and now has no
+    file, so the caller can record both in the history.
+    """
+    c = PartitionStats.__table__.c
+    where = [c.table_id == table_id]
+    if only is not None:
+        if not only:
+            return []
+        where.append(tuple_(c.spec_id, c.partition_key).in_(sorted(only)))
+    before = {(r.spec_id, r.partition_key) for r in session.execute(select(c.spec_id, c.partition_key).where(*where))}
+    session.execute(delete(PartitionStats).where(*where))
+    rows = [p for p in partitions if p.n_files > 0 and (only is None or (p.spec_id, p.partition_key) in only)]
+    if rows:
+        session.execute(insert(PartitionStats), [
+            {"table_id": table_id, "spec_id": p.spec_id, "partition_key": p.partition_key,
+             "partition_values": p.values, "n_files": p.n_files, "sse": p.sse, "total_bytes": p.total_bytes,
+             "small_files": p.small_files, "snapshot_id": snapshot_id}
+            for p in rows
+        ])
+    written = [PartitionFigures(p.spec_id, p.partition_key, p.n_files, p.sse, p.total_bytes, p.small_files)
+               for p in rows]
+    gone = before - {(p.spec_id, p.partition_key) for p in rows}
+    return written + [PartitionFigures(spec_id, key, 0, 0, 0, 0) for spec_id, key in sorted(gone)]
+
+
+def append_history(session: Session, table_id: int, figures: Iterable[PartitionFigures],
+                   snapshot_id: int | None, source: str) -> int:
+    """Append one entropy-history row per partition; returns how many.
+
+    Rows of source ``snapshot`` are unique per partition and snapshot: recording one twice raises
+    StatsDrift (the transaction must be rolled back), so a snapshot is never counted twice.
+    """
+    rows = [
+        {"table_id": table_id, "spec_id": f.spec_id, "partition_key": f.partition_key,
+         "snapshot_id": snapshot_id, "source": source, "n_files": f.n_files, "sse": f.sse, "mse": f.mse}
+        for f in figures
+    ]
+    if not rows:
+        return 0
+    try:
+        session.execute(insert(EntropyHistory), rows)
+    except IntegrityError as exc:
+        raise StatsDrift(f"snapshot {snapshot_id} of table {table_id} is already in the history: {exc.orig}") from None
+    return len(rows)
+
+
+def partition_figures(session: Session, table_id: int) -> dict[PartitionId, PartitionFigures]:
+    """Every stored partition of the table."""
+    c = PartitionStats.__table__.c
+    return {
+        (r.spec_id, r.partition_key): PartitionFigures(r.spec_id, r.partition_key, int(r.n_files), int(r.sse),
+                                                       int(r.total_bytes), int(r.small_files))
+        for r in session.execute(
+            select(c.spec_id, c.partition_key, c.n_files, c.sse, c.total_bytes, c.small_files)
+            .where(c.table_id == table_id)
+        )
+    }
+
+
+def table_file_count(session: Session, table_id: int) -> int:
+    c = PartitionStats.__table__.c
+    return int(session.execute(select(func.coalesce(func.sum(c.n_files), 0)).where(c.table_id == table_id)).scalar_one())
+
+
+# --- finding work -----------------------------------------------------------------------------------------
+
+_CHANGED_SQL = text(
+    """
+    SELECT t.identifier
+    FROM ao_tracked_tables t
+    JOIN iceberg_tables i
+      ON i.catalog_name = t.catalog AND i.table_namespace || '.' || i.table_name = t.identifier
+    LEFT JOIN ao_table_cursors c ON c.table_id = t.id
+    WHERE t.catalog = :catalog
+      AND (c.table_id IS NULL OR c.needs_scan OR c.metadata_location IS DISTINCT FROM i.metadata_location)
+    ORDER BY t.identifier
+    """
+)
+
+
+def changed_tables_in_catalog_db(session: Session, catalog: str) -> list[str]:
+    """Tracked tables whose catalog entry (pyiceberg's SqlCatalog ``iceberg_tables``, in the same database)
+    names another metadata file than their cursor, never seen, or flagged for a scan. One query."""
+    return [r.identifier for r in session.execute(_CHANGED_SQL, {"catalog": catalog})]
+
+
+def changed_tables_from_locations(session: Session, catalog: str, locations: dict[str, str | None]) -> list[str]:
+    """Like :func:`changed_tables_in_catalog_db`, for a catalog database elsewhere: ``locations`` maps
+    ``namespace.table`` to its current metadata location."""
+    rows = session.execute(
+        select(TrackedTable.identifier, TableCursor.table_id, TableCursor.metadata_location, TableCursor.needs_scan)
+        .outerjoin(TableCursor, TableCursor.table_id == TrackedTable.id)
+        .where(TrackedTable.catalog == catalog)
+        .order_by(TrackedTable.identifier)
+    )
+    return [
+        r.identifier for r in rows
+        if r.identifier in locations
+        and (r.table_id is None or r.needs_scan or r.metadata_location != locations[r.identifier])
+    ]
+
+
+def attention_rows(session: Session, catalog: str, *, table_id: int | None = None,
+                   partitions: set[PartitionId] | None = None) -> list[AttentionRow]:
+    """Partitions of enabled tables whose MSE ≥ tolerance², decided exactly (SSE ≥ T²·N, N > 0)."""
+    p = PartitionStats.__table__.c
+    t = TrackedTable.__table__.c
+    stmt = (
+        select(t.id, t.identifier, t.tolerance, p.spec_id, p.partition_key, p.n_files, p.sse)
+        .join_from(PartitionStats, TrackedTable, p.table_id == t.id)
+        .where(t.catalog == catalog, t.enabled.is_(True), p.n_files > 0,
+               p.sse >= cast(t.tolerance, Numeric(40, 0)) * t.tolerance * p.n_files)
+        .order_by(t.identifier, p.spec_id, p.partition_key)
+    )
+    if table_id is not None:
+        stmt = stmt.where(t.id == table_id)
+    if partitions is not None:
+        if not partitions:
+            return []
+        stmt = stmt.where(tuple_(p.spec_id, p.partition_key).in_(sorted(partitions)))
+    return [
+        AttentionRow(r.id, r.identifier, r.spec_id, r.partition_key, int(r.n_files), int(r.sse), int(r.tolerance))
+        for r in session.execute(stmt)
+    ]
+
+
+def pending_partitions(session: Session, table_ids: Iterable[int]) -> dict[int, set[PartitionId | None]]:
+    """Per table, the partitions with a queued or running action (``None``: one covers the whole table)."""
+    ids = sorted(set(table_ids))
+    if not ids:
+        return {}
+    result: dict[int, set[PartitionId | None]] = {i: set() for i in ids}
+    rows = session.execute(
+        select(Action.table_id, Action.spec_id, Action.partition_key).where(
+            Action.table_id.in_(ids),
+            Action.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value]),
+        )
+    )
+    for r in rows:
+        result[r.table_id].add(None if r.partition_key is None else (r.spec_id, r.partition_key))
+    return result
