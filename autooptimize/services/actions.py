@@ -25,7 +25,14 @@ from autooptimize.errors import (
 )
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import key_from_values, parse_partition
-from autooptimize.services.merge import Hooks, MergeOutcome, MergeRequest, run_merge
+from autooptimize.services.merge import (
+    Hooks,
+    MergeOutcome,
+    MergeRequest,
+    abandon,
+    committed_outcome,
+    run_merge,
+)
 from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
 from autooptimize.storage.db import get_engine, session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
@@ -218,12 +225,13 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
             _requeue(settings, action_id, str(exc))
             raise Retry(str(exc)) from None
         except AutoOptimizeError as exc:
-            return _finish(settings, action_id, ActionState.FAILED, reason="error", error=str(exc))
+            return _give_up(settings, request, f"{type(exc).__name__}: {exc}")
         except Exception as exc:
             if _is_transient(exc):
                 _requeue(settings, action_id, f"{type(exc).__name__}: {exc}")
                 raise Retry(f"transient failure: {type(exc).__name__}") from None
-            raise
+            log.exception("action %s failed", action_id)
+            return _give_up(settings, request, f"{type(exc).__name__}: {exc}")
         outcome.timings["wall"] = time.monotonic() - started
         return _finish(settings, action_id, ActionState(outcome.state), reason=outcome.reason, outcome=outcome)
 
@@ -250,7 +258,35 @@ def _requeue(settings: Settings, action_id: str, error: str) -> None:
 
 def fail_permanently(settings: Settings, action_id: str, error: str) -> dict[str, Any]:
     """Give up on an action after its retries (the task layer calls this); cleans its output."""
-    return _finish(settings, action_id, ActionState.FAILED, reason="retries_exhausted", error=error)
+    with session_scope(settings) as session:
+        action = get_action(session, action_id)
+        if action is None:
+            raise ActionNotFound(f"no action with id {action_id!r}")
+        if ActionState(action.state).terminal:
+            return outcome_of(action)
+        tracked = session.get(TrackedTable, action.table_id)
+        assert tracked is not None
+        request = MergeRequest(
+            action_id=action_id, identifier=tracked.identifier, spec_id=action.spec_id,
+            partition_key=action.partition_key, target_file_size=tracked.target_file_size,
+            tolerance=tracked.tolerance, min_input_files=tracked.min_input_files, max_bytes=None,
+            checkpoint=action.checkpoint,
+        )
+    return _give_up(settings, request, error, reason="retries_exhausted")
+
+
+def _give_up(settings: Settings, request: MergeRequest, error: str, reason: str = "error") -> dict[str, Any]:
+    """Mark an action failed after removing its uncommitted output, unless it was in fact committed."""
+    try:
+        committed = abandon(settings, request)
+    except Exception as exc:  # cleanup is best effort; the error is recorded, orphan removal finds the rest
+        log.warning("could not clean up after action %s: %s", request.action_id, exc)
+        committed = None
+    if committed is not None:
+        outcome = committed_outcome(request, committed)
+        return _finish(settings, request.action_id, ActionState.SUCCEEDED, reason="already_committed",
+                       outcome=outcome)
+    return _finish(settings, request.action_id, ActionState.FAILED, reason=reason, error=error)
 
 
 def _finish(

@@ -167,7 +167,7 @@ def run_merge(
 
     committed = find_action_snapshot(table, request.action_id)
     if committed is not None:
-        return _already_committed(request, committed.snapshot_id)
+        return committed_outcome(request, committed.snapshot_id)
 
     if request.checkpoint and not request.dry_run:
         resumed = _resume_from_checkpoint(table, request, hooks)
@@ -349,7 +349,7 @@ def _resume_from_checkpoint(table: Table, request: MergeRequest, hooks: Hooks) -
     return outcome
 
 
-def _already_committed(request: MergeRequest, snapshot_id: int) -> MergeOutcome:
+def committed_outcome(request: MergeRequest, snapshot_id: int) -> MergeOutcome:
     outcome = MergeOutcome(state="succeeded", reason="already_committed", committed_snapshot_id=snapshot_id,
                            checkpoint=request.checkpoint)
     _fill(outcome, (request.checkpoint or {}).get("groups") or [])
@@ -416,3 +416,24 @@ def _remove_uncommitted(table: Table, directories: list[str]) -> None:
             log.error("not removing %s: %d file(s) are live in the table", directory, len(referenced))
             continue
         delete_dir(directory)
+
+
+def abandon(settings: Settings, request: MergeRequest) -> int | None:
+    """Give an action up: returns the snapshot id if it was in fact committed, else removes its
+    uncommitted output (never a file the table references) and returns None."""
+    table = load_table(settings, request.identifier)
+    committed = find_action_snapshot(table, request.action_id)
+    if committed is not None:
+        return committed.snapshot_id
+    dirs = list((request.checkpoint or {}).get("dirs") or [])
+    location = data_location(table)
+    # output may exist without a checkpoint (crash during the write): look for the action's directories
+    import pyarrow.fs as pafs
+
+    fs, root = pafs.FileSystem.from_uri(location)
+    prefix = location.split("://", 1)[0] + "://" if "://" in location else ""
+    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
+        if info.type == pafs.FileType.Directory and info.base_name == f"ao-{request.action_id}":
+            dirs.append(prefix + info.path)
+    _remove_uncommitted(table, sorted(set(dirs)))
+    return None

@@ -16,8 +16,8 @@ from autooptimize.storage.repositories import audit_events
 from tests.integration.tables import (
     DAY1,
     DAY2,
-    batch,
     action_outputs,
+    batch,
     files_on_disk,
     identifier,
     live_files,
@@ -286,3 +286,34 @@ def test_dry_run_plans_without_changing_anything(settings, spark, catalog):
     groups = out["plan"]["partitions"][0]["groups"]
     assert {p for g in groups for p in g["files"]} == files
     assert table.refresh().current_snapshot().snapshot_id == snapshot
+
+
+def test_unexpected_error_fails_the_action_and_removes_its_output(settings, spark, catalog):
+    table = make_table(catalog, {DAY1: 4})
+    snapshot = table.current_snapshot().snapshot_id
+
+    def boom(_paths: list[str]) -> None:
+        raise RuntimeError("disk on fire")
+
+    out = actions.execute(settings, _submit(settings, table), spark=spark, hooks=Hooks(after_write=boom))
+
+    assert out["state"] == "failed" and out["reason"] == "error"
+    assert "disk on fire" in out["error"]
+    assert table.refresh().current_snapshot().snapshot_id == snapshot
+    assert not action_outputs(table)
+
+
+def test_retries_exhausted_after_a_crash_cleans_up(settings, spark, catalog):
+    table = make_table(catalog, {DAY1: 4})
+
+    def crash() -> None:
+        raise Crash()
+
+    action_id = _submit(settings, table)
+    with pytest.raises(Crash):
+        actions.execute(settings, action_id, spark=spark, hooks=Hooks(before_commit=crash))
+    assert action_outputs(table)
+    out = actions.fail_permanently(settings, action_id, "Spark Connect unreachable")
+    assert out["state"] == "failed" and out["reason"] == "retries_exhausted"
+    assert not action_outputs(table)
+    assert len(live_files(table)) == 4
