@@ -169,8 +169,8 @@ def cmd_spark(args: argparse.Namespace) -> int:
     elif args.spark_command == "stop":
         print("stopped" if server.stop_local_server(settings) else "no server was running")
     else:
-        info = server.running_server(settings)
-        print(f"running on 127.0.0.1:{info.port} (pid {info.pid})" if info else "not running")
+        running = server.running_server(settings)
+        print(f"running on 127.0.0.1:{running.port} (pid {running.pid})" if running else "not running")
     return 0
 
 

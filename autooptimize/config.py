@@ -9,10 +9,12 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from autooptimize.errors import ConfigError
 
@@ -53,7 +55,7 @@ class Settings(BaseSettings):
 
     # Celery worker
     worker_concurrency: int = Field(default=1, ge=1)
-    priority_classes: tuple[str, ...] = ("high", "normal", "low")
+    priority_classes: Annotated[tuple[str, ...], NoDecode] = ("high", "normal", "low")
 
     # defaults for newly tracked tables
     default_target_file_size: int = Field(default=128 * MiB, gt=0)
@@ -113,9 +115,10 @@ class Settings(BaseSettings):
     def _classes(cls, value: object) -> object:
         if isinstance(value, str):
             value = tuple(p.strip() for p in value.split(",") if p.strip())
-        if not value or not all(re.fullmatch(r"[a-z][a-z0-9_]*", p) for p in value):  # type: ignore[union-attr]
+        names = tuple(value) if isinstance(value, list | tuple) else ()
+        if not names or not all(isinstance(p, str) and re.fullmatch(r"[a-z][a-z0-9_]*", p) for p in names):
             raise ValueError("must be comma-separated lower-case names such as high,normal,low")
-        return value
+        return names
 
     @property
     def home_dir(self) -> Path:
@@ -150,6 +153,8 @@ def load_settings() -> Settings:
             field = ".".join(str(p) for p in err["loc"]) or "?"
             problems.append(f"AO_{field.upper()}: {err['msg']}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+    except SettingsError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
 
 
 @functools.lru_cache(maxsize=1)

@@ -128,8 +128,8 @@ def run_demo(settings: Settings, *, files: int = 240, partitions: int = 4, targe
     table = create_demo_table(settings, files, partitions)
     say(f"  written in {time.monotonic() - started:.1f} s")
     api.track(DEMO_TABLE, settings=settings, target_file_size=target_size)
-    before = {"files": _files(table), "checksum": table_checksum(table)}
-    before["rows"] = int(before["checksum"].split(":")[0])
+    checksum = table_checksum(table)
+    before: dict[str, Any] = {"files": _files(table), "checksum": checksum, "rows": int(checksum.split(":")[0])}
     if settings.spark_remote == "local":
         say("starting (or reusing) the local Spark Connect server …")
         ensure_local_server(settings)
@@ -146,8 +146,8 @@ def run_demo(settings: Settings, *, files: int = 240, partitions: int = 4, targe
         if worker is not None:
             worker.terminate()
             worker.wait(timeout=60)
-    after = {"files": _files(table), "checksum": table_checksum(table)}
-    after["rows"] = int(after["checksum"].split(":")[0])
+    checksum = table_checksum(table)
+    after: dict[str, Any] = {"files": _files(table), "checksum": checksum, "rows": int(checksum.split(":")[0])}
     for r in results:
         say(f"  {r['partition']}: {r['state']} {r.get('reason') or ''} files {r['files_in']} → {r['files_out']}, "
             f"rows {r['rows_in']} → {r['rows_out']}, snapshot {r['snapshot_id']}")

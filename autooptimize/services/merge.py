@@ -309,7 +309,7 @@ def _commit(table: Table, request: MergeRequest, entries: list[dict[str, Any]]) 
     if gone:
         raise ConflictAbort(f"{len(gone)} input file(s) are no longer live, e.g. {gone[0]}")
     partition_of = {p: (live[p].data_file.spec_id, live[p].data_file.partition) for p in inputs}
-    added = []
+    added: list[Any] = []
     for entry in entries:
         spec_id, record = partition_of[entry["inputs"][0]]
         added.extend(data_file_from_footer(table, p, spec_id, record) for p in entry["outputs"])

@@ -130,6 +130,10 @@ class _Superseded(Exception):
 
 
 def _tracked(settings: Settings, identifier: str) -> _Tracked:
+    return _tracked_with_cursor(settings, identifier)[0]
+
+
+def _tracked_with_cursor(settings: Settings, identifier: str) -> tuple[_Tracked, Cursor | None]:
     with session_scope(settings) as session:
         row = tracked_table(session, settings.catalog, identifier)
         if row is None:
@@ -137,7 +141,7 @@ def _tracked(settings: Settings, identifier: str) -> _Tracked:
                 f"table {identifier!r} is not tracked in catalog {settings.catalog!r}; "
                 "track it first (autooptimize track <table>)"
             )
-        return _Tracked(row.id, row.target_file_size, row.tolerance)
+        return _Tracked(row.id, row.target_file_size, row.tolerance), get_cursor(session, row.id)
 
 
 def _scan_reason(cursor: Cursor | None, table: Table, info: _Tracked) -> str | None:
@@ -166,19 +170,19 @@ def observe_table(settings: Settings, identifier: str, *, on_attention: OnAttent
     TableNotFound for one missing from the catalog.
     """
     started = time.monotonic()
-    info = _tracked(settings, identifier)
+    info, cursor = _tracked_with_cursor(settings, identifier)
     table = load_table(settings, identifier)
     report = ObserveReport(identifier, info.table_id)
-    touched = _roll_forward(settings, info, table, report, max_chain)
+    touched = _roll_forward(settings, info, cursor, table, report, max_chain)
     _attend(settings, identifier, info, touched, report, on_attention)
     report.seconds = time.monotonic() - started
     return report
 
 
-def _roll_forward(settings: Settings, info: _Tracked, table: Table, report: ObserveReport,
-                  max_chain: int) -> set[PartitionId]:
-    with session_scope(settings) as session:
-        cursor = get_cursor(session, info.table_id)
+def _roll_forward(settings: Settings, info: _Tracked, cursor: Cursor | None, table: Table,
+                  report: ObserveReport, max_chain: int) -> set[PartitionId]:
+    # The cursor was read before the table was loaded: a snapshot committed in between is simply left
+    # for the next pass, and each step re-checks the cursor under the table's lock.
     reason = _scan_reason(cursor, table, info)
     if reason is not None or cursor is None:
         return _scan(settings, info, table, report, reason or "first_sight")
@@ -409,13 +413,16 @@ def _attend(settings: Settings, identifier: str, info: _Tracked, touched: set[Pa
     with session_scope(settings) as session:
         rows = attention_rows(session, settings.catalog, table_id=info.table_id, partitions=touched)
         pending = pending_partitions(session, [info.table_id]).get(info.table_id, set())
-    report.needing_attention = len(rows)
-    report.skipped_below_threshold = len(touched) - len(rows)
+        report.needing_attention = len(rows)
+        report.skipped_below_threshold = len(touched) - len(rows)
+        report.skipped_pending = sum(1 for r in rows if None in pending or (r.spec_id, r.partition_key) in pending)
+        # Counted as handed over before the hand-over: a crash in between loses it, and the sweep finds it.
+        count_attention(session, info.table_id, enqueued=len(rows) - report.skipped_pending if on_attention else 0,
+                        below_threshold=report.skipped_below_threshold, pending=report.skipped_pending)
+    if on_attention is None:
+        return
     for row in rows:
         if None in pending or (row.spec_id, row.partition_key) in pending:
-            report.skipped_pending += 1
-            continue
-        if on_attention is None:
             continue
         try:
             on_attention(info.table_id, row.spec_id, row.partition_key)
@@ -423,9 +430,6 @@ def _attend(settings: Settings, identifier: str, info: _Tracked, touched: set[Pa
         except Exception:  # one failed hand-off must not hide the others; the sweep retries it
             log.exception("table %s: enqueueing decide for %s failed", identifier, row.partition_key)
             report.enqueue_failed += 1
-    with session_scope(settings) as session:
-        count_attention(session, info.table_id, enqueued=report.enqueued,
-                        below_threshold=report.skipped_below_threshold, pending=report.skipped_pending)
 
 
 def partitions_needing_attention(settings: Settings, identifier: str | None = None) -> list[Attention]:

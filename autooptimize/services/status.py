@@ -27,7 +27,7 @@ def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
     last_by_partition: dict[str | None, dict[str, Any]] = {}
     for a in actions:  # newest first
         last_by_partition.setdefault(a["partition"], a)
-    partitions = []
+    partitions: list[dict[str, Any]] = []
     for pf in live_partitions(table).values():
         sizes = [f.size for f in pf.data_files]
         stats = EntropyStats.from_sizes(sizes, target)
@@ -66,7 +66,7 @@ def all_status(settings: Settings) -> list[dict[str, Any]]:
     """One line per tracked table with its worst partition."""
     with session_scope(settings) as session:
         names = [r.identifier for r in tracked_tables(session, settings.catalog)]
-    lines = []
+    lines: list[dict[str, Any]] = []
     for name in names:
         try:
             st = table_status(settings, name)
