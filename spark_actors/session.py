@@ -71,6 +71,19 @@ def _create(settings: Settings) -> SparkSession:
     return session
 
 
+def close_session() -> None:
+    """Stop this process's session (before its server goes away, so exit does not wait on it)."""
+    global _session, _owner_pid
+    with _lock:
+        if _session is not None and _owner_pid == os.getpid():
+            try:
+                _session.stop()
+            except Exception:
+                pass
+        _session = None
+        _owner_pid = None
+
+
 def reset_after_fork() -> None:
     """Forget a session inherited from a parent; the child creates its own on first use."""
     global _session, _owner_pid

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_process_shutdown
 
 from autooptimize.config import get_settings
 from tasks.routing import CONTROL_QUEUE, queues
@@ -49,3 +49,11 @@ def _after_fork(**_: object) -> None:
 
     reset_engines_after_fork()
     reset_after_fork()
+
+
+@worker_process_shutdown.connect
+def _before_exit(**_: object) -> None:
+    # Release the server-side session now, so exit never waits on a server that is going away.
+    from spark_actors.session import close_session
+
+    close_session()

@@ -60,7 +60,10 @@ def spark(settings):
 
     session = get_session(settings)
     yield session
+    from spark_actors.session import close_session
+
     session.stop()
+    close_session()
     if settings.spark_remote == "local":
         stop_local_server(settings)
     shutil.rmtree(_HOME, ignore_errors=True)

@@ -20,9 +20,12 @@ def test_server_rejects_clients_without_the_token(settings, spark):
     token_file = settings.home_dir / "spark" / "server.json"
     assert oct(token_file.stat().st_mode & 0o777) == "0o600"
     assert json.loads(token_file.read_text())["token"] == info.token
-    with pytest.raises(Exception) as excinfo:
-        bad = SparkSession.builder.remote(f"sc://localhost:{info.port}/;token=wrong-token").create()
-        bad.range(1).collect()
+    bad = SparkSession.builder.remote(f"sc://localhost:{info.port}/;token=wrong-token").create()
+    try:
+        with pytest.raises(Exception) as excinfo:
+            bad.range(1).collect()
+    finally:
+        bad.stop()
     assert "token" in str(excinfo.value).lower() or "unauthenticated" in str(excinfo.value).lower()
 
 
