@@ -577,3 +577,15 @@ def test_status_counters_and_history_agree_with_stats(settings, catalog):
     report = observe_table(settings, identifier(table), max_chain=2)
     assert report.scanned and report.scan_reason == "long_backlog"
     assert _stored(settings, table_id) == _exact(table)
+
+
+def test_listener_once_from_the_command_line(settings, catalog):
+    from scheduler.listener import main
+
+    table = make_table(catalog, {DAY2: 2}, name="once")
+    table_id = _track(settings, table)
+    assert main(["--once"]) == 0
+    _append(table, DAY3, 4)
+    assert main(["--once"]) == 0
+    assert _cursor(settings, table_id).last_snapshot_id == table.current_snapshot().snapshot_id
+    assert _stored(settings, table_id) == _exact(table)

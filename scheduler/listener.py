@@ -1,0 +1,236 @@
+"""The snapshot listener (Observe): finds tracked tables with new snapshots and rolls their stats forward.
+
+Run by ``autooptimize up`` or on its own (``autooptimize listener`` / ``python -m scheduler.listener``).
+Several listeners may run: one holds a PostgreSQL advisory lock and works, the others stand by and take
+over when its connection drops. A restart resumes from the per-table cursors in PostgreSQL, so it
+neither misses nor double-counts a snapshot. One failing table is logged and retried with backoff; it
+never stops the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import FrameType
+
+from sqlalchemy import Connection, text
+
+from autooptimize.config import Settings
+from autooptimize.errors import AutoOptimizeError
+from autooptimize.services.observe import (
+    ObserveReport,
+    OnAttention,
+    PollSchedule,
+    changed_tables,
+    observe_table,
+    record_observe_error,
+)
+from autooptimize.storage.db import get_engine
+
+log = logging.getLogger("autooptimize.listener")
+
+MAX_BACKOFF_SECONDS = 300.0
+DEFAULT_WORKERS = 4  # observations wait on PostgreSQL and files much of the time: a few overlap well
+
+
+@dataclass
+class _Backoff:
+    """Per-table exponential backoff after errors, so a broken table neither spins nor floods the log."""
+
+    base: float
+    failures: dict[str, int] = field(default_factory=dict)
+    until: dict[str, float] = field(default_factory=dict)
+
+    def ready(self, name: str, now: float) -> bool:
+        return self.until.get(name, 0.0) <= now
+
+    def failed(self, name: str, now: float) -> float:
+        count = self.failures.get(name, 0) + 1
+        self.failures[name] = count
+        delay = min(MAX_BACKOFF_SECONDS, self.base * 2 ** (count - 1))
+        self.until[name] = now + delay
+        return delay
+
+    def succeeded(self, name: str) -> None:
+        self.failures.pop(name, None)
+        self.until.pop(name, None)
+
+
+class _Leadership:
+    """A session-level advisory lock on a connection of its own; lost if that connection drops."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._conn: Connection | None = None
+        self._key = f"autooptimize.listener:{settings.catalog}"
+
+    def hold(self) -> bool:
+        """True while this process is the active listener (re-checks the connection every call)."""
+        try:
+            if self._conn is not None:
+                self._conn.execute(text("SELECT 1"))
+                self._conn.commit()
+                return True
+            conn = get_engine(self._settings).connect()
+            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"),
+                                    {"k": self._key}).scalar())
+            conn.commit()
+            if got:
+                self._conn = conn
+                log.info("listener active (catalog %s)", self._settings.catalog)
+                return True
+            conn.close()
+            return False
+        except Exception as exc:  # the database went away: drop the lock's connection and try again later
+            log.warning("listener lost its database connection: %s", exc)
+            self.release()
+            return False
+
+    def release(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.invalidate()  # never return a connection holding the lock to the pool
+            except Exception:  # already broken
+                pass
+            self._conn = None
+
+
+def _observe_one(settings: Settings, name: str, on_attention: OnAttention | None) -> ObserveReport | BaseException:
+    try:
+        return observe_table(settings, name, on_attention=on_attention)
+    except Exception as exc:  # reported by the caller, per table
+        return exc
+
+
+def run_once(settings: Settings, *, on_attention: OnAttention | None = None, poll: PollSchedule | None = None,
+             backoff: _Backoff | None = None, stop_event: threading.Event | None = None,
+             executor: ThreadPoolExecutor | None = None) -> int:
+    """One pass over the changed tables; returns how many tables moved (snapshots applied or scanned).
+
+    With an ``executor`` several tables are observed at once (one table is never observed twice at
+    once: each pass lists a table once, and the table's lock serialises observers anyway).
+    """
+    now = time.monotonic()
+    names = [n for n in changed_tables(settings, poll=poll) if backoff is None or backoff.ready(n, now)]
+    if executor is not None and len(names) > 1:
+        outcomes = executor.map(lambda n: (n, _observe_one(settings, n, on_attention)), names)
+    else:
+        outcomes = ((n, _observe_one(settings, n, on_attention)) for n in names)
+    moved = 0
+    for name, outcome in outcomes:
+        if stop_event is not None and stop_event.is_set() and executor is None:
+            break
+        if isinstance(outcome, BaseException):
+            delay = backoff.failed(name, time.monotonic()) if backoff is not None else 0.0
+            level = logging.ERROR if not isinstance(outcome, AutoOptimizeError) else logging.WARNING
+            log.log(level, "table %s: observation failed (%s: %s); retrying in %.0f s", name,
+                    type(outcome).__name__, outcome, delay,
+                    exc_info=(type(outcome), outcome, outcome.__traceback__) if level == logging.ERROR else None)
+            try:
+                record_observe_error(settings, name, f"{type(outcome).__name__}: {outcome}")
+            except Exception:  # the database itself may be what failed
+                pass
+            continue
+        if backoff is not None:
+            backoff.succeeded(name)
+        report = outcome
+        if report.changed:
+            moved += 1
+            log.info(
+                "table %s: %s snapshot(s) applied%s, now at %s; %d partition(s) changed, %d need attention "
+                "(%d enqueued, %d pending, %d under threshold)",
+                name, report.snapshots_applied, f", scanned ({report.scan_reason})" if report.scanned else "",
+                report.snapshot_id, report.partitions_changed, report.needing_attention, report.enqueued,
+                report.skipped_pending, report.skipped_below_threshold,
+            )
+    return moved
+
+
+def run_listener(settings: Settings, stop_event: threading.Event, interval: float = 1.0,
+                 on_attention: OnAttention | None = None, *, poll: PollSchedule | None = None,
+                 workers: int = DEFAULT_WORKERS) -> None:
+    """Observe until ``stop_event`` is set: a pass over the changed tables (``workers`` at a time), then a
+    pause of ``interval`` seconds unless the pass found work (then the next pass starts at once).
+    ``on_attention`` may be called from several threads at once."""
+    if interval <= 0:
+        raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+    if workers < 1:
+        raise ValueError(f"workers must be ≥ 1, got {workers!r}")
+    executor = ThreadPoolExecutor(workers, thread_name_prefix="ao-observe") if workers > 1 else None
+    leadership = _Leadership(settings)
+    backoff = _Backoff(base=max(interval, 1.0))
+    poll = poll if poll is not None else PollSchedule(min_interval=max(interval, 30.0))
+    standing_by = False
+    try:
+        while not stop_event.is_set():
+            if not leadership.hold():
+                if not standing_by:
+                    log.info("another listener is active for catalog %s; standing by", settings.catalog)
+                    standing_by = True
+                stop_event.wait(max(interval, 1.0))
+                continue
+            standing_by = False
+            try:
+                moved = run_once(settings, on_attention=on_attention, poll=poll, backoff=backoff,
+                                 stop_event=stop_event, executor=executor)
+            except Exception as exc:  # catalog or database unreachable: keep trying
+                log.warning("listener pass failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, interval)
+                moved = 0
+            if not moved:
+                stop_event.wait(interval)
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True)
+        leadership.release()
+        log.info("listener stopped")
+
+
+def main(argv: list[str] | None = None, on_attention: OnAttention | None = None) -> int:
+    """Entry point of ``autooptimize listener`` and ``python -m scheduler.listener``; stops on SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(prog="autooptimize listener",
+                                     description="Keep partition stats current from new Iceberg snapshots.")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between passes when idle (default 1)")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                        help=f"tables observed at once (default {DEFAULT_WORKERS})")
+    parser.add_argument("--once", action="store_true", help="one pass over the changed tables, then exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    args = parser.parse_args(argv)
+    if args.interval <= 0:
+        parser.error(f"--interval must be > 0 seconds, got {args.interval}")
+    if args.workers < 1:
+        parser.error(f"--workers must be ≥ 1, got {args.workers}")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    from autooptimize.config import get_settings
+    from autooptimize.storage.db import check_schema
+
+    try:
+        settings = get_settings()
+        check_schema(settings)
+    except AutoOptimizeError as exc:
+        print(f"autooptimize listener: {exc}", file=sys.stderr)
+        return 2
+    if args.once:
+        run_once(settings, on_attention=on_attention)
+        return 0
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    run_listener(settings, stop, args.interval, on_attention, workers=args.workers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
