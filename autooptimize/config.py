@@ -7,18 +7,21 @@ Every field is read from an ``AO_*`` environment variable (``AO_DATABASE_URL`` â
 from __future__ import annotations
 
 import functools
+import math
 import re
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
 from autooptimize.errors import ConfigError
 
 MiB = 1024 * 1024
+DISPATCH_MODES = ("direct", "rpq")
+DEFAULT_PRIORITY_WEIGHTS = "high=6,normal=3,low=1"
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": MiB, "MB": MiB, "MIB": MiB,
           "G": 1024 * MiB, "GB": 1024 * MiB, "GIB": 1024 * MiB, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
@@ -71,6 +74,14 @@ class Settings(BaseSettings):
     commit_retries: int = Field(default=4, ge=0)
     action_timeout_seconds: int = Field(default=3600, gt=0)
 
+    # dispatch to the actors: "direct" sends each action to Celery at once; "rpq" keeps the backlog in the
+    # reliable priority queue and a dispatcher feeds the actors only while they have free slots
+    dispatch: str = "direct"
+    dispatch_slots: int = Field(default=4, ge=1)
+    dispatch_per_table: int = Field(default=1, ge=1)
+    lease_seconds: int = Field(default=300, ge=10)
+    priority_weights: str = DEFAULT_PRIORITY_WEIGHTS
+
     @field_validator("database_url")
     @classmethod
     def _postgres_only(cls, value: str) -> str:
@@ -120,6 +131,29 @@ class Settings(BaseSettings):
             raise ValueError("must be comma-separated lower-case names such as high,normal,low")
         return names
 
+    @field_validator("dispatch")
+    @classmethod
+    def _dispatch(cls, value: str) -> str:
+        if value not in DISPATCH_MODES:
+            raise ValueError(f"must be one of {', '.join(DISPATCH_MODES)} (got {value!r})")
+        return value
+
+    @field_validator("priority_weights")
+    @classmethod
+    def _weights(cls, value: str, info: ValidationInfo) -> str:
+        classes = info.data.get("priority_classes", ())
+        unknown = sorted(set(parse_weights(value)) - set(classes))
+        # the default names high/normal/low; other classes then weigh 1 rather than fail
+        if unknown and value != DEFAULT_PRIORITY_WEIGHTS:
+            raise ValueError(f"names {', '.join(unknown)}, not among AO_PRIORITY_CLASSES ({', '.join(classes)})")
+        return value
+
+    @property
+    def class_weights(self) -> dict[str, float]:
+        """Weight of every priority class (1 for a class AO_PRIORITY_WEIGHTS does not name)."""
+        named = parse_weights(self.priority_weights)
+        return {name: named.get(name, 1.0) for name in self.priority_classes}
+
     @property
     def home_dir(self) -> Path:
         return self.home.expanduser().resolve()
@@ -135,6 +169,27 @@ class Settings(BaseSettings):
     def redacted_database_url(self) -> str:
         """The database URL with any password masked, for messages and logs."""
         return redact_url(self.database_url)
+
+
+def parse_weights(value: str) -> dict[str, float]:
+    """Parse ``high=6,normal=3,low=1`` into class weights; ValueError says what is wrong and what is valid."""
+    weights: dict[str, float] = {}
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts:
+        raise ValueError("must name at least one class weight, like high=6,normal=3,low=1")
+    for part in parts:
+        name, sep, number = (x.strip() for x in part.partition("="))
+        try:
+            weight = float(number) if sep else math.nan
+        except ValueError:
+            weight = math.nan
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not (math.isfinite(weight) and weight > 0):
+            raise ValueError(f"{part!r} is not class=weight; use comma-separated entries like high=6,normal=3,low=1 "
+                             "with positive weights")
+        if name in weights:
+            raise ValueError(f"class {name!r} is given twice")
+        weights[name] = weight
+    return weights
 
 
 def redact_url(url: str) -> str:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from autooptimize.config import Settings, redact_url
 from autooptimize.errors import ServiceUnavailable
 from tasks.routing import actor_queue, task_priority
+
+if TYPE_CHECKING:
+    from scheduler.dispatcher import LeaseTicket
 
 MERGE_TASK = "autooptimize.merge"
 
@@ -35,4 +38,24 @@ def send_action(settings: Settings, action_id: str, *, priority_class: str, labe
         priority=task_priority(priority_class, settings.priority_classes),
         kwargsrepr=repr({"action_id": action_id, **label}),
         task_id=f"{action_id}",
+    )
+
+
+def send_leased_action(settings: Settings, ticket: LeaseTicket) -> None:
+    """Queue an action the dispatcher leased from the reliable priority queue.
+
+    The task gets ``action_id`` and ``lease`` (the ticket as JSON: the lease, its queue's namespace and
+    term) so the actor can extend, ack or nack it. A redelivery gets its own task id (``<id>.<n>``).
+    """
+    from tasks.app import app
+
+    item, deliveries = ticket.lease.item, ticket.lease.deliveries
+    app.send_task(
+        MERGE_TASK,
+        kwargs={"action_id": item.action_id, "lease": ticket.to_json()},
+        queue=actor_queue(item.priority_class),
+        priority=task_priority(item.priority_class, settings.priority_classes),
+        kwargsrepr=repr({"action_id": item.action_id, "table": item.table, "partition": item.partition or None,
+                         "kind": item.kind, "delivery": deliveries}),
+        task_id=item.action_id if deliveries == 1 else f"{item.action_id}.{deliveries}",
     )

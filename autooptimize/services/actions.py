@@ -142,6 +142,10 @@ def submit(
         action_id, priority_class = action.id, action.priority_class
     if dry_run:
         execute(settings, action_id, spark=None)
+    elif dispatch and settings.dispatch == "rpq":
+        from scheduler.dispatcher import enqueue_action
+
+        enqueue_action(settings, action_id, identifier, key, kind, priority_class)
     elif dispatch:
         from tasks.dispatch import send_action
 
