@@ -123,6 +123,38 @@ def cmd_up(args: argparse.Namespace) -> int:
     return run_service(_settings(), workers=args.workers, flower=not args.no_flower, beat=not args.no_beat)
 
 
+def cmd_listener(args: argparse.Namespace) -> int:
+    from autooptimize.services.decide import on_attention_handler
+    from scheduler.listener import main as listener_main
+
+    argv = ["--interval", str(args.interval), "--workers", str(args.workers)] + (["--once"] if args.once else [])
+    return listener_main(argv, on_attention=on_attention_handler(_settings()))
+
+
+def cmd_dispatcher(args: argparse.Namespace) -> int:
+    from scheduler.dispatcher import main as dispatcher_main
+
+    return int(dispatcher_main(["--rebuild-only"] if args.rebuild_only else []) or 0)
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    from autooptimize.iceberg.catalog import load_table
+    from autooptimize.iceberg.files import key_from_values, parse_partition
+    from autooptimize.services.observe import scan_table
+    from autooptimize.services.tracking import ensure_tracked
+
+    settings = _settings()
+    key = None
+    if args.partition:
+        key = key_from_values(parse_partition(load_table(settings, args.table), args.partition))
+    ensure_tracked(settings, args.table)
+    report = scan_table(settings, args.table, key, reason="requested")
+    import dataclasses
+
+    _print(dataclasses.asdict(report), args.json)
+    return 0
+
+
 def cmd_beat(args: argparse.Namespace) -> int:
     from tasks.app import app
 
@@ -227,6 +259,22 @@ def build_parser() -> argparse.ArgumentParser:
     upp.add_argument("--no-flower", action="store_true")
     upp.add_argument("--no-beat", action="store_true")
     upp.set_defaults(func=cmd_up)
+
+    ls = sub.add_parser("listener", help="watch tracked tables' snapshots and keep partition entropy current")
+    ls.add_argument("--interval", type=float, default=1.0)
+    ls.add_argument("--workers", type=int, default=4)
+    ls.add_argument("--once", action="store_true")
+    ls.set_defaults(func=cmd_listener)
+
+    dp = sub.add_parser("dispatcher", help="fair dispatch from the reliable priority queue (AO_DISPATCH=rpq)")
+    dp.add_argument("--rebuild-only", action="store_true", help="re-enqueue pending actions from PostgreSQL, exit")
+    dp.set_defaults(func=cmd_dispatcher)
+
+    sc = sub.add_parser("scan", help="recompute a table's (or a partition's) entropy exactly")
+    sc.add_argument("table")
+    sc.add_argument("--partition")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=cmd_scan)
 
     bt = sub.add_parser("beat", help="run the periodic scheduler (Celery beat)")
     bt.add_argument("--loglevel", default="INFO")

@@ -88,25 +88,76 @@ def create_demo_table(settings: Settings, files: int, partitions: int, seed: int
     return table
 
 
-def _ensure_worker(settings: Settings) -> subprocess.Popen[bytes] | None:
-    """Start a worker for the demo when none answers; returns it so the demo can stop it."""
-    from tasks.app import app
-
-    if app.control.ping(timeout=1.0):
-        return None
+def _spawn(settings: Settings, name: str, *args: str) -> subprocess.Popen[bytes]:
     logs = settings.home_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    out = open(logs / "demo-worker.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "autooptimize.cli", "worker", "--name", "demo@%h"],
-                            stdout=out, stderr=subprocess.STDOUT)
+    out = open(logs / f"demo-{name}.log", "ab")
+    return subprocess.Popen([sys.executable, "-m", "autooptimize.cli", *args], stdout=out, stderr=subprocess.STDOUT)
+
+
+def _ensure_service(settings: Settings) -> list[subprocess.Popen[bytes]]:
+    """Start a worker when none answers, and a listener (a second one waits on standby if the
+    service already runs one). Returns what the demo started, so it can stop it."""
+    from tasks.app import app
+
+    started = [_spawn(settings, "listener", "listener")]
+    if app.control.ping(timeout=1.0):
+        return started
+    worker = _spawn(settings, "worker", "worker", "--name", "demo@%h")
+    started.append(worker)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the demo worker exited with {proc.returncode}; see {logs / 'demo-worker.log'}")
+        if worker.poll() is not None:
+            _stop(started)
+            raise RuntimeError(f"the demo worker exited with {worker.returncode}; see {settings.home_dir}/logs")
         if app.control.ping(timeout=1.0):
-            return proc
-    proc.terminate()
+            return started
+    _stop(started)
     raise RuntimeError("the demo worker did not answer within 60 s")
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wait_until_optimized(settings: Settings, since: dt.datetime, timeout: float, say: Any) -> list[dict[str, Any]]:
+    """Wait until the listener has seen the latest snapshot and nothing it submitted is pending (for
+    three polls in a row: a merge's own commit is observed too, and may be judged again)."""
+    from autooptimize.iceberg.catalog import load_table
+    from autooptimize.services.actions import outcome_of
+    from autooptimize.services.observe import observed_state
+    from autooptimize.storage.db import session_scope
+    from autooptimize.storage.repositories import recent_actions, tracked_table
+
+    deadline = time.monotonic() + timeout
+    last = ""
+    stable = 0
+    while time.monotonic() < deadline:
+        with session_scope(settings) as session:
+            row = tracked_table(session, settings.catalog, DEMO_TABLE)
+            assert row is not None
+            acts = [outcome_of(a, DEMO_TABLE) for a in recent_actions(session, row.id, 500)]
+        acts = [a for a in acts if a["trigger"] == "event" and dt.datetime.fromisoformat(a["created_at"]) >= since]
+        pending = [a for a in acts if a["state"] in ("queued", "running")]
+        current = load_table(settings, DEMO_TABLE).current_snapshot()
+        caught_up = observed_state(settings, DEMO_TABLE)["snapshot_id"] == (current.snapshot_id if current else None)
+        done = sum(1 for a in acts if a["state"] == "succeeded")
+        line = f"  listener: {len(acts)} action(s) submitted, {done} merged, {len(pending)} pending" \
+               f"{'' if caught_up else ', catching up with the commits'}"
+        if line != last:
+            say(line)
+            last = line
+        stable = stable + 1 if acts and not pending and caught_up else 0
+        if stable >= 3:
+            return acts
+        time.sleep(1.0)
+    raise RuntimeError(f"the table was not optimized within {timeout:.0f} s; see {settings.home_dir}/logs")
 
 
 def _files(table: Any) -> int:
@@ -133,19 +184,15 @@ def run_demo(settings: Settings, *, files: int = 240, partitions: int = 4, targe
     if settings.spark_remote == "local":
         say("starting (or reusing) the local Spark Connect server …")
         ensure_local_server(settings)
-    worker = _ensure_worker(settings)
+    say("no ad-hoc requests: the listener notices the commits, decides, and the actors merge …")
+    t0 = time.monotonic()
+    since = dt.datetime.now(dt.UTC)
+    spawned = _ensure_service(settings)
     try:
-        say("submitting one merge per partition through Celery …")
-        t0 = time.monotonic()
-        status = api.status(DEMO_TABLE, settings=settings)
-        handles = [api.optimize(DEMO_TABLE, partition=p["partition"], settings=settings)
-                   for p in status["partitions"] if p["needs_attention"]]
-        results = [h.wait(timeout=900) for h in handles]
+        results = _wait_until_optimized(settings, since, 900, say)
         seconds = time.monotonic() - t0
     finally:
-        if worker is not None:
-            worker.terminate()
-            worker.wait(timeout=60)
+        _stop(spawned)
     checksum = table_checksum(table)
     after: dict[str, Any] = {"files": _files(table), "checksum": checksum, "rows": int(checksum.split(":")[0])}
     for r in results:

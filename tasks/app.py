@@ -11,7 +11,7 @@ from tasks.routing import CONTROL_QUEUE, queues
 
 def make_app() -> Celery:
     settings = get_settings()
-    app = Celery("autooptimize", broker=settings.redis_url, include=["tasks.actions"])
+    app = Celery("autooptimize", broker=settings.redis_url, include=["tasks.actions", "tasks.control"])
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -34,6 +34,11 @@ def make_app() -> Celery:
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
         enable_utc=True,
+        beat_schedule={
+            # Recover partitions whose hand-off from the listener was lost (e.g. Redis restarted).
+            "attention-sweep": {"task": "autooptimize.sweep", "schedule": 300.0,
+                                "options": {"queue": CONTROL_QUEUE, "expires": 290}},
+        },
     )
     return app
 

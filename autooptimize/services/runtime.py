@@ -77,6 +77,9 @@ def run_service(settings: Settings, *, workers: int = 1, flower: bool = True, be
 
     for i in range(workers):
         spawn(f"worker-{i}", _celery(*worker_argv(settings, name=f"actor{i}@%h")))
+    spawn("listener", [sys.executable, "-m", "autooptimize.cli", "listener"])
+    if settings.dispatch == "rpq":
+        spawn("dispatcher", [sys.executable, "-m", "autooptimize.cli", "dispatcher"])
     if beat:
         spawn("beat", _celery("beat", "-s", str(settings.home_dir / "celerybeat-schedule"), "--loglevel", "INFO"))
     if flower:
