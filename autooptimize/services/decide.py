@@ -12,14 +12,14 @@ from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError
 from autooptimize.services import actions
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import PartitionStats, TrackedTable, Trigger
+from autooptimize.storage.models import Action, ActionState, PartitionStats, TrackedTable, Trigger
 
 log = logging.getLogger(__name__)
 _SEPARATORS = (",", "/", "=")
 
 
 def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partition_key: str,
-                         trigger: Trigger = Trigger.EVENT) -> str | None:
+                         trigger: Trigger = Trigger.EVENT, *, dispatch: bool = True) -> str | None:
     """Submit a merge for one observed partition; returns the action id, or None when not applicable."""
     with session_scope(settings) as session:
         tracked = session.get(TrackedTable, table_id)
@@ -30,6 +30,13 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
             return None
         identifier = tracked.identifier
         values = dict(stats.partition_values) if stats is not None else {}
+        last = session.scalars(select(Action).where(
+            Action.table_id == table_id, Action.spec_id == spec_id, Action.partition_key == partition_key,
+            Action.kind == "merge").order_by(Action.created_at.desc()).limit(1)).one_or_none()
+        if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
+                and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at):
+            # Judged already and the partition has not changed since: asking again would change nothing.
+            return None
     if partition_key and not values:
         log.warning("%s: no stored values for partition %s; skipping", identifier, partition_key)
         return None
@@ -37,7 +44,7 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         log.warning("%s: partition %s has separator characters in its values; skipping", identifier, partition_key)
         return None
     expression = ",".join(f"{k}={v}" for k, v in values.items()) or None
-    return actions.submit(settings, identifier, partition=expression, trigger=trigger)
+    return actions.submit(settings, identifier, partition=expression, trigger=trigger, dispatch=dispatch)
 
 
 def on_attention_handler(settings: Settings) -> Callable[[int, int, str], None]:
