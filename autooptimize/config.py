@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     # token of a Spark Connect server this service does not start (e.g. `autooptimize spark serve`)
     spark_token: SecretStr | None = None
 
+    # tracking: fnmatch patterns of identifiers tracked automatically with default tuning
+    auto_track: str = ""
+    # beat's safety sweep: a table the listener has not observed for this long gets a scan
+    rescan_after_seconds: int = Field(default=86400, ge=60)
+
     # Celery worker
     worker_concurrency: int = Field(default=1, ge=1)
     priority_classes: Annotated[tuple[str, ...], NoDecode] = ("high", "normal", "low")
@@ -115,6 +120,18 @@ class Settings(BaseSettings):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", value):
             raise ValueError("must be a catalog name of letters, digits, '_' or '-'")
         return value
+
+    @field_validator("auto_track")
+    @classmethod
+    def _patterns(cls, value: str) -> str:
+        for pattern in (p.strip() for p in value.split(",") if p.strip()):
+            if not re.fullmatch(r"[A-Za-z0-9_\-*?\[\]]+(\.[A-Za-z0-9_\-*?\[\]]+)+", pattern):
+                raise ValueError(f"pattern {pattern!r} is not namespace.table with * or ? wildcards, e.g. analytics.*")
+        return value
+
+    @property
+    def auto_track_patterns(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.auto_track.split(",") if p.strip())
 
     @field_validator("default_target_file_size", mode="before")
     @classmethod

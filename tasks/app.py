@@ -38,6 +38,10 @@ def make_app() -> Celery:
             # Recover partitions whose hand-off from the listener was lost (e.g. Redis restarted).
             "attention-sweep": {"task": "autooptimize.sweep", "schedule": 300.0,
                                 "options": {"queue": CONTROL_QUEUE, "expires": 290}},
+            "auto-track": {"task": "autooptimize.auto_track", "schedule": 60.0,
+                           "options": {"queue": CONTROL_QUEUE, "expires": 55}},
+            "rescan-stale": {"task": "autooptimize.rescan_stale", "schedule": 600.0,
+                             "options": {"queue": CONTROL_QUEUE, "expires": 590}},
         },
     )
     return app

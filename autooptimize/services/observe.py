@@ -595,3 +595,24 @@ def changed_tables(settings: Settings, *, poll: PollSchedule | None = None, forc
         names = [r.identifier for r in tracked_tables(session, settings.catalog)]
     schedule = poll if poll is not None else _default_polls.setdefault(settings.catalog, PollSchedule())
     return schedule.due(names)
+
+
+def stale_tables(settings: Settings) -> list[str]:
+    """Tracked, enabled tables the listener has never observed or not within AO_RESCAN_AFTER_SECONDS."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import or_, select
+
+    from autooptimize.storage.models import TrackedTable
+    from autooptimize.storage.observe_models import TableCursor
+
+    cutoff = datetime.now(UTC) - timedelta(seconds=settings.rescan_after_seconds)
+    with session_scope(settings) as session:
+        rows = session.execute(
+            select(TrackedTable.identifier)
+            .outerjoin(TableCursor, TableCursor.table_id == TrackedTable.id)
+            .where(TrackedTable.catalog == settings.catalog, TrackedTable.enabled.is_(True))
+            .where(or_(TableCursor.observed_at.is_(None), TableCursor.observed_at < cutoff))
+            .order_by(TrackedTable.identifier)
+        ).scalars()
+        return list(rows)

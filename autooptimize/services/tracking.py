@@ -155,3 +155,34 @@ def ensure_tracked(settings: Settings, identifier: str) -> int:
         if row is not None:
             return row.id
     return int(track(settings, identifier)["id"])
+
+
+def auto_track(settings: Settings) -> list[str]:
+    """Track, with default tuning, every catalog table matching AO_AUTO_TRACK that is not tracked yet.
+
+    Opt-in: with no patterns nothing is listed. Returns the identifiers newly tracked.
+    """
+    import fnmatch
+
+    from autooptimize.iceberg.catalog import get_catalog
+    from autooptimize.storage.repositories import tracked_tables
+
+    patterns = settings.auto_track_patterns
+    if not patterns:
+        return []
+    catalog = get_catalog(settings)
+    with session_scope(settings) as session:
+        known = {row.identifier for row in tracked_tables(session, settings.catalog)}
+    added = []
+    for namespace in catalog.list_namespaces():
+        for ident in catalog.list_tables(namespace):
+            name = ".".join(ident)
+            if name in known or not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+                continue
+            track(settings, name)
+            with session_scope(settings) as session:
+                row = tracked_table(session, settings.catalog, name)
+                audit(session, "table.auto_tracked", table_id=row.id if row else None, identifier=name,
+                      patterns=list(patterns))
+            added.append(name)
+    return added

@@ -31,3 +31,37 @@ def test_a_judged_partition_is_not_resubmitted_until_it_changes(settings, catalo
     scan_table(settings, ident)
     again = submit_for_partition(settings, table_id, 0, "day=2026-01-01", dispatch=False)
     assert again is not None and again != first
+
+
+def test_auto_tracking_by_namespace_pattern_is_opt_in(settings, catalog):
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+    from autooptimize.services.tracking import auto_track
+    from tests.integration.tables import SCHEMA, SPEC
+
+    try:
+        catalog.create_namespace("autotrack")
+    except NamespaceAlreadyExistsError:
+        pass
+    catalog.create_table("autotrack.clicks", schema=SCHEMA, partition_spec=SPEC)
+    catalog.create_table("autotrack.views_tmp", schema=SCHEMA, partition_spec=SPEC)
+    assert auto_track(settings) == []  # no patterns: nothing is tracked
+    opted_in = settings.model_copy(update={"auto_track": "autotrack.c*"})
+    assert auto_track(opted_in) == ["autotrack.clicks"]
+    assert auto_track(opted_in) == []  # idempotent
+    with session_scope(settings) as s:
+        row = tracked_table(s, settings.catalog, "autotrack.clicks")
+        assert row is not None and row.target_file_size == settings.default_target_file_size
+        assert tracked_table(s, settings.catalog, "autotrack.views_tmp") is None
+
+
+def test_tables_not_observed_recently_are_stale(settings, catalog):
+    from autooptimize.services.observe import stale_tables
+
+    table = make_table(catalog, {DAY1: 2})
+    ident = identifier(table)
+    tracking.track(settings, ident)
+    assert ident in stale_tables(settings)  # never observed
+    scan_table(settings, ident)
+    assert ident not in stale_tables(settings)
+    assert ident in stale_tables(settings.model_copy(update={"rescan_after_seconds": -1}))
