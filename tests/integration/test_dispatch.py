@@ -131,6 +131,8 @@ def _drained(queue, redis_url: str) -> bool:
 
 def test_submitted_action_is_dispatched_run_by_a_worker_and_acked(settings, spark, catalog, worker, rpq):
     variant, ns = rpq
+    # a lease long enough that a slow first start (a loaded CI machine) cannot expire it: one delivery
+    variant = variant.model_copy(update={"lease_seconds": 120})
     table, ident = _track(settings, catalog, {DAY1: 4, DAY2: 2})
     action_id = actions.submit(variant, ident, partition="day=2026-01-01")
     queue = build_queue(variant, ns)
