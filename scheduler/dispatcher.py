@@ -20,23 +20,23 @@ import argparse
 import functools
 import json
 import logging
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType, TracebackType
+from types import TracebackType
 
 import redis
 from sqlalchemy import select
 
 from autooptimize.config import Settings
 from autooptimize.domain.fairness import FairScheduler, PriorityClass
-from autooptimize.errors import AutoOptimizeError, InvalidArgument, ServiceUnavailable
+from autooptimize.errors import InvalidArgument, ServiceUnavailable
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
 from autooptimize.storage.repositories import tracked_tables
+from scheduler import service_settings, stop_on_signals
 from scheduler.rpq import Dispatcher, Lease, QueueItem, ReliablePriorityQueue
 
 __all__ = [
@@ -286,34 +286,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rebuild_seconds <= 0:
         parser.error(f"--rebuild-seconds must be > 0, got {args.rebuild_seconds}")
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    from autooptimize.config import get_settings
-    from autooptimize.storage.db import check_schema
-
-    try:
-        settings = get_settings()
-        check_schema(settings)
-        if args.rebuild_only and settings.dispatch == "rpq":
-            print(rebuild_from_postgres(settings))
-            return 0
-    except AutoOptimizeError as exc:
-        print(f"autooptimize dispatcher: {exc}", file=sys.stderr)
+    settings = service_settings("autooptimize dispatcher", args.verbose)
+    if settings is None:
         return 2
+    if args.rebuild_only and settings.dispatch == "rpq":
+        print(rebuild_from_postgres(settings))
+        return 0
     if settings.dispatch != "rpq":
         # submissions already go straight to Celery: rebuilding would send every pending action twice
         print(f"autooptimize dispatcher: AO_DISPATCH is {settings.dispatch!r}; set AO_DISPATCH=rpq to use it",
               file=sys.stderr)
         return 2
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop = stop_on_signals(log)
     run_dispatcher(settings, stop, rebuild_seconds=args.rebuild_seconds)
     return 0
 

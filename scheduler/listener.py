@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import FrameType
 
 from sqlalchemy import Connection, text
 
@@ -32,6 +30,7 @@ from autooptimize.services.observe import (
     record_observe_error,
 )
 from autooptimize.storage.db import get_engine
+from scheduler import service_settings, stop_on_signals
 
 log = logging.getLogger("autooptimize.listener")
 
@@ -205,29 +204,13 @@ def main(argv: list[str] | None = None, on_attention: OnAttention | None = None)
         parser.error(f"--interval must be > 0 seconds, got {args.interval}")
     if args.workers < 1:
         parser.error(f"--workers must be ≥ 1, got {args.workers}")
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    from autooptimize.config import get_settings
-    from autooptimize.storage.db import check_schema
-
-    try:
-        settings = get_settings()
-        check_schema(settings)
-    except AutoOptimizeError as exc:
-        print(f"autooptimize listener: {exc}", file=sys.stderr)
+    settings = service_settings("autooptimize listener", args.verbose)
+    if settings is None:
         return 2
     if args.once:
         run_once(settings, on_attention=on_attention)
         return 0
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop = stop_on_signals(log)
     run_listener(settings, stop, args.interval, on_attention, workers=args.workers)
     return 0
 

@@ -109,9 +109,13 @@ def output_sizes(bytes_in: int, target: int) -> tuple[int, ...]:
 
     The sizes sum to ``bytes_in``; larger files come first.
     """
-    m = expected_outputs(bytes_in, target)
-    q, r = divmod(bytes_in, m)
-    return (q + 1,) * r + (q,) * (m - r)
+    return split_evenly(bytes_in, expected_outputs(bytes_in, target))
+
+
+def split_evenly(total: int, parts: int) -> tuple[int, ...]:
+    """``parts`` sizes that differ by at most one and sum to ``total``; larger ones first."""
+    q, r = divmod(total, parts)
+    return (q + 1,) * r + (q,) * (parts - r)
 
 
 def _output_sse(bytes_in: int, target: int) -> tuple[int, int]:
@@ -150,8 +154,7 @@ class RewriteGroup:
 
     def output_sizes(self) -> tuple[int, ...]:
         """The ``files_out`` sizes the output model assumes; they sum to :attr:`bytes_in`."""
-        q, r = divmod(self.bytes_in, self.files_out)
-        return (q + 1,) * r + (q,) * (self.files_out - r)
+        return split_evenly(self.bytes_in, self.files_out)
 
 
 @dataclass(frozen=True, slots=True)
