@@ -66,3 +66,10 @@ def status(table: str | None = None, *, settings: Settings | None = None) -> Any
     """A table's partitions ranked by File Size Entropy, or one line per tracked table."""
     settings = settings or get_settings()
     return _status.table_status(settings, table) if table else _status.all_status(settings)
+
+
+def queues(*, settings: Settings | None = None) -> dict[str, Any]:
+    """The dispatch backlog per priority class and table, its trend, and a recommendation to add actors."""
+    from scheduler.orient import queue_status
+
+    return queue_status(settings or get_settings())

@@ -87,6 +87,22 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from autooptimize.api import status
 
+    if args.queues:
+        from autooptimize.api import queues
+
+        backlog = queues(settings=_settings())
+        if args.json:
+            print(json.dumps(backlog, default=str))
+            return 0
+        print(f"dispatch={backlog['dispatch']} slots={backlog['slots']} in flight={backlog['in_flight']} "
+              f"queued={backlog['queued']}")
+        for cls, entry in backlog["classes"].items():
+            tables = ", ".join(f"{t}={n}" for t, n in entry["tables"].items()) or "-"
+            print(f"  {cls:10} {entry['queued']:>6}  {tables}")
+        if backlog["recommendation"]:
+            print(f"recommendation: {backlog['recommendation']}")
+        return 0
+
     result = status(args.table, settings=_settings())
     if args.json:
         print(json.dumps(result, default=str))
@@ -244,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", help="partitions ranked by file-size entropy")
     st.add_argument("table", nargs="?")
+    st.add_argument("--queues", action="store_true", help="the dispatch backlog per class and table")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_status)
 
