@@ -129,7 +129,7 @@ def submit(
             partition_values=values,
             kind=kind,
             trigger=trigger.value,
-            priority_class=priority or tracked.priority_class,
+            priority_class=priority or default_priority(settings, tracked.priority_class, trigger),
             state=ActionState.QUEUED.value,
             options={"target_file_size": target, "dry_run": dry_run},
             attempts=0,
@@ -152,6 +152,15 @@ def submit(
         send_action(settings, action_id, priority_class=priority_class,
                     label={"table": identifier, "partition": key, "kind": kind})
     return action_id
+
+
+def default_priority(settings: Settings, table_class: str, trigger: Trigger) -> str:
+    """The table's class; an ad-hoc request goes one class higher (someone is waiting for it)."""
+    classes = settings.priority_classes
+    if table_class not in classes:
+        return classes[0]
+    rank = classes.index(table_class)
+    return classes[max(0, rank - 1)] if trigger == Trigger.AD_HOC else table_class
 
 
 @contextmanager

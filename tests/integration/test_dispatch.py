@@ -136,7 +136,8 @@ def test_submitted_action_is_dispatched_run_by_a_worker_and_acked(settings, spar
     table, ident = _track(settings, catalog, {DAY1: 4, DAY2: 2})
     action_id = actions.submit(variant, ident, partition="day=2026-01-01")
     queue = build_queue(variant, ns)
-    assert queue.backlog() == {"normal": {ident: 1}}  # recorded and queued, not sent to Celery
+    # recorded and queued (ad-hoc: one class above the table's "normal"), not sent to Celery
+    assert queue.backlog() == {"high": {ident: 1}}
 
     with DispatcherThread(variant, ns) as dispatcher:
         out = actions.wait(settings, action_id, timeout=120)
@@ -200,7 +201,7 @@ def _expect(lines: queue_module.Queue, prefix: str, timeout: float, proc: subpro
 def test_item_of_a_killed_consumer_is_redelivered_and_committed_once(settings, spark, catalog, worker, rpq):
     variant, ns = rpq
     table, ident = _track(settings, catalog, {DAY1: 4})
-    action_id = actions.submit(variant, ident, partition="day=2026-01-01")
+    action_id = actions.submit(variant, ident, partition="day=2026-01-01", priority="normal")
     queue = build_queue(variant, ns)
 
     consumer = subprocess.Popen([sys.executable, "-c", CONSUMER, ns, ident], stdout=subprocess.PIPE,
