@@ -79,6 +79,14 @@ def worker(settings, spark) -> Iterator[str]:
 def rpq(settings, monkeypatch) -> Iterator[tuple[object, str]]:
     """Settings with AO_DISPATCH=rpq and a short lease, and a namespace of this test's own."""
     ns = f"test:dispatch:{uuid.uuid4().hex[:8]}"
+    # Rebuild re-enqueues every pending action in PostgreSQL: close those other tests left pending.
+    from sqlalchemy import text
+
+    from autooptimize.storage.db import session_scope
+
+    with session_scope(settings) as session:
+        session.execute(text("UPDATE ao_actions SET state = 'failed', reason = 'test_isolation' "
+                             "WHERE state IN ('queued', 'running')"))
     monkeypatch.setattr(dispatcher_module, "NAMESPACE", ns)  # where submit() enqueues
     variant = settings.model_copy(update={"dispatch": "rpq", "lease_seconds": LEASE_SECONDS})
     yield variant, ns
@@ -145,8 +153,7 @@ def test_submitted_action_is_dispatched_run_by_a_worker_and_acked(settings, spar
 
     assert out["state"] == "succeeded", out
     assert (out["files_in"], out["files_out"]) == (4, 1)
-    assert [lease.item.action_id for _, lease in dispatcher.sent] == [action_id]
-    assert dispatcher.sent[0][1].deliveries == 1
+    assert [lease.deliveries for _, lease in dispatcher.sent if lease.item.action_id == action_id] == [1]
     assert _commits_of(table, action_id) == [out["snapshot_id"]]
 
 
