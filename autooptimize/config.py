@@ -81,8 +81,8 @@ class Settings(BaseSettings):
 
     # dispatch to the actors: "direct" sends each action to Celery at once; "rpq" keeps the backlog in the
     # reliable priority queue and a dispatcher feeds the actors only while they have free slots
-    dispatch: str = "direct"
-    dispatch_slots: int = Field(default=4, ge=1)
+    dispatch: str = "rpq"
+    dispatch_slots: int = Field(default=2, ge=1)
     dispatch_per_table: int = Field(default=1, ge=1)
     lease_seconds: int = Field(default=300, ge=10)
     priority_weights: str = DEFAULT_PRIORITY_WEIGHTS

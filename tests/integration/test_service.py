@@ -100,7 +100,8 @@ def test_up_runs_worker_and_authenticated_flower_then_stops_cleanly(settings, sp
         assert identifier(table) in tasks[handle.id]["kwargs"]
 
         children = _children_of(proc.pid)
-        assert len(children) == 4  # worker, listener, beat, flower
+        # worker, listener, beat, flower, and the fair dispatcher when actions go through the RPQ
+        assert len(children) == 4 + (settings.dispatch == "rpq")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
