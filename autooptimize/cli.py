@@ -139,6 +139,21 @@ def cmd_up(args: argparse.Namespace) -> int:
     return run_service(_settings(), workers=args.workers, flower=not args.no_flower, beat=not args.no_beat)
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from autooptimize.services.explain import explain
+
+    result = explain(_settings(), args.table, args.partition, args.target_size)
+    if args.json:
+        print(json.dumps(result, default=str))
+        return 0
+    print(f"{result['table']} at snapshot {result['snapshot_id']} (target {result['target_file_size']} bytes)")
+    for p in result["partitions"]:
+        print(f"  {p['partition'] or '(unpartitioned)':40} {p['action']:6} {p['reason']:18} "
+              f"files {p['files_replaced']} → {p['files_out']}, {p['bytes_rewritten']} bytes, "
+              f"rmse {int(p['mse_before'] ** 0.5)} → {int(p['mse_after'] ** 0.5)}")
+    return 0
+
+
 def cmd_listener(args: argparse.Namespace) -> int:
     from autooptimize.services.decide import on_attention_handler
     from scheduler.listener import main as listener_main
@@ -276,6 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
     upp.add_argument("--no-flower", action="store_true")
     upp.add_argument("--no-beat", action="store_true")
     upp.set_defaults(func=cmd_up)
+
+    ex = sub.add_parser("explain", help="what optimize would do to each partition, and why; changes nothing")
+    ex.add_argument("table")
+    ex.add_argument("--partition")
+    ex.add_argument("--target-size")
+    ex.add_argument("--json", action="store_true")
+    ex.set_defaults(func=cmd_explain)
 
     ls = sub.add_parser("listener", help="watch tracked tables' snapshots and keep partition entropy current")
     ls.add_argument("--interval", type=float, default=1.0)

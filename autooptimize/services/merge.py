@@ -153,6 +153,32 @@ def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
     return None
 
 
+def plan_partitions(
+    table: Table, partitions: list[PartitionFiles], request: MergeRequest
+) -> tuple[list[tuple[PartitionFiles, Plan]], dict[str, str]]:
+    """The merge plan of each partition, and a reason for each partition left alone.
+
+    Pure planning on the current snapshot's metadata: ``explain`` and the action call this same
+    function, so an explained plan is what the action executes while the table is unchanged.
+    """
+    plans: list[tuple[PartitionFiles, Plan]] = []
+    skipped: dict[str, str] = {}
+    for pf in partitions:
+        problem = refusal(table, pf)
+        if problem is not None:
+            skipped[pf.key] = problem.reason
+            continue
+        plan = plan_bin_pack(
+            _plan_files(pf), request.target_file_size, request.tolerance,
+            min_input_files=request.min_input_files, max_bytes=request.max_bytes,
+        )
+        if plan.is_empty:
+            skipped[pf.key] = "below_threshold" if plan.mse_before < request.tolerance**2 else "nothing_to_merge"
+            continue
+        plans.append((pf, plan))
+    return plans, skipped
+
+
 def run_merge(
     settings: Settings,
     request: MergeRequest,
@@ -181,23 +207,11 @@ def run_merge(
         outcome.reason = "no_live_files"
         return outcome
 
-    plans: list[tuple[PartitionFiles, Plan]] = []
-    skipped: dict[str, str] = {}
-    for pf in partitions:
-        problem = refusal(table, pf)
+    plans, skipped = plan_partitions(table, partitions, request)
+    if request.partition_key is not None and skipped:
+        problem = refusal(table, partitions[0])
         if problem is not None:
-            if request.partition_key is not None:
-                raise problem
-            skipped[pf.key] = problem.reason
-            continue
-        plan = plan_bin_pack(
-            _plan_files(pf), request.target_file_size, request.tolerance,
-            min_input_files=request.min_input_files, max_bytes=request.max_bytes,
-        )
-        if plan.is_empty:
-            skipped[pf.key] = "below_threshold" if plan.mse_before < request.tolerance**2 else "nothing_to_merge"
-            continue
-        plans.append((pf, plan))
+            raise problem
 
     stats_before = [EntropyStats.from_sizes([f.size for f in pf.data_files], request.target_file_size)
                     for pf in partitions]

@@ -317,3 +317,36 @@ def test_retries_exhausted_after_a_crash_cleans_up(settings, spark, catalog):
     assert out["state"] == "failed" and out["reason"] == "retries_exhausted"
     assert not action_outputs(table)
     assert len(live_files(table)) == 4
+
+
+def test_explain_is_what_optimize_then_does(settings, spark, catalog):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    table = make_table(catalog, {DAY1: 7, DAY2: 1})
+    ident = identifier(table)
+    tracking.track(settings, ident, target_file_size="1MiB")
+    snapshot = table.refresh().current_snapshot().snapshot_id
+    result = subprocess.run([sys.executable, "-m", "autooptimize.cli", "explain", ident, "--json"],
+                            capture_output=True, text=True, env=os.environ, timeout=120)
+    assert result.returncode == 0, result.stderr
+    explained = {p["partition"]: p for p in json.loads(result.stdout)["partitions"]}
+    assert explained["day=2026-01-02"]["action"] == "none"
+    plan = explained["day=2026-01-01"]
+    assert plan["action"] == "merge" and plan["files_replaced"] == 7
+    assert {"partition", "action", "reason", "groups", "bytes_rewritten", "files_replaced", "mse_before",
+            "mse_after"} <= set(plan)
+    assert table.refresh().current_snapshot().snapshot_id == snapshot  # explain changed nothing
+
+    out = actions.execute(settings, actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False),
+                          spark=spark)
+    assert out["state"] == "succeeded"
+    executed = actions.get_outcome(settings, out["id"])
+    with session_scope(settings) as s:
+        from autooptimize.storage.repositories import get_action
+
+        groups = get_action(s, out["id"]).checkpoint["groups"]
+    assert [sorted(g["inputs"]) for g in groups] == [sorted(g["files"]) for g in plan["groups"]]
+    assert executed["files_out"] == sum(g["files_out"] for g in plan["groups"])

@@ -1,0 +1,53 @@
+"""Explain: what optimize would do to each partition now, and why, without changing anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autooptimize.config import Settings
+from autooptimize.domain.entropy import EntropyStats
+from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.files import key_from_values, parse_partition
+from autooptimize.services.merge import MergeRequest, plan_partitions, plan_to_dict, select_partitions
+from autooptimize.services.tracking import size_arg, tuning_of
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.repositories import tracked_table
+
+
+def explain(settings: Settings, identifier: str, partition: str | None = None,
+            target_file_size: Any = None) -> dict[str, Any]:
+    """Per partition: the chosen action (``merge`` or ``none``), the reason, the groups (input file
+    paths, bytes in, files out), bytes rewritten, files replaced, and MSE before and after."""
+    table = load_table(settings, identifier)
+    key = key_from_values(parse_partition(table, partition)) if partition is not None else None
+    with session_scope(settings) as session:
+        row = tracked_table(session, settings.catalog, identifier)
+        tuning = tuning_of(row) if row is not None else None
+    target = (size_arg("target_file_size", target_file_size) if target_file_size is not None
+              else tuning.target_file_size if tuning else settings.default_target_file_size)
+    tolerance = min(tuning.tolerance if tuning else settings.tolerance_default, target)
+    request = MergeRequest(
+        action_id="explain", identifier=identifier, spec_id=table.spec().spec_id if key is not None else None,
+        partition_key=key, target_file_size=target, tolerance=tolerance,
+        min_input_files=tuning.min_input_files if tuning else 2,
+        max_bytes=tuning.max_bytes_per_action if tuning else None, checkpoint=None, dry_run=True,
+    )
+    partitions = select_partitions(table, request.spec_id, key)
+    plans, skipped = plan_partitions(table, partitions, request)
+    planned = {pf.key: plan_to_dict(pf, plan) for pf, plan in plans}
+    rows = []
+    for pf in partitions:
+        if pf.key in planned:
+            p = planned[pf.key]
+            rows.append({"partition": pf.key, "action": "merge", "reason": "above_threshold",
+                         "groups": p["groups"], "bytes_rewritten": p["bytes_rewritten"],
+                         "files_replaced": p["files_in"], "files_out": p["files_out"],
+                         "mse_before": p["mse_before"], "mse_after": p["mse_after"]})
+        else:
+            mse = EntropyStats.from_sizes([f.size for f in pf.data_files], target).mse
+            rows.append({"partition": pf.key, "action": "none", "reason": skipped.get(pf.key, "nothing_to_merge"),
+                         "groups": [], "bytes_rewritten": 0, "files_replaced": 0, "files_out": 0,
+                         "mse_before": mse, "mse_after": mse})
+    snapshot = table.current_snapshot()
+    return {"table": identifier, "snapshot_id": snapshot.snapshot_id if snapshot else None,
+            "target_file_size": target, "tolerance": tolerance, "partitions": rows}
