@@ -154,6 +154,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_whatif(args: argparse.Namespace) -> int:
+    from autooptimize.services.explain import whatif
+
+    targets = [t.strip() for t in args.target_size.split(",") if t.strip()]
+    tolerances = [t.strip() for t in args.tolerance.split(",") if t.strip()] if args.tolerance else None
+    rows = whatif(_settings(), args.table, targets, tolerances)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{'target':>12} {'tolerance':>12} {'files':>14} {'replaced':>9} {'bytes rewritten':>16} {'rmse after':>12}")
+    for r in rows:
+        print(f"{r['target_file_size']:>12} {r['tolerance']:>12} {r['files_before']:>6} → {r['files_after']:<5} "
+              f"{r['files_replaced']:>9} {r['bytes_rewritten']:>16} {int(r['mse_after'] ** 0.5):>12}")
+    return 0
+
+
 def cmd_listener(args: argparse.Namespace) -> int:
     from autooptimize.services.decide import on_attention_handler
     from scheduler.listener import main as listener_main
@@ -298,6 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--target-size")
     ex.add_argument("--json", action="store_true")
     ex.set_defaults(func=cmd_explain)
+
+    wi = sub.add_parser("whatif", help="simulate target sizes and tolerances on the table's current files")
+    wi.add_argument("table")
+    wi.add_argument("--target-size", required=True, help="comma-separated sizes, e.g. 64MiB,128MiB,256MiB")
+    wi.add_argument("--tolerance", help="comma-separated tolerances (default: a quarter of each target)")
+    wi.add_argument("--json", action="store_true")
+    wi.set_defaults(func=cmd_whatif)
 
     ls = sub.add_parser("listener", help="watch tracked tables' snapshots and keep partition entropy current")
     ls.add_argument("--interval", type=float, default=1.0)

@@ -13,6 +13,7 @@ from autooptimize.errors import AutoOptimizeError
 from autooptimize.services import actions
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, PartitionStats, TrackedTable, Trigger
+from autooptimize.storage.repositories import audit, now
 
 log = logging.getLogger(__name__)
 _SEPARATORS = (",", "/", "=")
@@ -36,6 +37,12 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
                 and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at):
             # Judged already and the partition has not changed since: asking again would change nothing.
+            return None
+        if (last is not None and tracked.min_interval_seconds > 0 and last.finished_at is not None
+                and last.state == ActionState.SUCCEEDED.value
+                and (now() - last.finished_at).total_seconds() < tracked.min_interval_seconds):
+            audit(session, "decision.deferred", table_id=table_id, reason="min_interval", partition=partition_key,
+                  last_action=last.id, min_interval_seconds=tracked.min_interval_seconds)
             return None
     if partition_key and not values:
         log.warning("%s: no stored values for partition %s; skipping", identifier, partition_key)

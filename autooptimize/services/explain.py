@@ -51,3 +51,39 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     snapshot = table.current_snapshot()
     return {"table": identifier, "snapshot_id": snapshot.snapshot_id if snapshot else None,
             "target_file_size": target, "tolerance": tolerance, "partitions": rows}
+
+
+def whatif(settings: Settings, identifier: str, target_sizes: list[Any], tolerances: list[Any] | None = None,
+           ) -> list[dict[str, Any]]:
+    """Simulate settings on the table's current files: for each (target, tolerance), the files after,
+    bytes rewritten, files replaced and the table's MSE before and after. Changes nothing."""
+    from autooptimize.domain.planning import PlanFile, plan_bin_pack
+    from autooptimize.errors import InvalidArgument
+
+    if not target_sizes:
+        raise InvalidArgument("whatif needs at least one --target-size")
+    table = load_table(settings, identifier)
+    partitions = [pf for pf in select_partitions(table, None, None)]
+    results = []
+    for raw_target in target_sizes:
+        target = size_arg("target_file_size", raw_target)
+        for raw_tol in tolerances or [None]:
+            tolerance = target // 4 if raw_tol is None else size_arg("tolerance", raw_tol)
+            files_before = files_after = rewritten = replaced = 0
+            before, after = EntropyStats.empty(), EntropyStats.empty()
+            for pf in partitions:
+                sizes = [f.size for f in pf.data_files]
+                before = before.merge(EntropyStats.from_sizes(sizes, target))
+                plan = plan_bin_pack([PlanFile(f.path, f.size) for f in pf.data_files], target, tolerance)
+                replaced_paths = {f.path for g in plan.groups for f in g.files}
+                kept = [s for f, s in zip(pf.data_files, sizes, strict=True) if f.path not in replaced_paths]
+                outputs = [s for g in plan.groups for s in g.output_sizes()]
+                after = after.merge(EntropyStats.from_sizes(kept + outputs, target))
+                files_before += len(sizes)
+                files_after += len(kept) + len(outputs)
+                rewritten += plan.bytes_rewritten
+                replaced += plan.files_in
+            results.append({"target_file_size": target, "tolerance": tolerance, "files_before": files_before,
+                            "files_after": files_after, "files_replaced": replaced, "bytes_rewritten": rewritten,
+                            "mse_before": before.mse, "mse_after": after.mse})
+    return results
