@@ -51,6 +51,7 @@ def settings():
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "ao_test_{_RUN}" WITH (FORCE)')
         admin.dispose()
+    shutil.rmtree(_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +67,6 @@ def spark(settings):
     close_session()
     if settings.spark_remote == "local":
         stop_local_server(settings)
-    shutil.rmtree(_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
