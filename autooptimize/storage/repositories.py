@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from autooptimize.storage.models import Action, ActionState, AuditLog, TrackedTable
@@ -80,12 +80,3 @@ def active_action(session: Session, table_id: int, spec_id: int | None, partitio
             Action.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value]),
         )
     ).first()
-
-
-def try_lock_action(session: Session, action_id: str) -> bool:
-    """A session-level advisory lock on the action: one executor at a time, freed if the worker dies."""
-    return bool(session.execute(text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"), {"k": action_id}).scalar())
-
-
-def unlock_action(session: Session, action_id: str) -> None:
-    session.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": action_id})
