@@ -38,7 +38,7 @@ def test_defaults_are_the_documented_ones(monkeypatch):
 
 @pytest.mark.parametrize(
     ("name", "value", "needle"),
-    [("AO_DATABASE_URL", "sqlite:///x.db", "PostgreSQL URL"), ("AO_REDIS_URL", "amqp://x", "redis://"),
+    [("AO_DATABASE_URL", "mysql://root@localhost/x", "PostgreSQL URL"), ("AO_REDIS_URL", "amqp://x", "redis://"),
      ("AO_SPARK_REMOTE", "yarn", "sc://"), ("AO_CATALOG", "bad name!", "catalog name"),
      ("AO_PRIORITY_CLASSES", "High,,", "lower-case"), ("AO_SPARK_PORT", "x", "integer"), ("AO_WORKER_CONCURRENCY", "0", "greater than")],
 )
