@@ -13,45 +13,25 @@ whatever the sequence of appends, overwrites, deletes, rewrites and expirations.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from autooptimize.domain.checks import non_negative_int, positive_int
 from autooptimize.errors import InvalidArgument
 
 __all__ = ["EntropyStats", "file_error", "squared_error"]
 
 
 def _check_target(target: int) -> int:
-    try:
-        value = operator.index(target)
-    except TypeError:
-        raise InvalidArgument(f"target must be a positive integer number of bytes, got {target!r}") from None
-    if value <= 0:
-        raise InvalidArgument(f"target must be a positive integer number of bytes, got {target!r}")
-    return value
+    return positive_int("target (bytes)", target)
 
 
 def _check_size(size: int) -> int:
-    try:
-        value = operator.index(size)
-    except TypeError:
-        raise InvalidArgument(f"file size must be a non-negative integer, got {size!r}") from None
-    if value < 0:
-        raise InvalidArgument(f"file size must be a non-negative integer, got {size!r}")
-    return value
+    return non_negative_int("file size", size)
 
 
 def _check_tolerance(tolerance: int) -> int:
-    try:
-        value = operator.index(tolerance)
-    except TypeError:
-        raise InvalidArgument(
-            f"tolerance must be a non-negative integer number of bytes, got {tolerance!r}"
-        ) from None
-    if value < 0:
-        raise InvalidArgument(f"tolerance must be a non-negative integer number of bytes, got {tolerance!r}")
-    return value
+    return non_negative_int("tolerance (bytes)", tolerance)
 
 
 def file_error(size: int, target: int) -> int:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autooptimize.domain.checks import non_negative_int, positive_int
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.errors import InvalidArgument
 
@@ -197,24 +198,8 @@ class Plan:
 # ---------------------------------------------------------------------------------------- validation
 
 
-def _positive(name: str, value: int) -> int:
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise InvalidArgument(f"{name} must be a positive integer, got {value!r}") from None
-    if v <= 0:
-        raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
-    return v
-
-
-def _non_negative(name: str, value: int) -> int:
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise InvalidArgument(f"{name} must be a non-negative integer, got {value!r}") from None
-    if v < 0:
-        raise InvalidArgument(f"{name} must be a non-negative integer, got {value!r}")
-    return v
+_positive = positive_int
+_non_negative = non_negative_int
 
 
 def _check_files(files: Iterable[PlanFile]) -> tuple[PlanFile, ...]:
