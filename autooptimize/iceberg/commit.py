@@ -77,11 +77,11 @@ def commit_replace(
     """Commit one REPLACE snapshot on main; retries on concurrent commits (pyiceberg's policy).
 
     Raises ConflictAbort when an input is no longer live or a delete file now applies to it; then
-    nothing was committed. The snapshot's summary carries ``properties`` (the action id).
+    nothing was committed. The snapshot's summary carries ``properties`` (the action id). Pass a
+    freshly loaded table: a stale one costs a failed attempt before pyiceberg refreshes and retries.
     """
     if not removed or not added:
         raise VerificationFailed("a rewrite must remove and add at least one file")
-    table.refresh()
     tx = table.transaction()
     producer = _ReplaceDataFiles(tx, table.io, snapshot_properties=properties)
     for data_file in removed:
