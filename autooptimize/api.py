@@ -51,13 +51,17 @@ def optimize(
     dry_run: bool = False,
     *,
     target_file_size: Any = None,
+    options: dict[str, Any] | None = None,
     settings: Settings | None = None,
 ) -> ActionHandle:
-    """Submit an ad-hoc action; ``partition`` is ``col=value[,col2=value2]`` or None for every partition."""
+    """Submit an ad-hoc action; ``partition`` is ``col=value[,col2=value2]`` or None for every partition.
+
+    ``options`` are the action kind's own (validated before anything is written).
+    """
     settings = settings or get_settings()
     action_id = _actions.submit(
         settings, table, partition=partition, kind=action, priority=priority, trigger=Trigger.AD_HOC,
-        dry_run=dry_run, target_file_size=target_file_size,
+        dry_run=dry_run, target_file_size=target_file_size, options=options,
     )
     return ActionHandle(action_id, settings)
 

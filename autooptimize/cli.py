@@ -65,8 +65,15 @@ def cmd_track(args: argparse.Namespace) -> int:
 def cmd_optimize(args: argparse.Namespace) -> int:
     from autooptimize.api import optimize
 
+    options: dict[str, str] = {}
+    for item in args.option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgument(f"--option {item!r} must look like name=value")
+        options[key.strip().replace("-", "_")] = value.strip()
     handle = optimize(args.table, partition=args.partition, action=args.action, priority=args.priority,
-                      dry_run=args.dry_run, target_file_size=args.target_size, settings=_settings())
+                      dry_run=args.dry_run, target_file_size=args.target_size, options=options,
+                      settings=_settings())
     if args.wait or args.dry_run:
         try:
             result = handle.wait(timeout=args.timeout)
@@ -280,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     op = sub.add_parser("optimize", help="submit an ad-hoc optimization")
     op.add_argument("table")
     op.add_argument("--partition", help="col=value[,col2=value2]; default: every partition")
-    op.add_argument("--action", default="merge")
+    op.add_argument("--action", default="merge", help="merge (default) or another action kind")
+    op.add_argument("--option", action="append", metavar="NAME=VALUE",
+                    help="an option of the action kind (repeatable), e.g. --option min-age=3d")
     op.add_argument("--priority")
     op.add_argument("--target-size", help="override the table's target file size for this action")
     op.add_argument("--dry-run", action="store_true", help="plan only; change nothing")

@@ -31,8 +31,8 @@ from autooptimize.services.merge import (
     MergeRequest,
     abandon,
     committed_outcome,
-    run_merge,
 )
+from autooptimize.services.kinds import KINDS, kind_of
 from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
 from autooptimize.storage.db import get_engine, session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
@@ -91,6 +91,7 @@ def submit(
     dry_run: bool = False,
     target_file_size: Any = None,
     dispatch: bool = True,
+    options: dict[str, Any] | None = None,
 ) -> str:
     """Record an action and send it to the actors; returns its id.
 
@@ -104,7 +105,11 @@ def submit(
         raise InvalidArgument(f"priority {priority!r} is not one of {', '.join(settings.priority_classes)}")
     target = None if target_file_size is None else size_arg("target_file_size", target_file_size)
     table = load_table(settings, identifier)
+    action_kind = KINDS[kind]
+    extra = action_kind.validate(table, dict(options or {}))
     spec_id = key = values = None
+    if partition is not None and action_kind.scope == "table":
+        raise InvalidArgument(f"action {kind!r} works on the whole table; it takes no partition (got {partition!r})")
     if partition is not None:
         values = parse_partition(table, partition)
         spec_id, key = table.spec().spec_id, key_from_values(values)
@@ -131,7 +136,7 @@ def submit(
             trigger=trigger.value,
             priority_class=priority or default_priority(settings, tracked.priority_class, trigger),
             state=ActionState.QUEUED.value,
-            options={"target_file_size": target, "dry_run": dry_run},
+            options={**extra, "target_file_size": target, "dry_run": dry_run},
             attempts=0,
             timings={},
         )
@@ -211,10 +216,18 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
                 max_bytes=tracked.max_bytes_per_action,
                 checkpoint=action.checkpoint,
                 dry_run=bool(options.get("dry_run")),
+                kind=action.kind,
+                sort_order=tracked.sort_order,
+                options=options,
             )
+        kind = kind_of(request.kind)
+        if kind is None:
+            return _finish(settings, action_id, ActionState.REFUSED, reason="unknown_kind",
+                           error=f"action kind {request.kind!r} is not known to this worker; known: "
+                                 f"{', '.join(KINDS)}")
         started = time.monotonic()
         try:
-            if spark == "session" and not request.dry_run:
+            if spark == "session" and not request.dry_run and kind.needs_spark:
                 from spark_actors.session import get_session
 
                 spark = get_session(settings)
@@ -227,7 +240,7 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
                     audit(s, "action.checkpointed", action_id=action_id, table_id=a.table_id,
                           outputs=sum(len(g["outputs"]) for g in checkpoint.get("groups", [])))
 
-            outcome = run_merge(settings, request, spark, save_checkpoint, hooks)
+            outcome = kind.resolve()(settings, request, spark, save_checkpoint, hooks)
         except ActionRefused as exc:
             return _finish(settings, action_id, ActionState.REFUSED, reason=exc.reason, error=str(exc))
         except ConflictAbort as exc:
@@ -283,7 +296,7 @@ def fail_permanently(settings: Settings, action_id: str, error: str) -> dict[str
             action_id=action_id, identifier=tracked.identifier, spec_id=action.spec_id,
             partition_key=action.partition_key, target_file_size=tracked.target_file_size,
             tolerance=tracked.tolerance, min_input_files=tracked.min_input_files, max_bytes=None,
-            checkpoint=action.checkpoint,
+            checkpoint=action.checkpoint, kind=action.kind, options=dict(action.options or {}),
         )
     return _give_up(settings, request, error, reason="retries_exhausted")
 

@@ -56,6 +56,9 @@ class MergeRequest:
     max_bytes: int | None
     checkpoint: dict[str, Any] | None
     dry_run: bool = False
+    kind: str = "merge"
+    sort_order: str | None = None  # the table's configured sort order ("col_a,col_b"), if any
+    options: dict[str, Any] = field(default_factory=dict)  # the action's options as submitted
 
 
 @dataclass

@@ -8,11 +8,12 @@ from typing import Any
 from autooptimize.config import Settings, parse_size
 from autooptimize.errors import ConfigError, InvalidArgument
 from autooptimize.iceberg.catalog import load_table
+from autooptimize.services.kinds import KINDS
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import TrackedTable
 from autooptimize.storage.repositories import audit, tracked_table
 
-ACTION_KINDS = ("merge",)
+ACTION_KINDS = tuple(KINDS)
 TUNING_FIELDS = (
     "target_file_size", "tolerance", "min_input_files", "priority_class", "weight", "sort_order",
     "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",

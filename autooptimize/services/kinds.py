@@ -1,0 +1,53 @@
+"""The action kinds the executor knows: what runs each one and what it needs.
+
+``services/actions.execute`` looks the kind up here; each runner has the signature of
+``services.merge.run_merge``: ``(settings, request, spark, save_checkpoint, hooks) -> MergeOutcome``.
+Runners are named as "module:function" and imported on first use, so this module imports nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ActionKind:
+    name: str
+    runner: str  # "package.module:function"
+    needs_spark: bool  # the executor opens the persistent Spark Connect session first
+    scope: str  # "partition" (may name a partition) or "table" (table-wide maintenance)
+    help: str
+    # "module:function" (table, options) -> options: validates and normalises the kind's own options
+    # before anything is written; raises InvalidArgument naming the option and what is valid.
+    validator: str | None = None
+
+    def resolve(self) -> Callable[..., Any]:
+        return _load(self.runner)
+
+    def validate(self, table: Any, options: dict[str, Any]) -> dict[str, Any]:
+        if self.validator is None:
+            if options:
+                from autooptimize.errors import InvalidArgument
+
+                raise InvalidArgument(f"action {self.name!r} takes no options (got {', '.join(sorted(options))})")
+            return {}
+        return _load(self.validator)(table, options)  # type: ignore[no-any-return]
+
+
+def _load(ref: str) -> Callable[..., Any]:
+    module, _, function = ref.partition(":")
+    return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+
+
+KINDS: dict[str, ActionKind] = {
+    "merge": ActionKind("merge", "autooptimize.services.merge:run_merge", True, "partition",
+                        "merge small files into target-size files (fewest replacements)"),
+}
+
+
+
+def kind_of(name: str) -> ActionKind | None:
+    return KINDS.get(name)
