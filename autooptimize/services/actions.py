@@ -25,6 +25,7 @@ from autooptimize.errors import (
 )
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import key_from_values, parse_partition
+from autooptimize.services.kinds import KINDS, kind_of
 from autooptimize.services.merge import (
     Hooks,
     MergeOutcome,
@@ -32,7 +33,6 @@ from autooptimize.services.merge import (
     abandon,
     committed_outcome,
 )
-from autooptimize.services.kinds import KINDS, kind_of
 from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
 from autooptimize.storage.db import get_engine, session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
