@@ -19,7 +19,7 @@ from pyiceberg.table import Table
 
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import EntropyStats
-from autooptimize.domain.planning import Plan, PlanFile, plan_bin_pack
+from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_bin_pack
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import (
@@ -31,6 +31,7 @@ from autooptimize.iceberg.commit import (
     live_data_paths,
 )
 from autooptimize.iceberg.files import LiveFile, PartitionFiles, live_partitions
+from autooptimize.services.sizing import NO_SIZING, Sizing, calibrate, calibration_sample
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class MergeRequest:
     kind: str = "merge"
     sort_order: str | None = None  # the table's configured sort order ("col_a,col_b"), if any
     options: dict[str, Any] = field(default_factory=dict)  # the action's options as submitted
+    sizing: Sizing = NO_SIZING  # output bytes per row learned from the table's rewrites (services/sizing)
 
 
 @dataclass
@@ -85,8 +87,9 @@ class MergeOutcome:
 CheckpointWriter = Callable[[dict[str, Any]], None]
 
 
-def _plan_files(pf: PartitionFiles) -> list[PlanFile]:
-    return [PlanFile(path=f.path, size=f.size, record_count=f.record_count) for f in pf.data_files]
+def _plan_files(pf: PartitionFiles, sizing: Sizing = NO_SIZING) -> list[PlanFile]:
+    return [PlanFile(path=f.path, size=f.size, record_count=f.record_count, out_size=sizing.out_size(f.record_count))
+            for f in pf.data_files]
 
 
 def plan_to_dict(pf: PartitionFiles, plan: Plan) -> dict[str, Any]:
@@ -100,7 +103,8 @@ def plan_to_dict(pf: PartitionFiles, plan: Plan) -> dict[str, Any]:
         "files_out": plan.files_out,
         "bytes_rewritten": plan.bytes_rewritten,
         "groups": [
-            {"files": [f.path for f in g.files], "bytes_in": g.bytes_in, "files_out": g.files_out}
+            {"files": [f.path for f in g.files], "bytes_in": g.bytes_in, "files_out": g.files_out,
+             "bytes_out_estimate": g.bytes_out}
             for g in plan.groups
         ],
     }
@@ -171,10 +175,12 @@ def plan_partitions(
         if problem is not None:
             skipped[pf.key] = problem.reason
             continue
+        files = _plan_files(pf, request.sizing)
         plan = plan_bin_pack(
-            _plan_files(pf), request.target_file_size, request.tolerance,
+            files, request.target_file_size, request.tolerance,
             min_input_files=request.min_input_files, max_bytes=request.max_bytes,
         )
+        plan = balance_outputs(plan, files, min_input_files=request.min_input_files)
         if plan.is_empty:
             skipped[pf.key] = "below_threshold" if plan.mse_before < request.tolerance**2 else "nothing_to_merge"
             continue
@@ -210,6 +216,8 @@ def run_merge(
         outcome.reason = "no_live_files"
         return outcome
 
+    if request.sizing.bytes_per_row is None and not request.dry_run and spark is not None:
+        request = _calibrated(spark, table, partitions, request)
     plans, skipped = plan_partitions(table, partitions, request)
     if request.partition_key is not None and skipped:
         problem = refusal(table, partitions[0])
@@ -219,7 +227,8 @@ def run_merge(
     stats_before = [EntropyStats.from_sizes([f.size for f in pf.data_files], request.target_file_size)
                     for pf in partitions]
     outcome.mse_before = _mse(stats_before)
-    outcome.plan = {"partitions": [plan_to_dict(pf, plan) for pf, plan in plans], "skipped": skipped}
+    outcome.plan = {"partitions": [plan_to_dict(pf, plan) for pf, plan in plans], "skipped": skipped,
+                    "sizing": request.sizing.as_dict()}
     outcome.timings["plan"] = time.monotonic() - started
     if not plans:
         outcome.reason = next(iter(skipped.values()), "nothing_to_merge") if len(set(skipped.values())) == 1 \
@@ -276,6 +285,33 @@ def run_merge(
     outcome.mse_after = _mse_after(partitions, plans, request.target_file_size, entries)
     outcome.timings["total"] = time.monotonic() - started
     return outcome
+
+
+def _calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], request: MergeRequest) -> MergeRequest:
+    """The request with output bytes per row measured by a Spark sample, when sizing can matter.
+
+    Only partitions this version may merge count, and only when one holds at least a target's worth
+    of candidate files (smaller partitions write one file whatever the estimate). The sample is
+    written under the action's own directory and removed.
+    """
+    import dataclasses
+
+    target = request.target_file_size
+    for pf in partitions:
+        if refusal(table, pf) is not None:
+            continue
+        candidates = [(f.size, f.path) for f in pf.data_files if f.size < target]
+        if sum(size for size, _ in candidates) < target or len(candidates) < request.min_input_files:
+            continue
+        sample = calibration_sample(candidates, target)
+        if not all(_has_field_ids(table, p) for p in sample):
+            return request
+        codec = table.properties.get("write.parquet.compression-codec", "zstd")
+        sizing = calibrate(spark, table, sample, f"{action_dir(table, pf, request.action_id)}/calibration", codec)
+        log.info("action %s: calibrated output at %.2f bytes/row from %d files", request.action_id,
+                 sizing.bytes_per_row or 0, len(sample))
+        return dataclasses.replace(request, sizing=sizing)
+    return request
 
 
 def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory: str, codec: str,
