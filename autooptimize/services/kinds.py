@@ -45,6 +45,9 @@ def _load(ref: str) -> Callable[..., Any]:
 KINDS: dict[str, ActionKind] = {
     "merge": ActionKind("merge", "autooptimize.services.merge:run_merge", True, "partition",
                         "merge small files into target-size files (fewest replacements)"),
+    "sort": ActionKind("sort", "autooptimize.services.merge:run_merge", True, "partition",
+                       "rewrite a partition ordered by the sort order into files of disjoint ranges",
+                       validator="autooptimize.services.sort:validate_options"),
 }
 
 

@@ -170,12 +170,24 @@ def plan_partitions(
     """
     plans: list[tuple[PartitionFiles, Plan]] = []
     skipped: dict[str, str] = {}
+    order = sort_spec(table, request)
     for pf in partitions:
         problem = refusal(table, pf)
         if problem is not None:
             skipped[pf.key] = problem.reason
             continue
         files = _plan_files(pf, request.sizing)
+        if order is not None:
+            from autooptimize.services.sort import plan_sort
+
+            plan, method = plan_sort(files, [f.data_file for f in pf.data_files], table, order[0],
+                                     request.target_file_size, request.tolerance, request.min_input_files,
+                                     request.max_bytes)
+            if plan.is_empty:
+                skipped[pf.key] = "already_sorted" if method == "ordered" else "nothing_to_sort"
+            else:
+                plans.append((pf, plan))
+            continue
         plan = plan_bin_pack(
             files, request.target_file_size, request.tolerance,
             min_input_files=request.min_input_files, max_bytes=request.max_bytes,
@@ -186,6 +198,15 @@ def plan_partitions(
             continue
         plans.append((pf, plan))
     return plans, skipped
+
+
+def sort_spec(table: Table, request: MergeRequest) -> tuple[Any, int | None] | None:
+    """For a sort action, its columns and the table's sort order id when they are the table's order."""
+    if request.kind != "sort":
+        return None
+    from autooptimize.services.sort import resolve_sort_order
+
+    return resolve_sort_order(table, request.options.get("sort_order"), request.sort_order)
 
 
 def run_merge(
@@ -252,11 +273,12 @@ def run_merge(
     entries: list[dict[str, Any]] = []
     written_dirs = sorted({action_dir(table, pf, request.action_id) for pf, _ in plans})
     _remove_uncommitted(table, written_dirs)  # leftovers of an earlier attempt of this action
+    order = sort_spec(table, request)
     try:
         for pf, plan in plans:
             for index, group in enumerate(plan.groups):
                 directory = f"{action_dir(table, pf, request.action_id)}/g{index}"
-                entries.append(_rewrite(spark, table, pf, group, directory, codec, by_path, hooks))
+                entries.append(_rewrite(spark, table, pf, group, directory, codec, by_path, hooks, order))
         outcome.timings["rewrite"] = time.monotonic() - write_started
 
         checkpoint = {
@@ -315,11 +337,12 @@ def _calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], requ
 
 
 def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory: str, codec: str,
-             by_path: dict[str, LiveFile], hooks: Hooks) -> dict[str, Any]:
+             by_path: dict[str, LiveFile], hooks: Hooks, order: tuple[Any, int | None] | None = None) -> dict[str, Any]:
     from spark_actors.rewrite import content_digest, rewrite_group
 
     inputs = [f.path for f in group.files]
-    result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec)
+    sort = [(c.name, c.descending, c.nulls_first) for c in order[0]] if order else None
+    result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec, sort=sort)
     if hooks.after_write:
         hooks.after_write(list(result.paths))
         digest_out = content_digest(spark, table.schema(), list(result.paths))
@@ -335,11 +358,17 @@ def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory
             f"output of {directory} differs from its inputs: rows {result.digest_in.rows} → {digest_out.rows}, "
             f"checksum {result.digest_in.checksum} → {digest_out.checksum}"
         )
-    outputs = [data_file_from_footer(table, p, pf.spec_id, pf.record) for p in result.paths]
+    sort_order_id = order[1] if order else None
+    outputs = [data_file_from_footer(table, p, pf.spec_id, pf.record, sort_order_id) for p in result.paths]
     footer_rows = sum(int(o.record_count) for o in outputs)
     if footer_rows != digest_out.rows:
         raise VerificationFailed(f"output footers of {directory} hold {footer_rows} rows, expected {digest_out.rows}")
+    if order:
+        from autooptimize.services.sort import check_sorted_outputs
+
+        check_sorted_outputs(table, outputs, order[0][0])
     return {
+        "sort_order_id": sort_order_id,
         "spec_id": pf.spec_id,
         "partition": pf.key,
         "inputs": inputs,
@@ -365,10 +394,11 @@ def _commit(table: Table, request: MergeRequest, entries: list[dict[str, Any]]) 
     added: list[Any] = []
     for entry in entries:
         spec_id, record = partition_of[entry["inputs"][0]]
-        added.extend(data_file_from_footer(table, p, spec_id, record) for p in entry["outputs"])
+        added.extend(data_file_from_footer(table, p, spec_id, record, entry.get("sort_order_id"))
+                     for p in entry["outputs"])
     properties = {
         ACTION_ID_PROPERTY: request.action_id,
-        ACTION_KIND_PROPERTY: "merge",
+        ACTION_KIND_PROPERTY: request.kind,
     }
     snapshot = commit_replace(table, [live[p].data_file for p in inputs], added, properties)
     return snapshot.snapshot_id
