@@ -461,3 +461,39 @@ def test_orphan_sweep_interval(settings, catalog):
     assert hygiene.hygiene_decisions(settings.model_copy(update={"orphan_sweep_interval_seconds": 0}), table,
                                      hygiene.HYGIENE_KINDS, None, now) == []
     assert hygiene.hygiene_decisions(settings, table, ("merge",), None, now) == []
+
+
+def test_beat_task_submits_through_the_queue(settings, catalog):
+    from tasks.control import hygiene_sweep
+
+    table = make_table(catalog, {DAY1: 1}, rows=5)
+    ident = identifier(table)
+    tracking.track(settings, ident)
+    submitted = hygiene_sweep.run()
+    assert submitted[ident] == ["remove_orphans"]
+    with session_scope(settings) as s:
+        row = s.execute(select(Action.trigger, Action.state).join(TrackedTable, TrackedTable.id == Action.table_id)
+                        .where(TrackedTable.identifier == ident)).one()
+    assert tuple(row) == ("schedule", "queued")
+
+
+def test_cli_dry_run_lists_orphans_and_bad_option_exits_2(settings, catalog):
+    import json
+    import subprocess
+    import sys
+
+    table = make_table(catalog, {DAY1: 1}, rows=5)
+    ident = identifier(table)
+    stray = _write_stray(table.location().removeprefix("file://") + "/data/old-stray.parquet")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "autooptimize.cli", "optimize", ident, "--action",
+                               "remove_orphans", *args], capture_output=True, text=True, timeout=120)
+
+    done = cli("--dry-run", "--option", "min-age=1h", "--json")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["reason"] == "dry_run" and [_local(p) for p in shown["plan"]["orphan_sample"]] == [stray]
+    bad = cli("--option", "min-age=5m")
+    assert bad.returncode == 2 and "allow_short_min_age" in bad.stderr
+    assert os.path.exists(stray)
