@@ -55,18 +55,24 @@ def settings():
 
 
 @pytest.fixture(scope="session")
-def spark(settings):
+def spark_server(settings):
+    """One Spark Connect server for the whole run (local mode), stopped at the end."""
     from spark_actors.server import stop_local_server
-    from spark_actors.session import get_session
+    from spark_actors.session import close_session, get_session
 
-    session = get_session(settings)
-    yield session
-    from spark_actors.session import close_session
-
-    session.stop()
+    get_session(settings)
+    yield
     close_session()
     if settings.spark_remote == "local":
         stop_local_server(settings)
+
+
+@pytest.fixture
+def spark(settings, spark_server):
+    """This process's session, health-checked: a test that restarts the server leaves a working one."""
+    from spark_actors.session import get_session
+
+    return get_session(settings)
 
 
 @pytest.fixture(scope="session")

@@ -272,7 +272,10 @@ def run_merge(
     codec = table.properties.get("write.parquet.compression-codec", "zstd")
     entries: list[dict[str, Any]] = []
     written_dirs = sorted({action_dir(table, pf, request.action_id) for pf, _ in plans})
+    _fence_earlier_writer(settings, table, request)
     _remove_uncommitted(table, written_dirs)  # leftovers of an earlier attempt of this action
+    writer = {"spark_session_id": getattr(spark, "session_id", None)}
+    save_checkpoint({"writer": writer, "dirs": written_dirs})  # no groups: nothing to resume yet
     order = sort_spec(table, request)
     try:
         for pf, plan in plans:
@@ -285,6 +288,7 @@ def run_merge(
             "base_snapshot_id": outcome.base_snapshot_id,
             "groups": entries,
             "dirs": written_dirs,
+            "writer": writer,
         }
         save_checkpoint(checkpoint)
         outcome.checkpoint = checkpoint
@@ -301,12 +305,68 @@ def run_merge(
         raise
     if hooks.after_commit:
         hooks.after_commit(snapshot_id)
+    stale = [d for d in _action_dirs(table, request.action_id) if d not in written_dirs]
+    _remove_uncommitted(table, stale)  # an earlier attempt's output for partitions this one did not plan
     _fill(outcome, entries)
     outcome.state = "succeeded"
     outcome.committed_snapshot_id = snapshot_id
     outcome.mse_after = _mse_after(partitions, plans, request.target_file_size, entries)
     outcome.timings["total"] = time.monotonic() - started
     return outcome
+
+
+#: How long a retry waits for an interrupted earlier write of its action to clean up after itself.
+WRITER_WAIT_SECONDS = 120.0
+
+
+def _fence_earlier_writer(settings: Settings, table: Table, request: MergeRequest, wait: float = WRITER_WAIT_SECONDS
+                          ) -> None:
+    """Stop a killed attempt's Spark job before touching its output (see spark_actors.session.fence).
+
+    Raises Retry when the interrupted job has not cleaned up within ``wait`` seconds: the action is
+    tried again later rather than racing a writer.
+    """
+    from autooptimize.errors import Retry
+    from spark_actors.session import fence
+
+    previous = ((request.checkpoint or {}).get("writer") or {}).get("spark_session_id")
+    if not previous:
+        return
+    interrupted = fence(settings, previous)
+    if not interrupted:
+        return  # nothing of it runs (it finished, or its server died): leftovers are inert
+    log.warning("action %s: interrupted %d operation(s) of an earlier attempt", request.action_id, interrupted)
+    deadline = time.monotonic() + wait
+    while _writing(_action_dirs(table, request.action_id)):
+        if time.monotonic() >= deadline:
+            raise Retry(f"an earlier write of action {request.action_id} is still running", delay=60)
+        time.sleep(0.5)
+
+
+def _action_dirs(table: Table, action_id: str) -> list[str]:
+    """Every ``ao-<action_id>`` directory under the table's data location."""
+    import pyarrow.fs as pafs
+
+    location = data_location(table)
+    fs, root = pafs.FileSystem.from_uri(location)
+    prefix = location.split("://", 1)[0] + "://" if "://" in location else ""
+    return sorted(
+        prefix + info.path
+        for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        if info.type == pafs.FileType.Directory and info.base_name == f"ao-{action_id}"
+    )
+
+
+def _writing(directories: list[str]) -> bool:
+    """True while a Spark job's ``_temporary`` directory exists below one of ``directories``."""
+    import pyarrow.fs as pafs
+
+    for directory in directories:
+        fs, root = pafs.FileSystem.from_uri(directory)
+        for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
+            if info.type == pafs.FileType.Directory and info.base_name == "_temporary":
+                return True
+    return False
 
 
 def _calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], request: MergeRequest) -> MergeRequest:
@@ -508,15 +568,11 @@ def abandon(settings: Settings, request: MergeRequest) -> int | None:
     committed = find_action_snapshot(table, request.action_id)
     if committed is not None:
         return committed.snapshot_id
-    dirs = list((request.checkpoint or {}).get("dirs") or [])
-    location = data_location(table)
+    try:
+        _fence_earlier_writer(settings, table, request, wait=30.0)
+    except Exception as exc:  # unreachable server or a slow abort: clean what can be cleaned, orphan removal does the rest
+        log.warning("action %s: could not fence its earlier writer: %s", request.action_id, exc)
     # output may exist without a checkpoint (crash during the write): look for the action's directories
-    import pyarrow.fs as pafs
-
-    fs, root = pafs.FileSystem.from_uri(location)
-    prefix = location.split("://", 1)[0] + "://" if "://" in location else ""
-    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
-        if info.type == pafs.FileType.Directory and info.base_name == f"ao-{request.action_id}":
-            dirs.append(prefix + info.path)
+    dirs = list((request.checkpoint or {}).get("dirs") or []) + _action_dirs(table, request.action_id)
     _remove_uncommitted(table, sorted(set(dirs)))
     return None
