@@ -45,8 +45,10 @@ def _load(ref: str) -> Callable[..., Any]:
 KINDS: dict[str, ActionKind] = {
     "merge": ActionKind("merge", "autooptimize.services.merge:run_merge", True, "partition",
                         "merge small files into target-size files (fewest replacements)"),
+    "compact_deletes": ActionKind("compact_deletes", "autooptimize.services.compact:run_compact_deletes", True,
+                                  "partition", "rewrite data files with their position and equality deletes "
+                                  "applied, and drop the delete files that no longer apply"),
 }
-
 
 
 def kind_of(name: str) -> ActionKind | None:
