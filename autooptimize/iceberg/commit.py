@@ -111,7 +111,16 @@ class _ReplaceDataFiles(_OverwriteFiles):
         removed = {str(f.file_path) for f in self._deleted_data_files}
         found: set[str] = set()
         manifests: list[ManifestFile] = []
+        evaluators: dict[int, Any] = {}
         for manifest in head.manifests(self._io) if head is not None else []:
+            spec = self.spec(manifest.partition_spec_id)
+            # _manifests() set a partition filter per spec of the removed files; a manifest whose
+            # partition summaries exclude them is kept unread (a miss still fails the check below)
+            if spec.fields and spec.spec_id not in evaluators:
+                evaluators[spec.spec_id] = self._build_manifest_evaluator(spec.spec_id)
+            if spec.fields and not evaluators[spec.spec_id](manifest):
+                manifests.append(manifest)
+                continue
             entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
             hits = [e for e in entries if str(e.data_file.file_path) in removed]
             if not hits:

@@ -320,6 +320,10 @@ def _rewrite(spark: Any, table: Table, plan: CompactionPlan, directory: str, cod
     for empty in [o for o in outputs if int(o.record_count) == 0]:
         table.io.delete(str(empty.file_path))
     outputs = [o for o in outputs if int(o.record_count) > 0]
+    if not outputs:
+        from spark_actors.rewrite import delete_dir
+
+        delete_dir(directory)
     footer_rows = sum(int(o.record_count) for o in outputs)
     if footer_rows != digest_out.rows:
         raise VerificationFailed(f"output footers of {directory} hold {footer_rows} rows, expected {digest_out.rows}")
@@ -355,7 +359,8 @@ def _commit(table: Table, request: MergeRequest, entries: list[dict[str, Any]]) 
     unapplied = [p for e in entries for p in e["deletes"] if p not in live_deletes]
     if unapplied:
         raise ConflictAbort(f"delete file {unapplied[0]} the output applied is no longer live")
-    remaining = [f for path, f in live.items() if path not in set(inputs)]
+    replaced = set(inputs)
+    remaining = [f for path, f in live.items() if path not in replaced]
     remaining_paths = {f.path for f in remaining}
     specs = table.specs()
     refs = {k: frozenset(v) for e in entries for k, v in e["refs"].items()}
