@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
@@ -66,13 +68,35 @@ def _is_position(f: LiveFile) -> bool:
     return f.data_file.content == DataFileContent.POSITION_DELETES
 
 
+def _read_position_deletes(table: Table, delete_file: LiveFile) -> pa.Table:
+    with table.io.new_input(delete_file.path).open() as stream:
+        data = pq.read_table(stream, columns=["file_path", "pos"])
+    if data.column("file_path").null_count or data.column("pos").null_count:
+        raise ActionRefused("malformed_delete_file", f"position delete file {delete_file.path} has null values")
+    return data
+
+
 def position_references(table: Table, delete_file: LiveFile) -> frozenset[str]:
     """The data file paths a position delete file names (its ``file_path`` column)."""
-    with table.io.new_input(delete_file.path).open() as stream:
-        column = pq.read_table(stream, columns=["file_path"]).column("file_path")
-    if column.null_count:
-        raise ActionRefused("malformed_delete_file", f"position delete file {delete_file.path} has null file paths")
-    return frozenset(str(p) for p in column.unique().to_pylist())
+    return frozenset(str(p) for p in pc.unique(_read_position_deletes(table, delete_file).column("file_path"))
+                     .to_pylist())
+
+
+def count_position_deletes(table: Table, deletes: list[LiveFile], inputs: list[LiveFile]) -> int:
+    """Distinct (file, position) pairs of ``deletes`` that delete a row of ``inputs`` (sequence rules applied).
+
+    Read with pyarrow, apart from the Spark job: the compaction must delete exactly this many rows when
+    no equality delete applies, and at least this many otherwise.
+    """
+    pairs: set[tuple[str, int]] = set()
+    for d in (d for d in deletes if _is_position(d)):
+        rows = {f.path: f.record_count for f in inputs if _seq(d) >= _seq(f)}
+        data = _read_position_deletes(table, d)
+        named = data.filter(pc.is_in(data.column("file_path"), pa.array(list(rows), pa.string())))
+        for path, pos in zip(named.column("file_path").to_pylist(), named.column("pos").to_pylist(), strict=True):
+            if pos < rows[path]:
+                pairs.add((path, pos))
+    return len(pairs)
 
 
 def applies(delete: LiveFile, data: LiveFile, refs: dict[str, frozenset[str]]) -> bool:
@@ -92,6 +116,7 @@ class CompactionPlan:
     scope: list[LiveFile]  # every delete file in the partition's scope at plan time
     refs: dict[str, frozenset[str]]  # position delete file → data file paths it names
     files_out: int
+    position_rows: int  # distinct input rows the position deletes remove (counted without Spark)
 
     @property
     def bytes_in(self) -> int:
@@ -107,6 +132,7 @@ class CompactionPlan:
             "bytes_rewritten": self.bytes_in,
             "delete_files_applied": len(self.deletes),
             "delete_files_in_scope": len(self.scope),
+            "position_deleted_rows": self.position_rows,
             "groups": [{"files": [f.path for f in self.inputs], "bytes_in": self.bytes_in,
                         "files_out": self.files_out}],
         }
@@ -168,7 +194,7 @@ def plan_compaction(table: Table, parts: dict[tuple[int, str], PartitionFiles], 
         return "no_applicable_deletes"
     deletes = [d for d in scope if any(applies(d, f, refs) for f in inputs)]
     files_out = max(1, round(sum(f.size for f in inputs) / target_file_size))
-    return CompactionPlan(pf, inputs, deletes, scope, refs, files_out)
+    return CompactionPlan(pf, inputs, deletes, scope, refs, files_out, count_position_deletes(table, deletes, inputs))
 
 
 def compaction_refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
@@ -309,6 +335,12 @@ def _rewrite(spark: Any, table: Table, plan: CompactionPlan, directory: str, cod
             f"Spark read {result.rows_read} rows from {len(plan.inputs)} inputs but their metadata says {rows_in}"
         )
     rows_deleted = result.rows_deleted
+    equality = any(d.equality_ids is not None for d in deletes)
+    if rows_deleted < plan.position_rows or (not equality and rows_deleted != plan.position_rows):
+        raise VerificationFailed(
+            f"the rewrite of {directory} removed {rows_deleted} rows but the position deletes alone remove "
+            f"{plan.position_rows}" + (" (at least)" if equality else "")
+        )
     if digest_out != result.digest_kept or rows_in - rows_deleted != digest_out.rows:
         raise VerificationFailed(
             f"output of {directory} differs from its inputs with deletes applied: {rows_in} rows in − "

@@ -380,3 +380,45 @@ def test_every_row_deleted_removes_the_file_without_output(settings, spark, cata
     assert (out["files_in"], out["files_out"], out["rows_out"]) == (1, 0, 0)
     assert data_files(table) == [files[1]] and delete_files(table) == []
     assert table_checksum(table) == expected == reference_checksum(table)
+
+
+def test_equality_delete_on_null_matches_null_rows(settings, spark, catalog):
+    table = make_table(catalog, {DAY1: 1}, rows=20)
+    with_nulls = batch(100, 10, DAY1)
+    with_nulls = with_nulls.set_column(2, "v", pa.array([None if i % 2 else f"value-{100 + i}" for i in range(10)]))
+    table.append(with_nulls)
+    first = data_files(table)[0]
+    delete_equal(table, first, ["v"], [{"v": None}, {"v": "value-3"}])  # Iceberg: a null matches nulls
+    reference = reference_read(table)
+    assert len(reference) == 30 - 5 - 1
+    expected = arrow_checksum(reference)
+
+    out = actions.execute(settings, _submit(settings, table), spark=spark)
+
+    assert out["state"] == "succeeded", out
+    assert (out["rows_in"], out["rows_out"]) == (30, 24)
+    assert delete_files(table) == []
+    assert None not in set(table.scan().to_arrow()["v"].to_pylist())
+    assert table_checksum(table) == expected == reference_checksum(table)
+    _assert_clean(table, out)
+
+
+def test_an_output_that_lost_a_row_is_never_committed(settings, spark, catalog):
+    import pyarrow.parquet as pq
+
+    table = make_table(catalog, {DAY1: 2})
+    delete_positions(table, {data_files(table)[0]: [0]})
+    snapshot = table.refresh().current_snapshot().snapshot_id
+    expected = table_checksum(table)
+
+    def drop_a_row(paths: list[str]) -> None:
+        path = paths[0].removeprefix("file://")
+        data = pq.read_table(path)
+        pq.write_table(data.slice(1), path)
+
+    out = actions.execute(settings, _submit(settings, table), spark=spark, hooks=Hooks(after_write=drop_a_row))
+
+    assert out["state"] == "failed" and out["reason"] == "verification_failed", out
+    assert table.refresh().current_snapshot().snapshot_id == snapshot
+    assert table_checksum(table) == expected == reference_checksum(table)
+    assert not action_outputs(table)
