@@ -82,7 +82,7 @@ def _position_deletes(spark: SparkSession, files: DataFrame, deletes: list[Seque
         .join(F.broadcast(seqs), "_ao_dkey")
         .join(F.broadcast(files), "_ao_key")
         .where(F.col("_ao_dseq") >= F.col("_ao_seq"))
-        .select("_ao_key", "_ao_pos")
+        .select("_ao_fid", "_ao_pos")
         .distinct()
     )
 
@@ -124,35 +124,40 @@ def compact_group(
     output_dir: str,
     files_out: int,
     codec: str = "zstd",
+    broadcast_deletes: bool = False,
 ) -> CompactionOutput:
     """Rewrite ``data_files`` with ``deletes`` applied into ``files_out`` files under ``output_dir``.
 
     ``deletes`` are the delete files that may apply to these data files (the caller scopes them to the
     partition); the sequence-number rules above decide, per data file, which ones do.
+    ``broadcast_deletes`` ships the delete rows to every task instead of shuffling the data: for
+    delete files small enough to hold in memory (the caller knows their row counts).
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    files = spark.createDataFrame([(normalise_path(f.path), f.sequence_number) for f in data_files],
-                                  "_ao_key string, _ao_seq long")
+    # rows carry a small file number, not the path, so the delete side of the joins stays small
+    files = spark.createDataFrame([(normalise_path(f.path), f.sequence_number, i) for i, f in enumerate(data_files)],
+                                  "_ao_key string, _ao_seq long, _ao_fid int")
     data = spark.read.schema(spark_schema(schema)).parquet(*[f.path for f in data_files])
     columns = list(data.columns)
     data = data.select("*", _key(F.col("_metadata.file_path")).alias("_ao_key"),
-                       F.col("_metadata.row_index").alias("_ao_pos")).join(F.broadcast(files), "_ao_key")
+                       F.col("_metadata.row_index").alias("_ao_pos")).join(F.broadcast(files), "_ao_key") \
+        .drop("_ao_key")
     read = Observation("ao_rows_read")
     data = data.observe(read, F.count(F.lit(1)).alias("rows"))
 
     positional = [d for d in deletes if d.equality_ids is None]
     if positional:
         pairs = _position_deletes(spark, files, positional)
-        data = data.join(pairs, ["_ao_key", "_ao_pos"], "left_anti")
+        data = data.join(F.broadcast(pairs) if broadcast_deletes else pairs, ["_ao_fid", "_ao_pos"], "left_anti")
     by_ids: dict[tuple[int, ...], list[SequencedFile]] = {}
     for d in deletes:
         if d.equality_ids is not None:
             by_ids.setdefault(tuple(d.equality_ids), []).append(d)
     for ids, group in sorted(by_ids.items()):
         frame, names = _equality_deletes(spark, schema, ids, group)
-        left, right = data.alias("d"), frame.alias("e")
+        left, right = data.alias("d"), (F.broadcast(frame) if broadcast_deletes else frame).alias("e")
         condition = reduce(
             lambda a, b: a & b,
             [F.col(f"d.`{name}`").eqNullSafe(F.col(f"e._ao_e{schema.find_field(name).field_id}")) for name in names],

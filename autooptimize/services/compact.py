@@ -57,6 +57,7 @@ from autooptimize.services.merge import (
 log = logging.getLogger(__name__)
 
 KIND = "compact_deletes"
+BROADCAST_DELETE_ROWS = 1_000_000
 
 
 def _seq(f: LiveFile) -> int:
@@ -323,7 +324,9 @@ def _rewrite(spark: Any, table: Table, plan: CompactionPlan, directory: str, cod
     ]
     if any(d.equality_ids == () for d in deletes):
         raise ActionRefused("malformed_delete_file", "an equality delete file has no equality field ids")
-    result = compact_group(spark, table.schema(), data, deletes, directory, plan.files_out, codec)
+    # below ~1M delete rows (tens of MB as file numbers, positions and keys) a broadcast beats a shuffle
+    broadcast = sum(d.record_count for d in plan.deletes) <= BROADCAST_DELETE_ROWS
+    result = compact_group(spark, table.schema(), data, deletes, directory, plan.files_out, codec, broadcast)
     if hooks.after_write:
         hooks.after_write(list(result.paths))
         digest_out = content_digest(spark, table.schema(), list(result.paths))
