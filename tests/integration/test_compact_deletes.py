@@ -18,6 +18,13 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 
 from autooptimize.iceberg.checksum import arrow_checksum, table_checksum
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
+from autooptimize.iceberg.deletes import (
+    commit_delete_files,
+    scope_of,
+    write_equality_deletes,
+    write_position_deletes,
+)
+from autooptimize.iceberg.files import live_partitions
 from autooptimize.iceberg.snapshots import snapshot_diff
 from autooptimize.services import actions, tracking
 from autooptimize.services.merge import Hooks
@@ -89,8 +96,6 @@ def test_position_deletes_are_folded_into_the_data_and_their_files_dropped(setti
     expected = table_checksum(table)  # pyiceberg applies position deletes
     assert expected == reference_checksum(table)
     assert len(table.scan().to_arrow()) == 250 - 6
-    from autooptimize.iceberg.files import live_partitions
-
     stats = {pf.key: pf.delete_stats for pf in live_partitions(table).values()}
     assert (stats["day=2026-01-01"].files, stats["day=2026-01-01"].rows_deleted_estimate) == (1, 5)
     assert stats["day=2026-01-01"].position_files == 1 and stats["day=2026-01-01"].data_rows == 150
@@ -234,8 +239,6 @@ def test_position_deletes_of_two_partitions_committed_together(settings, spark, 
     table = make_table(catalog, {DAY1: 2, DAY2: 2})
     day1, day2 = data_files(table, "day=2026-01-01"), data_files(table, "day=2026-01-02")
     # one snapshot adds a delete file to each partition; compacting the whole table folds both
-    from autooptimize.iceberg.deletes import commit_delete_files, scope_of, write_position_deletes
-
     files = [write_position_deletes(table, scope_of(table, day1[0]), [(day1[0], 0), (day1[1], 9)]),
              write_position_deletes(table, scope_of(table, day2[1]), [(day2[1], 4)])]
     commit_delete_files(table, files)
@@ -422,3 +425,30 @@ def test_an_output_that_lost_a_row_is_never_committed(settings, spark, catalog):
     assert table.refresh().current_snapshot().snapshot_id == snapshot
     assert table_checksum(table) == expected == reference_checksum(table)
     assert not action_outputs(table)
+
+
+def test_a_shared_delete_manifest_keeps_the_other_partitions_deletes_and_their_sequence_numbers(
+        settings, spark, catalog):
+    table = make_table(catalog, {DAY1: 2, DAY2: 2})
+    day1, day2 = data_files(table, "day=2026-01-01"), data_files(table, "day=2026-01-02")
+    # one manifest: an equality delete in day1 and a position delete in day2
+    commit_delete_files(table, [
+        write_equality_deletes(table, scope_of(table, day1[0]), ["id"], [{"id": 7}, {"id": 5007}]),
+        write_position_deletes(table, scope_of(table, day2[0]), [(day2[0], 0)]),
+    ])
+    table.append(batch(5000, 20, DAY1))  # newer than the equality delete: id 5007 stays
+    expected = reference_checksum(table)
+
+    first = actions.execute(settings, _submit(settings, table, partition="day=2026-01-02"), spark=spark)
+    assert first["state"] == "succeeded" and (first["files_in"], first["rows_out"]) == (1, 49), first
+    # the day1 equality delete was carried into a rewritten manifest with its own sequence number
+    assert reference_checksum(table) == expected
+    second = actions.execute(settings, _submit(settings, table), spark=spark)
+
+    assert second["state"] == "succeeded", second
+    assert (second["files_in"], second["rows_in"], second["rows_out"]) == (2, 100, 99)
+    assert delete_files(table) == []
+    ids = _ids(table)
+    assert 5007 in ids and 7 not in ids and 100 not in ids
+    assert table_checksum(table) == expected == reference_checksum(table)
+    _assert_clean(table, second)
