@@ -3,7 +3,10 @@
 pyiceberg 0.12 has no public "replace". ``overwrite()`` validates serializably, so it fails whenever
 anyone appends anywhere in the table and compaction would starve under streaming ingest. The
 producer here validates only what Iceberg's RewriteFiles validates: every removed file is still live,
-and no delete file applies to the removed files. Concurrent appends are not conflicts.
+and no delete file other than those the rewrite already applied applies to the removed files.
+Concurrent appends are not conflicts. Removed files may be data or delete files (delete compaction
+drops the delete files it folded into the output in the same snapshot); a rewritten manifest keeps
+its content type, so delete files stay in delete manifests.
 """
 
 from __future__ import annotations
@@ -17,7 +20,18 @@ from pyiceberg.io.pyarrow import (
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
 )
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriter,
+    ManifestWriterV2,
+)
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.update.snapshot import _OverwriteFiles
@@ -29,12 +43,40 @@ ACTION_ID_PROPERTY = "autooptimize.action-id"
 ACTION_KIND_PROPERTY = "autooptimize.action-kind"
 
 
-class _ReplaceDataFiles(_OverwriteFiles):
-    """An OVERWRITE producer that commits as REPLACE and validates like Iceberg's RewriteFiles."""
+class DeleteManifestWriter(ManifestWriterV2):
+    """A v2 manifest of delete files (pyiceberg 0.12 only writes data manifests)."""
 
-    def __init__(self, transaction: Any, io: Any, snapshot_properties: dict[str, str] = EMPTY_DICT) -> None:
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+def new_manifest_writer(producer: Any, spec: PartitionSpec, content: ManifestContent) -> ManifestWriter:
+    """A manifest writer of ``producer``'s snapshot for ``content`` (data or deletes)."""
+    metadata = producer._transaction.table_metadata
+    if content == ManifestContent.DATA:
+        return producer.new_manifest_writer(spec)  # type: ignore[no-any-return]
+    if metadata.format_version < 2:
+        raise VerificationFailed("delete manifests need a format-version 2 table")
+    return DeleteManifestWriter(spec, producer.schema(), producer.new_manifest_output(), producer.snapshot_id,
+                                producer._compression)
+
+
+class _ReplaceDataFiles(_OverwriteFiles):
+    """An OVERWRITE producer that commits as REPLACE and validates like Iceberg's RewriteFiles.
+
+    ``allowed_deletes`` are the paths of delete files the rewrite has already applied to its output:
+    they may stay live in the rewritten partitions. Any other delete file there is a conflict.
+    """
+
+    def __init__(self, transaction: Any, io: Any, snapshot_properties: dict[str, str] = EMPTY_DICT,
+                 allowed_deletes: frozenset[str] = frozenset()) -> None:
         super().__init__(operation=Operation.OVERWRITE, transaction=transaction, io=io,
                          snapshot_properties=snapshot_properties)
+        self._allowed_deletes = allowed_deletes
 
     def _validate_concurrency(self) -> None:
         # pyiceberg's window check would reject concurrent appends; _commit validates against the head.
@@ -42,20 +84,68 @@ class _ReplaceDataFiles(_OverwriteFiles):
 
     def _validate_no_new_deletes(self) -> None:
         head = self._transaction.table_metadata.snapshot_by_name(self._target_branch or "main")
-        if head is None or not self._deleted_data_files:
+        removed_data = [f for f in self._deleted_data_files if f.content == DataFileContent.DATA]
+        if head is None or not removed_data:
             return
-        partitions = {(f.spec_id, f.partition) for f in self._deleted_data_files}
+        partitions = {(f.spec_id, f.partition) for f in removed_data}
         for manifest in head.manifests(self._io):
             if manifest.content != ManifestContent.DELETES:
                 continue
             for entry in manifest.fetch_manifest_entry(self._io, discard_deleted=True):
                 df = entry.data_file
-                if df.content == DataFileContent.DATA:
+                if df.content == DataFileContent.DATA or str(df.file_path) in self._allowed_deletes:
                     continue
                 if (df.spec_id, df.partition) in partitions or len(self.spec(df.spec_id).fields) == 0:
                     raise ValidationException(
                         f"a delete file now applies to the rewritten partition: {df.file_path}"
                     )
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        """The head's manifests, those holding removed files rewritten with the same content type.
+
+        A rewritten manifest carries the other entries as EXISTING and the removed ones as DELETED
+        (stamped with this snapshot), as Iceberg's own rewrites do. Raises ValidationException when a
+        removed file is not live at the head; this runs again against the new head on every retry.
+        """
+        head = self._transaction.table_metadata.snapshot_by_name(self._target_branch or "main")
+        removed = {str(f.file_path) for f in self._deleted_data_files}
+        found: set[str] = set()
+        manifests: list[ManifestFile] = []
+        evaluators: dict[int, Any] = {}
+        for manifest in head.manifests(self._io) if head is not None else []:
+            spec = self.spec(manifest.partition_spec_id)
+            # _manifests() set a partition filter per spec of the removed files; a manifest whose
+            # partition summaries exclude them is kept unread (a miss still fails the check below)
+            if spec.fields and spec.spec_id not in evaluators:
+                evaluators[spec.spec_id] = self._build_manifest_evaluator(spec.spec_id)
+            if spec.fields and not evaluators[spec.spec_id](manifest):
+                manifests.append(manifest)
+                continue
+            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            hits = [e for e in entries if str(e.data_file.file_path) in removed]
+            if not hits:
+                manifests.append(manifest)
+                continue
+            found.update(str(e.data_file.file_path) for e in hits)
+            with new_manifest_writer(self, self.spec(manifest.partition_spec_id), manifest.content) as writer:
+                for entry in entries:
+                    gone = str(entry.data_file.file_path) in removed
+                    writer.add_entry(ManifestEntry.from_args(
+                        status=ManifestEntryStatus.DELETED if gone else ManifestEntryStatus.EXISTING,
+                        snapshot_id=self._snapshot_id if gone else entry.snapshot_id,
+                        sequence_number=entry.sequence_number,
+                        file_sequence_number=entry.file_sequence_number,
+                        data_file=entry.data_file,
+                    ))
+            manifests.append(writer.to_manifest_file())
+        missing = sorted(removed - found)
+        if missing:
+            raise ValidationException(f"Missing required files to delete: {', '.join(missing)}")
+        return manifests
+
+    def _deleted_entries(self) -> list[ManifestEntry]:
+        # The DELETED entries live in the rewritten manifests (_existing_manifests).
+        return []
 
     def _commit(self):  # type: ignore[no-untyped-def]
         # Runs on the first attempt and again, against the refreshed head, on every retry.
@@ -73,17 +163,21 @@ def commit_replace(
     removed: list[DataFile],
     added: list[DataFile],
     properties: dict[str, str],
+    allowed_deletes: frozenset[str] = frozenset(),
+    allow_no_output: bool = False,
 ) -> Snapshot:
     """Commit one REPLACE snapshot on main; retries on concurrent commits (pyiceberg's policy).
 
-    Raises ConflictAbort when an input is no longer live or a delete file now applies to it; then
-    nothing was committed. The snapshot's summary carries ``properties`` (the action id). Pass a
+    ``removed`` may hold delete files as well as data files. Raises ConflictAbort when a removed file
+    is no longer live or a delete file not in ``allowed_deletes`` now applies to a removed data file;
+    then nothing was committed. The snapshot's summary carries ``properties`` (the action id). Pass a
     freshly loaded table: a stale one costs a failed attempt before pyiceberg refreshes and retries.
+    ``allow_no_output`` lets a delete compaction whose inputs were wholly deleted add nothing.
     """
-    if not removed or not added:
-        raise VerificationFailed("a rewrite must remove and add at least one file")
+    if (not added and not allow_no_output) or not any(f.content == DataFileContent.DATA for f in removed):
+        raise VerificationFailed("a rewrite must remove and add at least one data file")
     tx = table.transaction()
-    producer = _ReplaceDataFiles(tx, table.io, snapshot_properties=properties)
+    producer = _ReplaceDataFiles(tx, table.io, snapshot_properties=properties, allowed_deletes=allowed_deletes)
     for data_file in removed:
         producer.delete_data_file(data_file)
     for data_file in added:

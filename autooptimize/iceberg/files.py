@@ -45,6 +45,26 @@ class LiveFile:
         return int(self.data_file.record_count)
 
 
+@dataclass(frozen=True)
+class DeleteStats:
+    """A partition's row-level delete load, from metadata alone (what decide weighs for compact_deletes).
+
+    ``rows_deleted_estimate`` sums the delete files' record counts: exact for position deletes that do
+    not overlap, an upper bound otherwise (an equality delete row may match many data rows or none).
+    """
+
+    files: int
+    bytes: int
+    position_files: int
+    equality_files: int
+    rows_deleted_estimate: int
+    data_rows: int
+
+    @property
+    def deleted_fraction_estimate(self) -> float:
+        return min(1.0, self.rows_deleted_estimate / self.data_rows) if self.data_rows else 0.0
+
+
 @dataclass
 class PartitionFiles:
     """The live data and delete files of one partition of one spec."""
@@ -59,6 +79,18 @@ class PartitionFiles:
     @property
     def bytes(self) -> int:
         return sum(f.size for f in self.data_files)
+
+    @property
+    def delete_stats(self) -> DeleteStats:
+        position = [f for f in self.delete_files if f.data_file.content == DataFileContent.POSITION_DELETES]
+        return DeleteStats(
+            files=len(self.delete_files),
+            bytes=sum(f.size for f in self.delete_files),
+            position_files=len(position),
+            equality_files=len(self.delete_files) - len(position),
+            rows_deleted_estimate=sum(f.record_count for f in self.delete_files),
+            data_rows=sum(f.record_count for f in self.data_files),
+        )
 
 
 def partition_key(spec: PartitionSpec, schema: Schema, record: Any) -> str:

@@ -61,8 +61,10 @@ KINDS: dict[str, ActionKind] = {
                                  False, "table", "delete files in the table location that no snapshot references "
                                  "and that are older than min_age",
                                  "autooptimize.services.hygiene:validate_remove_orphans"),
+    "compact_deletes": ActionKind("compact_deletes", "autooptimize.services.compact:run_compact_deletes", True,
+                                  "partition", "rewrite data files with their position and equality deletes "
+                                  "applied, and drop the delete files that no longer apply"),
 }
-
 
 
 def kind_of(name: str) -> ActionKind | None:

@@ -149,7 +149,7 @@ def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
         return ActionRefused(
             "has_delete_files",
             f"partition {pf.key or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
-            "merging it needs delete compaction, which is not supported yet",
+            "fold them into the data first with the compact_deletes action, then merge",
         )
     if pf.spec_id != table.spec().spec_id:
         return ActionRefused(

@@ -1,0 +1,181 @@
+"""The delete-compaction job: read data files by field id, drop the rows their position and equality
+deletes remove, write target-size Parquet files, and measure both sides in the same pass.
+
+Position deletes are applied by an anti-join on (data file, ``_metadata.row_index``) and only when the
+delete file's data sequence number is >= the data file's; equality deletes by a null-safe anti-join on
+their columns (read by field id) and only when the delete file's data sequence number is strictly
+greater than the data file's (Iceberg spec, "Scan Planning"). Spark reports ``file:/x`` where Iceberg
+stores ``file:///x``: both sides are normalised the same way before joining, and every data row must
+find its file in the mapping (counted), so a path that failed to normalise can never silently keep a
+deleted row.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import reduce
+from typing import TYPE_CHECKING
+
+from pyiceberg.schema import Schema
+from pyiceberg.types import PrimitiveType
+
+from autooptimize.errors import ActionRefused
+from spark_actors.rewrite import ContentDigest, _digest_columns, _to_digest, content_digest, list_parquet
+from spark_actors.schema import FIELD_ID_KEY, spark_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+POS_FILE_PATH_ID = 2147483546
+POS_POS_ID = 2147483545
+_SCHEME = r"^file:/+"
+
+
+def normalise_path(path: str) -> str:
+    """The join key of a file path: ``file:/x``, ``file:///x`` and ``/x`` all become ``/x``."""
+    return re.sub(_SCHEME, "/", path)
+
+
+@dataclass(frozen=True)
+class SequencedFile:
+    """A data or delete file with the data sequence number its manifest entry gives it."""
+
+    path: str
+    sequence_number: int
+    equality_ids: tuple[int, ...] | None = None  # equality delete files only
+
+
+@dataclass(frozen=True)
+class CompactionOutput:
+    paths: tuple[str, ...]
+    rows_read: int  # data rows read (each matched to its input file)
+    digest_kept: ContentDigest  # the delete-applied input, observed while writing
+    digest_out: ContentDigest  # the written files, read back by field id
+
+    @property
+    def rows_deleted(self) -> int:
+        return self.rows_read - self.digest_kept.rows
+
+
+def _key(col: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.regexp_replace(col, _SCHEME, "/")
+
+
+def _position_deletes(spark: SparkSession, files: DataFrame, deletes: list[SequencedFile]) -> DataFrame:
+    """Distinct (file key, row position) pairs that apply to the data files of ``files``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as st
+
+    schema = st.StructType([
+        st.StructField("file_path", st.StringType(), True, {FIELD_ID_KEY: POS_FILE_PATH_ID}),
+        st.StructField("pos", st.LongType(), True, {FIELD_ID_KEY: POS_POS_ID}),
+    ])
+    seqs = spark.createDataFrame([(normalise_path(d.path), d.sequence_number) for d in deletes],
+                                 "_ao_dkey string, _ao_dseq long")
+    raw = spark.read.schema(schema).parquet(*[d.path for d in deletes])
+    return (
+        raw.select(_key(F.col("file_path")).alias("_ao_key"), F.col("pos").alias("_ao_pos"),
+                   _key(F.col("_metadata.file_path")).alias("_ao_dkey"))
+        .join(F.broadcast(seqs), "_ao_dkey")
+        .join(F.broadcast(files), "_ao_key")
+        .where(F.col("_ao_dseq") >= F.col("_ao_seq"))
+        .select("_ao_fid", "_ao_pos")
+        .distinct()
+    )
+
+
+def _equality_deletes(spark: SparkSession, schema: Schema, ids: tuple[int, ...],
+                      deletes: list[SequencedFile]) -> tuple[DataFrame, list[str]]:
+    from pyspark.sql import functions as F
+
+    fields = []
+    for field_id in ids:
+        try:
+            field = schema.find_field(field_id)
+        except ValueError:
+            raise ActionRefused("equality_field_missing",
+                                f"equality delete field id {field_id} is not in the table's schema") from None
+        if field not in schema.fields or not isinstance(field.field_type, PrimitiveType):
+            raise ActionRefused("unsupported_equality_field",
+                                f"equality deletes on {field.name!r} (a nested or non-primitive field) are not "
+                                "supported yet")
+        fields.append(field)
+    seqs = spark.createDataFrame([(normalise_path(d.path), d.sequence_number) for d in deletes],
+                                 "_ao_dkey string, _ao_dseq long")
+    raw = spark.read.schema(spark_schema(Schema(*fields))).parquet(*[d.path for d in deletes])
+    names = [f"_ao_e{f.field_id}" for f in fields]
+    frame = (
+        raw.select(*[F.col(f"`{f.name}`").alias(n) for f, n in zip(fields, names, strict=True)],
+                   _key(F.col("_metadata.file_path")).alias("_ao_dkey"))
+        .join(F.broadcast(seqs), "_ao_dkey")
+        .drop("_ao_dkey")
+    )
+    return frame, [f.name for f in fields]
+
+
+def compact_group(
+    spark: SparkSession,
+    schema: Schema,
+    data_files: list[SequencedFile],
+    deletes: list[SequencedFile],
+    output_dir: str,
+    files_out: int,
+    codec: str = "zstd",
+    broadcast_deletes: bool = False,
+) -> CompactionOutput:
+    """Rewrite ``data_files`` with ``deletes`` applied into ``files_out`` files under ``output_dir``.
+
+    ``deletes`` are the delete files that may apply to these data files (the caller scopes them to the
+    partition); the sequence-number rules above decide, per data file, which ones do.
+    ``broadcast_deletes`` ships the delete rows to every task instead of shuffling the data: for
+    delete files small enough to hold in memory (the caller knows their row counts).
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    # rows carry a small file number, not the path, so the delete side of the joins stays small
+    files = spark.createDataFrame([(normalise_path(f.path), f.sequence_number, i) for i, f in enumerate(data_files)],
+                                  "_ao_key string, _ao_seq long, _ao_fid int")
+    data = spark.read.schema(spark_schema(schema)).parquet(*[f.path for f in data_files])
+    columns = list(data.columns)
+    data = data.select("*", _key(F.col("_metadata.file_path")).alias("_ao_key"),
+                       F.col("_metadata.row_index").alias("_ao_pos")).join(F.broadcast(files), "_ao_key") \
+        .drop("_ao_key")
+    read = Observation("ao_rows_read")
+    data = data.observe(read, F.count(F.lit(1)).alias("rows"))
+
+    positional = [d for d in deletes if d.equality_ids is None]
+    if positional:
+        pairs = _position_deletes(spark, files, positional)
+        data = data.join(F.broadcast(pairs) if broadcast_deletes else pairs, ["_ao_fid", "_ao_pos"], "left_anti")
+    by_ids: dict[tuple[int, ...], list[SequencedFile]] = {}
+    for d in deletes:
+        if d.equality_ids is not None:
+            by_ids.setdefault(tuple(d.equality_ids), []).append(d)
+    for ids, group in sorted(by_ids.items()):
+        frame, names = _equality_deletes(spark, schema, ids, group)
+        left, right = data.alias("d"), (F.broadcast(frame) if broadcast_deletes else frame).alias("e")
+        condition = reduce(
+            lambda a, b: a & b,
+            [F.col(f"d.`{name}`").eqNullSafe(F.col(f"e._ao_e{schema.find_field(name).field_id}")) for name in names],
+        ) & (F.col("d._ao_seq") < F.col("e._ao_dseq"))
+        data = left.join(right, condition, "left_anti")
+
+    kept = data.select(*[F.col(f"`{c}`") for c in columns])
+    kept_observation = Observation("ao_kept_digest")
+    kept = kept.observe(kept_observation, *_digest_columns(kept))
+    shaped = kept.coalesce(1) if files_out <= 1 else kept.repartition(files_out)
+    shaped.write.mode("error").option("compression", codec).parquet(output_dir)
+
+    digest_kept = _to_digest(kept_observation.get)
+    paths = list_parquet(output_dir)
+    digest_out = content_digest(spark, schema, paths) if paths else ContentDigest(0, "0:0:0")
+    return CompactionOutput(
+        paths=tuple(paths),
+        rows_read=int(read.get["rows"] or 0),
+        digest_kept=digest_kept,
+        digest_out=digest_out,
+    )
