@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
@@ -31,6 +30,8 @@ from autooptimize.iceberg.commit import (
     live_data_paths,
 )
 from autooptimize.iceberg.files import LiveFile, PartitionFiles, live_partitions
+from autooptimize.services import evolution
+from autooptimize.services.evolution import evolution_data_files, evolution_rewrite
 
 log = logging.getLogger(__name__)
 
@@ -125,18 +126,13 @@ def action_dir(table: Table, pf: PartitionFiles, action_id: str) -> str:
     return f"{base}{part}/ao-{action_id}"
 
 
-def _has_field_ids(table: Table, path: str) -> bool:
-    with table.io.new_input(path).open() as stream:
-        schema = pq.read_schema(stream)
-    return all(f.metadata and b"PARQUET:field_id" in f.metadata for f in schema)
-
-
 def select_partitions(table: Table, spec_id: int | None, key: str | None) -> list[PartitionFiles]:
     parts = live_partitions(table)
     if key is not None:
         pf = parts.get((spec_id if spec_id is not None else table.spec().spec_id, key))
         return [pf] if pf is not None else []
-    return [pf for (sid, _), pf in sorted(parts.items()) if sid == table.spec().spec_id]
+    # every spec: an older-spec partition merges within itself, or moves to the current spec (respec)
+    return [pf for _, pf in sorted(parts.items())]
 
 
 def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
@@ -147,12 +143,11 @@ def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
             f"partition {pf.key or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
             "merging it needs delete compaction, which is not supported yet",
         )
-    if pf.spec_id != table.spec().spec_id:
-        return ActionRefused(
-            "older_spec",
-            f"partition {pf.key} belongs to partition spec {pf.spec_id}, not the current spec "
-            f"{table.spec().spec_id}; rewriting older specs is not supported yet",
-        )
+    from spark_actors.types import unsupported_reason
+
+    reason = unsupported_reason(table.schema())
+    if reason is not None:
+        return ActionRefused("unsupported_type", reason)
     return None
 
 
@@ -171,15 +166,26 @@ def plan_partitions(
         if problem is not None:
             skipped[pf.key] = problem.reason
             continue
-        plan = plan_bin_pack(
-            _plan_files(pf), request.target_file_size, request.tolerance,
-            min_input_files=request.min_input_files, max_bytes=request.max_bytes,
-        )
+        plan = _plan_partition(table, pf, request)
         if plan.is_empty:
             skipped[pf.key] = "below_threshold" if plan.mse_before < request.tolerance**2 else "nothing_to_merge"
             continue
         plans.append((pf, plan))
     return plans, skipped
+
+
+def _plan_partition(table: Table, pf: PartitionFiles, request: MergeRequest) -> Plan:
+    files = _plan_files(pf)
+    if pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options):
+        return evolution.plan_respec(files, request.target_file_size, request.tolerance)
+    with_ids, without_ids = evolution.split_by_field_ids(table, files)
+    subsets = [s for s in (with_ids, without_ids) if s]  # read by id and by name: never one group
+    plans = [plan_bin_pack(s, request.target_file_size, request.tolerance,
+                           min_input_files=request.min_input_files, max_bytes=request.max_bytes)
+             for s in subsets]
+    if len(plans) == 1:
+        return plans[0]
+    return evolution.combine_plans(files, plans, request.target_file_size, request.tolerance)
 
 
 def run_merge(
@@ -231,12 +237,6 @@ def run_merge(
         return outcome
 
     by_path: dict[str, LiveFile] = {f.path: f for pf, _ in plans for f in pf.data_files}
-    for path in {f.path for _, plan in plans for g in plan.groups for f in g.files}:
-        if not _has_field_ids(table, path):
-            raise ActionRefused(
-                "files_without_field_ids",
-                f"input {path} has no Parquet field ids (added by name mapping); not supported yet",
-            )
 
     write_started = time.monotonic()
     codec = table.properties.get("write.parquet.compression-codec", "zstd")
@@ -247,7 +247,7 @@ def run_merge(
         for pf, plan in plans:
             for index, group in enumerate(plan.groups):
                 directory = f"{action_dir(table, pf, request.action_id)}/g{index}"
-                entries.append(_rewrite(spark, table, pf, group, directory, codec, by_path, hooks))
+                entries.append(_rewrite(spark, table, pf, group, directory, codec, by_path, hooks, request))
         outcome.timings["rewrite"] = time.monotonic() - write_started
 
         checkpoint = {
@@ -279,11 +279,18 @@ def run_merge(
 
 
 def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory: str, codec: str,
-             by_path: dict[str, LiveFile], hooks: Hooks) -> dict[str, Any]:
+             by_path: dict[str, LiveFile], hooks: Hooks, request: MergeRequest) -> dict[str, Any]:
     from spark_actors.rewrite import content_digest, rewrite_group
+    from spark_actors.types import SPARK, engine_for
 
     inputs = [f.path for f in group.files]
-    result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec)
+    respec = pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options)
+    with_ids = {evolution.has_field_ids(table, p) for p in inputs}
+    if len(with_ids) != 1:
+        raise VerificationFailed(f"group {directory} mixes files with and without field ids")
+    if respec or engine_for(table.schema(), field_ids=with_ids.pop()) != SPARK:
+        return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec)
+    result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec, io=table.io)
     if hooks.after_write:
         hooks.after_write(list(result.paths))
         digest_out = content_digest(spark, table.schema(), list(result.paths))
@@ -328,6 +335,9 @@ def _commit(table: Table, request: MergeRequest, entries: list[dict[str, Any]]) 
     partition_of = {p: (live[p].data_file.spec_id, live[p].data_file.partition) for p in inputs}
     added: list[Any] = []
     for entry in entries:
+        if "output_partitions" in entry:  # rewritten into another spec: each output has its own partition
+            added.extend(evolution_data_files(table, entry))
+            continue
         spec_id, record = partition_of[entry["inputs"][0]]
         added.extend(data_file_from_footer(table, p, spec_id, record) for p in entry["outputs"])
     properties = {
