@@ -322,6 +322,7 @@ def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory
         "checksum_in": result.digest_in.checksum,
         "checksum_out": digest_out.checksum,
         "output_sizes": [int(o.file_size_in_bytes) for o in outputs],
+        "engine": "spark",
     }
 
 
