@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.fileformat import FileFormatFactory
 from pyiceberg.io.pyarrow import (
     ArrowScan,
     _determine_partitions,
@@ -107,8 +108,8 @@ class _Writer:
     path: str
     stream: Any
     writer: pq.ParquetWriter
+    partition: tuple[int, Record]
     rows: int = 0
-    partition: tuple[int, Record] | None = None
 
 
 @dataclass
@@ -125,8 +126,7 @@ class _Writers:
             path = f"{directory}/part-{len(self.done) + len(self.open):05d}-{uuid.uuid4()}.parquet"
             stream = self.table.io.new_output(path).create(overwrite=False)
             kwargs = _get_parquet_writer_kwargs(self.table.properties) | {"compression": self.codec}
-            current = _Writer(path, stream, pq.ParquetWriter(stream, schema=self.schema, **kwargs),
-                              partition=partition)
+            current = _Writer(path, stream, pq.ParquetWriter(stream, schema=self.schema, **kwargs), partition)
             self.open[directory] = current
         return current
 
@@ -153,12 +153,14 @@ def scan(table: Table, files: list[DataFile]) -> Iterator[pa.RecordBatch]:
     yield from arrow_scan.to_record_batches(_tasks(files))
 
 
-def _plain_data_file(table: Table, path: str) -> DataFile:
+def _plain_data_file(table: Table, path: str, partition: tuple[int, Record]) -> DataFile:
     """Just enough of a DataFile for ArrowScan to read a file back (no statistics)."""
-    return DataFile.from_args(
-        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=Record(),
-        record_count=0, file_size_in_bytes=len(table.io.new_input(path)), spec_id=table.spec().spec_id,
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition[1],
+        record_count=0, file_size_in_bytes=len(table.io.new_input(path)),
     )
+    data_file.spec_id = partition[0]
+    return data_file
 
 
 def _is_empty_dir(table: Table, directory: str) -> bool:
@@ -215,10 +217,10 @@ def rewrite_group_arrow(
         problem = output_schema_problem(schema, path, table.io)
         if problem is not None:
             raise VerificationFailed(problem)
-    rows_out, checksum_out = digest_files(table, paths)
+    rows_out, checksum_out = digest_files(table, paths, [w.partition for w in written])
     return ArrowOutput(
         paths=tuple(paths),
-        partitions=tuple(w.partition for w in written if w.partition is not None),
+        partitions=tuple(w.partition for w in written),
         rows_in=digest_in.rows, checksum_in=digest_in.checksum,
         rows_out=rows_out, checksum_out=checksum_out,
     )
@@ -228,8 +230,10 @@ def _write(writer: _Writer, schema: Any, batch: pa.RecordBatch) -> None:
     if batch.num_rows == 0:
         return
     # pyiceberg's own write-side conversion: field ids, required-ness and physical types of the schema
-    converted = _to_requested_schema(schema, schema, batch, include_field_ids=True)
-    writer.writer.write_batch(converted)
+    converted = _to_requested_schema(schema, schema, batch, include_field_ids=True,
+                                     format_model=FileFormatFactory.get(FileFormat.PARQUET))
+    # one file schema for every batch (files of a group may read as string and large_string)
+    writer.writer.write_batch(converted.cast(writer.writer.schema))
     writer.rows += batch.num_rows
 
 
@@ -246,15 +250,15 @@ def _write_rolling(writers: _Writers, directory: str, batch: pa.RecordBatch, row
             writers.roll(directory)
 
 
-def read_back(table: Table, paths: list[str]) -> pa.Table:
-    """Output files as pyiceberg reads them in the table's current schema."""
-    batches = list(scan(table, [_plain_data_file(table, p) for p in paths]))
+def read_back(table: Table, paths: list[str], partitions: list[tuple[int, Record]]) -> pa.Table:
+    """Output files (with the partition each is recorded under) as pyiceberg reads them."""
+    batches = list(scan(table, [_plain_data_file(table, p, q) for p, q in zip(paths, partitions, strict=True)]))
     return pa.Table.from_batches(batches) if batches else schema_to_pyarrow(table.schema()).empty_table()
 
 
-def digest_files(table: Table, paths: list[str]) -> tuple[int, str]:
+def digest_files(table: Table, paths: list[str], partitions: list[tuple[int, Record]]) -> tuple[int, str]:
     """Rows and content checksum of files read back through pyiceberg (as the rewrite measures them)."""
     digest = _Digest()
-    for batch in scan(table, [_plain_data_file(table, p) for p in paths]):
+    for batch in scan(table, [_plain_data_file(table, p, q) for p, q in zip(paths, partitions, strict=True)]):
         digest.add(batch)
     return digest.rows, digest.checksum

@@ -141,7 +141,7 @@ def evolution_rewrite(table: Table, pf: Any, inputs: list[str], directory: str, 
     rows_out, checksum_out = result.rows_out, result.checksum_out
     if hooks.after_write:
         hooks.after_write(list(result.paths))
-        rows_out, checksum_out = digest_files(table, list(result.paths))
+        rows_out, checksum_out = digest_files(table, list(result.paths), list(result.partitions))
     metadata_rows = sum(by_path[p].record_count for p in inputs)
     if result.rows_in != metadata_rows:
         raise VerificationFailed(
@@ -155,8 +155,8 @@ def evolution_rewrite(table: Table, pf: Any, inputs: list[str], directory: str, 
     partitions = list(result.partitions)
     if respec:
         assert spec is not None
-        for path, (_, record) in zip(result.paths, partitions, strict=True):
-            check_partition(table, spec, path, record)
+        for path, partition in zip(result.paths, partitions, strict=True):
+            check_partition(table, spec, path, partition)
     outputs = [data_file_from_footer(table, p, sid, record) for p, (sid, record) in zip(result.paths, partitions,
                                                                                         strict=True)]
     footer_rows = sum(int(o.record_count) for o in outputs)
@@ -182,14 +182,15 @@ def evolution_rewrite(table: Table, pf: Any, inputs: list[str], directory: str, 
     return entry
 
 
-def check_partition(table: Table, spec: PartitionSpec, path: str, record: Record) -> None:
+def check_partition(table: Table, spec: PartitionSpec, path: str, partition: tuple[int, Record]) -> None:
     """Raise VerificationFailed unless every row of the output at ``path`` maps to ``record`` under ``spec``."""
     import pyarrow.compute as pc
     from pyiceberg.io.pyarrow import _get_field_from_arrow_table
 
     from spark_actors.arrow_rewrite import read_back
 
-    data = read_back(table, [path])
+    record = partition[1]
+    data = read_back(table, [path], [partition])
     schema = table.schema()
     for pos, pfield in enumerate(spec.fields):
         source = schema.find_field(pfield.source_id)
