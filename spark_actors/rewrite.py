@@ -7,9 +7,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
+from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.schema import Schema
 
+from autooptimize.errors import VerificationFailed
 from spark_actors.schema import spark_schema
+from spark_actors.types import output_schema_problem
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -83,6 +86,7 @@ def rewrite_group(
     files_out: int,
     codec: str = "zstd",
     sort: list[tuple[str, bool, bool]] | None = None,
+    io: Any = None,
 ) -> GroupOutput:
     """Rewrite ``inputs`` into ``files_out`` files under ``output_dir`` (which must not exist).
 
@@ -116,5 +120,10 @@ def rewrite_group(
     writer.option("compression", codec).parquet(output_dir)
     digest_in = _to_digest(observation.get)
     paths = list_parquet(output_dir)
+    io = io if io is not None else PyArrowFileIO()
+    for path in paths:
+        problem = output_schema_problem(schema, path, io)
+        if problem is not None:
+            raise VerificationFailed(problem)
     digest_out = content_digest(spark, schema, paths) if paths else ContentDigest(0, "0:0:0")
     return GroupOutput(paths=tuple(paths), digest_in=digest_in, digest_out=digest_out)

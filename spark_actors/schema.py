@@ -21,6 +21,7 @@ from pyiceberg.types import (
     StructType,
     TimestampType,
     TimestamptzType,
+    TimeType,
 )
 
 from autooptimize.errors import ActionRefused
@@ -49,14 +50,17 @@ def _spark_type(field: NestedField, t: IcebergType) -> Any:
         return st.TimestampType()
     if isinstance(t, TimestampType):
         return st.TimestampNTZType()
+    if isinstance(t, TimeType):
+        # Parquet INT64 TIME(micros, not adjusted to UTC) both ways, with spark.sql.timeType.enabled
+        return st.TimeType(6)
     if isinstance(t, StringType):
         return st.StringType()
     if isinstance(t, BinaryType):
         return st.BinaryType()
     if isinstance(t, StructType):
         return st.StructType([_spark_field(f) for f in t.fields])
-    # list/map element ids, time, fixed, uuid and nanosecond timestamps need the engine work of a
-    # later issue; refusing is safer than rewriting them with a different physical type.
+    # list/map (element/key/value ids are not written), fixed and uuid (written as BINARY) go through
+    # spark_actors.arrow_rewrite; see spark_actors.types. Anything else is refused.
     raise ActionRefused(
         "unsupported_type",
         f"column {field.name!r} has type {t}, which the rewrite does not support yet",

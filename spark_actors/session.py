@@ -24,6 +24,8 @@ RUNTIME_CONFS = {
     "spark.sql.parquet.fieldId.write.enabled": "true",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.session.timeZone": "UTC",
+    # Iceberg time (Parquet INT64 TIME micros) reads and writes faithfully only with this on (4.x)
+    "spark.sql.timeType.enabled": "true",
 }
 
 

@@ -152,6 +152,32 @@ class _ReplaceDataFiles(_OverwriteFiles):
         self._validate_no_new_deletes()
         return super()._commit()
 
+    def _manifests(self):  # type: ignore[no-untyped-def]
+        # pyiceberg writes every added file into one manifest of the *current* spec; a file merged
+        # within an older spec needs a manifest of its own spec, or its partition is written wrongly.
+        current = self._transaction.table_metadata.default_spec_id
+        added = self._added_data_files
+        older: dict[int, list[DataFile]] = {}
+        for data_file in added:
+            if data_file.spec_id != current:
+                older.setdefault(data_file.spec_id, []).append(data_file)
+        if not older:
+            return super()._manifests()
+        self._added_data_files = [f for f in added if f.spec_id == current]
+        try:
+            manifests = super()._manifests()
+        finally:
+            self._added_data_files = added
+        extra = []
+        for spec_id, files in sorted(older.items()):
+            with self.new_manifest_writer(spec=self.spec(spec_id)) as writer:
+                for data_file in files:
+                    writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
+                                                       sequence_number=None, file_sequence_number=None,
+                                                       data_file=data_file))
+            extra.append(writer.to_manifest_file())
+        return extra + manifests
+
     def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
         summary = super()._summary(snapshot_properties)
         # pyiceberg's summary arithmetic only knows append/overwrite/delete; the totals are the same.
@@ -222,7 +248,7 @@ def data_file_from_footer(table: Table, path: str, spec_id: int, partition: Any,
         stats_columns=compute_statistics_plan(schema, table.metadata.properties),
         parquet_column_mapping=parquet_path_to_id_mapping(schema),
     )
-    return DataFile.from_args(
+    data_file = DataFile.from_args(
         content=DataFileContent.DATA,
         file_path=path,
         file_format=FileFormat.PARQUET,
@@ -234,6 +260,8 @@ def data_file_from_footer(table: Table, path: str, spec_id: int, partition: Any,
         key_metadata=None,
         **statistics.to_serialized_dict(),
     )
+    data_file.spec_id = spec_id  # from_args does not set it (it is not a manifest field)
+    return data_file
 
 
 def live_data_paths(table: Table) -> set[str]:

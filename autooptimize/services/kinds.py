@@ -44,7 +44,8 @@ def _load(ref: str) -> Callable[..., Any]:
 
 KINDS: dict[str, ActionKind] = {
     "merge": ActionKind("merge", "autooptimize.services.merge:run_merge", True, "partition",
-                        "merge small files into target-size files (fewest replacements)"),
+                        "merge small files into target-size files (fewest replacements)",
+                        validator="autooptimize.services.evolution:validate_merge_options"),
     "sort": ActionKind("sort", "autooptimize.services.merge:run_merge", True, "partition",
                        "rewrite a partition ordered by the sort order into files of disjoint ranges",
                        validator="autooptimize.services.sort:validate_options"),

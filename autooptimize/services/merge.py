@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
@@ -31,6 +30,8 @@ from autooptimize.iceberg.commit import (
     live_data_paths,
 )
 from autooptimize.iceberg.files import LiveFile, PartitionFiles, live_partitions
+from autooptimize.services import evolution
+from autooptimize.services.evolution import evolution_data_files, evolution_rewrite
 from autooptimize.services.sizing import NO_SIZING, Sizing, calibrate, calibration_sample
 
 log = logging.getLogger(__name__)
@@ -129,18 +130,13 @@ def action_dir(table: Table, pf: PartitionFiles, action_id: str) -> str:
     return f"{base}{part}/ao-{action_id}"
 
 
-def _has_field_ids(table: Table, path: str) -> bool:
-    with table.io.new_input(path).open() as stream:
-        schema = pq.read_schema(stream)
-    return all(f.metadata and b"PARQUET:field_id" in f.metadata for f in schema)
-
-
 def select_partitions(table: Table, spec_id: int | None, key: str | None) -> list[PartitionFiles]:
     parts = live_partitions(table)
     if key is not None:
         pf = parts.get((spec_id if spec_id is not None else table.spec().spec_id, key))
         return [pf] if pf is not None else []
-    return [pf for (sid, _), pf in sorted(parts.items()) if sid == table.spec().spec_id]
+    # every spec: an older-spec partition merges within itself, or moves to the current spec (respec)
+    return [pf for _, pf in sorted(parts.items())]
 
 
 def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
@@ -151,12 +147,11 @@ def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
             f"partition {pf.key or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
             "fold them into the data first with the compact_deletes action, then merge",
         )
-    if pf.spec_id != table.spec().spec_id:
-        return ActionRefused(
-            "older_spec",
-            f"partition {pf.key} belongs to partition spec {pf.spec_id}, not the current spec "
-            f"{table.spec().spec_id}; rewriting older specs is not supported yet",
-        )
+    from spark_actors.types import unsupported_reason
+
+    reason = unsupported_reason(table.schema())
+    if reason is not None:
+        return ActionRefused("unsupported_type", reason)
     return None
 
 
@@ -176,10 +171,10 @@ def plan_partitions(
         if problem is not None:
             skipped[pf.key] = problem.reason
             continue
-        files = _plan_files(pf, request.sizing)
         if order is not None:
             from autooptimize.services.sort import plan_sort
 
+            files = _plan_files(pf, request.sizing)
             plan, method = plan_sort(files, [f.data_file for f in pf.data_files], table, order[0],
                                      request.target_file_size, request.tolerance, request.min_input_files,
                                      request.max_bytes)
@@ -188,11 +183,7 @@ def plan_partitions(
             else:
                 plans.append((pf, plan))
             continue
-        plan = plan_bin_pack(
-            files, request.target_file_size, request.tolerance,
-            min_input_files=request.min_input_files, max_bytes=request.max_bytes,
-        )
-        plan = balance_outputs(plan, files, min_input_files=request.min_input_files)
+        plan = _plan_partition(table, pf, request)
         if plan.is_empty:
             skipped[pf.key] = "below_threshold" if plan.mse_before < request.tolerance**2 else "nothing_to_merge"
             continue
@@ -207,6 +198,21 @@ def sort_spec(table: Table, request: MergeRequest) -> tuple[Any, int | None] | N
     from autooptimize.services.sort import resolve_sort_order
 
     return resolve_sort_order(table, request.options.get("sort_order"), request.sort_order)
+
+
+def _plan_partition(table: Table, pf: PartitionFiles, request: MergeRequest) -> Plan:
+    files = _plan_files(pf, request.sizing)
+    if pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options):
+        return evolution.plan_respec(files, request.target_file_size, request.tolerance)
+    with_ids, without_ids = evolution.split_by_field_ids(table, files)
+    subsets = [s for s in (with_ids, without_ids) if s]  # read by id and by name: never one group
+    plans = [balance_outputs(plan_bin_pack(s, request.target_file_size, request.tolerance,
+                                           min_input_files=request.min_input_files, max_bytes=request.max_bytes),
+                             s, min_input_files=request.min_input_files)
+             for s in subsets]
+    if len(plans) == 1:
+        return plans[0]
+    return evolution.combine_plans(files, plans, request.target_file_size, request.tolerance)
 
 
 def run_merge(
@@ -261,12 +267,6 @@ def run_merge(
         return outcome
 
     by_path: dict[str, LiveFile] = {f.path: f for pf, _ in plans for f in pf.data_files}
-    for path in {f.path for _, plan in plans for g in plan.groups for f in g.files}:
-        if not _has_field_ids(table, path):
-            raise ActionRefused(
-                "files_without_field_ids",
-                f"input {path} has no Parquet field ids (added by name mapping); not supported yet",
-            )
 
     write_started = time.monotonic()
     codec = table.properties.get("write.parquet.compression-codec", "zstd")
@@ -276,12 +276,11 @@ def run_merge(
     _remove_uncommitted(table, written_dirs)  # leftovers of an earlier attempt of this action
     writer = {"spark_session_id": getattr(spark, "session_id", None)}
     save_checkpoint({"writer": writer, "dirs": written_dirs})  # no groups: nothing to resume yet
-    order = sort_spec(table, request)
     try:
         for pf, plan in plans:
             for index, group in enumerate(plan.groups):
                 directory = f"{action_dir(table, pf, request.action_id)}/g{index}"
-                entries.append(_rewrite(spark, table, pf, group, directory, codec, by_path, hooks, order))
+                entries.append(_rewrite(spark, table, pf, group, directory, codec, by_path, hooks, request))
         outcome.timings["rewrite"] = time.monotonic() - write_started
 
         checkpoint = {
@@ -386,7 +385,7 @@ def _calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], requ
         if sum(size for size, _ in candidates) < target or len(candidates) < request.min_input_files:
             continue
         sample = calibration_sample(candidates, target)
-        if not all(_has_field_ids(table, p) for p in sample):
+        if not all(evolution.has_field_ids(table, p) for p in sample):
             return request
         codec = table.properties.get("write.parquet.compression-codec", "zstd")
         sizing = calibrate(spark, table, sample, f"{action_dir(table, pf, request.action_id)}/calibration", codec)
@@ -397,12 +396,26 @@ def _calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], requ
 
 
 def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory: str, codec: str,
-             by_path: dict[str, LiveFile], hooks: Hooks, order: tuple[Any, int | None] | None = None) -> dict[str, Any]:
+             by_path: dict[str, LiveFile], hooks: Hooks, request: MergeRequest) -> dict[str, Any]:
     from spark_actors.rewrite import content_digest, rewrite_group
+    from spark_actors.types import SPARK, engine_for
 
     inputs = [f.path for f in group.files]
+    order = sort_spec(table, request)
+    respec = pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options)
+    with_ids = {evolution.has_field_ids(table, p) for p in inputs}
+    if len(with_ids) != 1:
+        raise VerificationFailed(f"group {directory} mixes files with and without field ids")
+    spark_can = engine_for(table.schema(), field_ids=with_ids.pop()) == SPARK
+    if order is not None and (respec or not spark_can):
+        raise ActionRefused("sort_not_supported",
+                            "sorting needs the Spark path: this group has types or files without field ids that "
+                            "only the pyarrow path rewrites faithfully; merge it instead")
+    if respec or not spark_can:
+        return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec)
     sort = [(c.name, c.descending, c.nulls_first) for c in order[0]] if order else None
-    result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec, sort=sort)
+    result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec, sort=sort,
+                           io=table.io)
     if hooks.after_write:
         hooks.after_write(list(result.paths))
         digest_out = content_digest(spark, table.schema(), list(result.paths))
@@ -440,6 +453,7 @@ def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory
         "checksum_in": result.digest_in.checksum,
         "checksum_out": digest_out.checksum,
         "output_sizes": [int(o.file_size_in_bytes) for o in outputs],
+        "engine": "spark",
     }
 
 
@@ -453,6 +467,9 @@ def _commit(table: Table, request: MergeRequest, entries: list[dict[str, Any]]) 
     partition_of = {p: (live[p].data_file.spec_id, live[p].data_file.partition) for p in inputs}
     added: list[Any] = []
     for entry in entries:
+        if "output_partitions" in entry:  # rewritten into another spec: each output has its own partition
+            added.extend(evolution_data_files(table, entry))
+            continue
         spec_id, record = partition_of[entry["inputs"][0]]
         added.extend(data_file_from_footer(table, p, spec_id, record, entry.get("sort_order_id"))
                      for p in entry["outputs"])
