@@ -11,7 +11,7 @@ from tasks.routing import CONTROL_QUEUE, queues
 
 def make_app() -> Celery:
     settings = get_settings()
-    app = Celery("autooptimize", broker=settings.redis_url, include=["tasks.actions", "tasks.control"])
+    app = Celery("autooptimize", broker=settings.redis_url, include=["tasks.actions", "tasks.control", "tasks.buffer"])
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -42,6 +42,9 @@ def make_app() -> Celery:
                            "options": {"queue": CONTROL_QUEUE, "expires": 55}},
             "rescan-stale": {"task": "autooptimize.rescan_stale", "schedule": 600.0,
                              "options": {"queue": CONTROL_QUEUE, "expires": 590}},
+            # Buffered writes: age rules, the watched folder, abandoned batches.
+            "buffer-tick": {"task": "autooptimize.buffer_tick", "schedule": settings.buffer_tick_seconds,
+                            "options": {"queue": CONTROL_QUEUE, "expires": settings.buffer_tick_seconds}},
         },
     )
     return app

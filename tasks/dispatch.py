@@ -8,12 +8,16 @@ import redis
 
 from autooptimize.config import Settings, redact_url
 from autooptimize.errors import ServiceUnavailable
-from tasks.routing import actor_queue, task_priority
+from tasks.routing import BUFFER_QUEUE, actor_queue, task_priority
 
 if TYPE_CHECKING:
     from scheduler.dispatcher import LeaseTicket
 
 MERGE_TASK = "autooptimize.merge"
+CONSOLIDATE_TASK = "autooptimize.consolidate"
+# At most one queued consolidation per table; the task clears the key when it starts.
+CONSOLIDATION_KEY = "ao:buffer:requested:{catalog}:{table}"
+CONSOLIDATION_KEY_TTL = 600
 
 
 def check_broker(settings: Settings) -> None:
@@ -59,3 +63,31 @@ def send_leased_action(settings: Settings, ticket: LeaseTicket) -> None:
                          "kind": item.kind, "delivery": deliveries}),
         task_id=item.action_id if deliveries == 1 else f"{item.action_id}.{deliveries}",
     )
+
+
+def _redis(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
+
+
+def send_consolidation(settings: Settings, identifier: str) -> bool:
+    """Queue a consolidation of ``identifier`` on the buffer queue unless one is queued already.
+    Returns whether a task was sent."""
+    from tasks.app import app
+
+    key = CONSOLIDATION_KEY.format(catalog=settings.catalog, table=identifier)
+    try:
+        client = _redis(settings)
+        if not client.set(key, "1", nx=True, ex=CONSOLIDATION_KEY_TTL):
+            return False
+        app.send_task(CONSOLIDATE_TASK, kwargs={"table": identifier}, queue=BUFFER_QUEUE)
+    except redis.RedisError as exc:
+        raise ServiceUnavailable(f"cannot reach Redis at {redact_url(settings.redis_url)}: {exc}") from None
+    return True
+
+
+def clear_consolidation_request(settings: Settings, identifier: str) -> None:
+    """Forget the queued request: landings from now on may queue another consolidation."""
+    try:
+        _redis(settings).delete(CONSOLIDATION_KEY.format(catalog=settings.catalog, table=identifier))
+    except redis.RedisError as exc:
+        raise ServiceUnavailable(f"cannot reach Redis at {redact_url(settings.redis_url)}: {exc}") from None
