@@ -69,17 +69,17 @@ def _redis(settings: Settings) -> redis.Redis:
     return redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
 
 
-def send_consolidation(settings: Settings, identifier: str) -> bool:
-    """Queue a consolidation of ``identifier`` on the buffer queue unless one is queued already.
-    Returns whether a task was sent."""
+def send_consolidation(settings: Settings, identifier: str, *, flush: bool = False) -> bool:
+    """Queue a consolidation of ``identifier`` on the buffer queue unless one is queued already (a flush
+    is always sent). Returns whether a task was sent."""
     from tasks.app import app
 
     key = CONSOLIDATION_KEY.format(catalog=settings.catalog, table=identifier)
     try:
         client = _redis(settings)
-        if not client.set(key, "1", nx=True, ex=CONSOLIDATION_KEY_TTL):
+        if not client.set(key, "1", nx=True, ex=CONSOLIDATION_KEY_TTL) and not flush:
             return False
-        app.send_task(CONSOLIDATE_TASK, kwargs={"table": identifier}, queue=BUFFER_QUEUE)
+        app.send_task(CONSOLIDATE_TASK, kwargs={"table": identifier, "flush": flush}, queue=BUFFER_QUEUE)
     except redis.RedisError as exc:
         raise ServiceUnavailable(f"cannot reach Redis at {redact_url(settings.redis_url)}: {exc}") from None
     return True

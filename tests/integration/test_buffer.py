@@ -210,7 +210,7 @@ def test_rules_fire_on_landing_and_batches_take_the_oldest_files_first(settings,
 
     buffer.set_rules(settings, identifier, max_age="1s")
     time.sleep(1.2)
-    client.delete("ao.buffer", "ao:buffer:requested:%s:%s" % (settings.catalog, identifier))
+    client.delete("ao.buffer", f"ao:buffer:requested:{settings.catalog}:{identifier}")
     assert identifier in tick(settings)["requested"]
     assert client.llen("ao.buffer") == 1
     out = consolidate_table(settings, identifier, spark=spark)
@@ -305,3 +305,126 @@ def test_kill_9_of_the_consolidation_worker_at_each_step(settings, spark, catalo
         batch_ids = {r.batch_id for r in rows}
         assert [b.state for b in s.scalars(select(BufferBatch).where(BufferBatch.id.in_(batch_ids)))] == ["done"]
         assert batch_ids == {batch_snapshots[0].summary[BATCH_ID_PROPERTY]}
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run([sys.executable, "-m", "autooptimize.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_cli_land_status_rules_flush(settings, spark, catalog, table, tmp_path):
+    identifier = ident(table)
+    files = write_files(tmp_path, 4)
+    junk = tmp_path / "junk.parquet"
+    junk.write_text("nope")
+
+    landed = _cli("land", identifier, *map(str, files), str(junk), "--json")
+    assert landed.returncode == 2, landed.stderr
+    assert len(json.loads(landed.stdout)["landed"]) == 4
+    assert "rejected" in landed.stderr and "junk.parquet" in landed.stderr and "not a readable Parquet" in landed.stderr
+
+    rules = _cli("buffer", "rules", identifier, "--max-age", "10m", "--max-files", "50", "--json")
+    assert rules.returncode == 0, rules.stderr
+    assert json.loads(rules.stdout)["max_age_seconds"] == 600
+    bad_rules = _cli("buffer", "rules", identifier, "--max-age", "later")
+    assert bad_rules.returncode == 2 and "max-age 'later' is not a duration" in bad_rules.stderr
+
+    status = _cli("buffer", "status", identifier, "--json")
+    assert status.returncode == 0, status.stderr
+    [row] = json.loads(status.stdout)
+    assert row["buffered_files"] == 4 and row["buffered_bytes"] == sum(p.stat().st_size for p in files)
+    assert row["next_rule"] in ("max_age", "max_files") and row["fires_now"] is None
+    assert 0 <= row["oldest_age_seconds"] < 300 and 300 < row["seconds_to_max_age"] <= 600
+    text = _cli("buffer", "status")
+    assert identifier in text.stdout and "next rule" in text.stdout
+
+    flushed = _cli("buffer", "flush", identifier, "--wait", "--json")
+    assert flushed.returncode == 0, flushed.stderr
+    summary = json.loads(flushed.stdout)
+    assert summary["batches"] == 1 and summary["files"] == 4 and summary["rows"] == 80
+    assert committed_ids(table) == expected_ids(4)
+    [row] = json.loads(_cli("buffer", "status", identifier, "--json").stdout)
+    assert row["buffered_files"] == 0 and row["last_commit"]["snapshot_id"] == table.current_snapshot().snapshot_id
+
+    assert _cli("land", "test.does_not_exist", str(files[0])).returncode == 2
+    assert _cli("buffer", "flush", "bad-name", "--wait").returncode == 2
+
+
+def test_watched_folder_lands_settled_files_and_quarantines_bad_ones(settings, catalog, table, tmp_path):
+    identifier = ident(table)
+    watch = tmp_path / "watch"
+    folder = watch / identifier
+    folder.mkdir(parents=True)
+    settled = write_files(folder, 3)
+    in_progress = folder / ".part-9.parquet"  # write-then-rename: not finished yet
+    pq.write_table(batch(5000, 5), in_progress)
+    fresh = folder / "fresh.parquet"
+    pq.write_table(batch(6000, 5), fresh)
+    bad = folder / "bad.parquet"
+    bad.write_text("not parquet")
+    old = time.time() - 60
+    for p in [*settled, in_progress, bad]:
+        os.utime(p, (old, old))
+    (watch / "not a table").mkdir()
+    pq.write_table(batch(7000, 1), watch / "not a table" / "x.parquet")
+    os.utime(watch / "not a table" / "x.parquet", (old, old))
+
+    result = buffer.poll_watch(settings.model_copy(update={"buffer_settle_seconds": 30}), watch)
+
+    assert result["landed"] == 3 and result["rejected"] == 1
+    assert "not a table" in result["errors"] and "not a valid identifier" in result["errors"]["not a table"]
+    assert not any(p.exists() for p in settled), "landed files are moved out of the watched folder"
+    assert in_progress.exists() and fresh.exists(), "unsettled and in-progress files wait"
+    assert (folder / ".quarantine" / "bad.parquet").exists()
+    assert "not a readable Parquet file" in (folder / ".quarantine" / "bad.parquet.reason").read_text()
+    assert sorted(r.source for r in buffer_rows(settings, identifier)) == sorted(map(str, settled))
+
+
+def test_landing_keeps_working_during_a_consolidation_and_the_callback_hears_of_each_commit(
+        settings, spark, catalog, table, tmp_path):
+    import http.server
+    import threading
+
+    from autooptimize.services.consolidate import Hooks
+
+    received: list[dict] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        identifier = ident(table)
+        buffer.set_rules(settings, identifier, callback_url=f"http://127.0.0.1:{server.server_port}/done")
+        buffer.land(settings, identifier, write_files(tmp_path, 4))
+        late = write_files(tmp_path, 3, first_id=10_000)
+        during: list[dict] = []
+
+        def land_while_consolidating(_paths):
+            during.append(buffer.land(settings, identifier, late))
+
+        out = consolidate_table(settings, identifier, spark=spark, flush=True,
+                                hooks=Hooks(after_write=land_while_consolidating))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(during[0]["landed"]) == 3
+    assert [b["files"] for b in out["batches"]] == [4], "files landed after the flush began wait their turn"
+    [row] = buffer.status(settings, identifier)
+    assert row["buffered_files"] == 3
+    assert [r["batch"] for r in received] == [out["batches"][0]["batch"]]
+    assert received[0]["snapshot_id"] == out["batches"][0]["snapshot_id"] and received[0]["rows"] == 80
+    out = consolidate_table(settings, identifier, spark=spark, flush=True)
+    assert committed_ids(table) == sorted(expected_ids(4) + expected_ids(3, first_id=10_000))
