@@ -17,7 +17,8 @@ MERGE_TASK = "autooptimize.merge"
 CONSOLIDATE_TASK = "autooptimize.consolidate"
 # At most one queued consolidation per table; the task clears the key when it starts.
 CONSOLIDATION_KEY = "ao:buffer:requested:{catalog}:{table}"
-CONSOLIDATION_KEY_TTL = 600
+# Short, so a lost message (Redis flushed, queue purged) delays the next request by a minute at most.
+CONSOLIDATION_KEY_TTL = 60
 
 
 def check_broker(settings: Settings) -> None:
