@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -107,12 +109,13 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=55.0, help="files landed per second (all landers)")
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--rows", type=int, default=20, help="rows per small file")
-    parser.add_argument("--landers", type=int, default=2, help="landing threads")
+    parser.add_argument("--landers", type=int, default=3, help="producer processes")
     parser.add_argument("--max-age", default="20s", help="the table's max-age rule")
     parser.add_argument("--max-files", type=int, default=3000)
     parser.add_argument("--baseline-seconds", type=float, default=60.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from autooptimize.config import get_settings
     from autooptimize.iceberg.catalog import get_catalog
@@ -187,36 +190,16 @@ def run(args: argparse.Namespace, settings, catalog) -> int:  # type: ignore[no-
     staging = Path(tempfile.mkdtemp(prefix="ao-bench-producer-"))
     total = int(args.rate * args.minutes * 60)
     per_lander = total // args.landers
-    land_seconds: list[float] = []
-    rejected = [0]
-    lock = threading.Lock()
     print(f"landing {per_lander * args.landers} files of {args.rows} rows at {args.rate:.0f}/s for "
-          f"{args.minutes:g} min …", file=sys.stderr, flush=True)
-
-    def lander(k: int) -> None:
-        interval = args.landers / args.rate
-        t_start = time.perf_counter()
-        for i in range(per_lander):
-            due = t_start + i * interval
-            delay = due - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            n = k * per_lander + i
-            path = staging / f"f{n}.parquet"
-            pq.write_table(producer_file(n * args.rows, args.rows), path)
-            t0 = time.perf_counter()
-            result = buffer.land(settings, ident, [path], move=True)
-            with lock:
-                land_seconds.append(time.perf_counter() - t0)
-                rejected[0] += len(result["rejected"])
-
+          f"{args.minutes:g} min from {args.landers} producer processes …", file=sys.stderr, flush=True)
     began = time.perf_counter()
-    threads = [threading.Thread(target=lander, args=(k,)) for k in range(args.landers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # Producers are processes, as real ones are: landing is partly CPU work, and threads share one GIL.
+    with multiprocessing.get_context("spawn").Pool(args.landers) as pool:
+        results = pool.starmap(lander, [(k, per_lander, args.landers / args.rate, args.rows, str(staging), ident)
+                                        for k in range(args.landers)])
     landing_elapsed = time.perf_counter() - began
+    land_seconds = [t for durations, _ in results for t in durations]
+    rejected = [sum(r for _, r in results)]
     landed = len(land_seconds) - rejected[0]
     print(f"landed {landed} files in {landing_elapsed:.0f}s; waiting for the buffer to drain …", file=sys.stderr,
           flush=True)
@@ -287,6 +270,29 @@ def run(args: argparse.Namespace, settings, catalog) -> int:  # type: ignore[no-
         print(json.dumps(result, default=str))
     ok = result["rows_in_table"] == rows_expected and result["rows_unique"]
     return 0 if ok else 1
+
+
+def lander(k: int, count: int, interval: float, rows: int, staging: str, ident: str) -> tuple[list[float], int]:
+    """One producer process: write a small file, land it (moved), at a fixed pace; returns land() times."""
+    from autooptimize.config import get_settings
+    from autooptimize.services import buffer
+
+    settings = get_settings()
+    durations: list[float] = []
+    rejected = 0
+    start = time.perf_counter()
+    for i in range(count):
+        delay = start + i * interval - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        n = k * count + i
+        path = Path(staging) / f"f{n}.parquet"
+        pq.write_table(producer_file(n * rows, rows), path)
+        t0 = time.perf_counter()
+        result = buffer.land(settings, ident, [path], move=True)
+        durations.append(time.perf_counter() - t0)
+        rejected += len(result["rejected"])
+    return durations, rejected
 
 
 def lat_quantile(values: list[float], q: float) -> float:

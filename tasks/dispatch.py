@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -17,8 +19,8 @@ MERGE_TASK = "autooptimize.merge"
 CONSOLIDATE_TASK = "autooptimize.consolidate"
 # At most one queued consolidation per table; the task clears the key when it starts.
 CONSOLIDATION_KEY = "ao:buffer:requested:{catalog}:{table}"
-# Short, so a lost message (Redis flushed, queue purged) delays the next request by a minute at most.
-CONSOLIDATION_KEY_TTL = 60
+# Short, so a lost message (Redis flushed, queue purged) delays the next request by half a minute at most.
+CONSOLIDATION_KEY_TTL = 30
 
 
 def check_broker(settings: Settings) -> None:
@@ -66,8 +68,18 @@ def send_leased_action(settings: Settings, ticket: LeaseTicket) -> None:
     )
 
 
+_clients: dict[tuple[int, str], redis.Redis] = {}
+# Landing may run in several threads of one process; sends are rare, so they go one at a time.
+_send_lock = threading.Lock()
+
+
 def _redis(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
+    """The process's client (landing asks on every file: no new connection each time)."""
+    key = (os.getpid(), settings.redis_url)
+    client = _clients.get(key)
+    if client is None:
+        client = _clients[key] = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
+    return client
 
 
 def send_consolidation(settings: Settings, identifier: str, *, flush: bool = False) -> bool:
@@ -80,7 +92,12 @@ def send_consolidation(settings: Settings, identifier: str, *, flush: bool = Fal
         client = _redis(settings)
         if not client.set(key, "1", nx=True, ex=CONSOLIDATION_KEY_TTL) and not flush:
             return False
-        app.send_task(CONSOLIDATE_TASK, kwargs={"table": identifier, "flush": flush}, queue=BUFFER_QUEUE)
+        try:
+            with _send_lock:
+                app.send_task(CONSOLIDATE_TASK, kwargs={"table": identifier, "flush": flush}, queue=BUFFER_QUEUE)
+        except BaseException:
+            client.delete(key)  # not sent: the next landing or tick must be able to ask again
+            raise
     except redis.RedisError as exc:
         raise ServiceUnavailable(f"cannot reach Redis at {redact_url(settings.redis_url)}: {exc}") from None
     return True

@@ -15,6 +15,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -211,7 +212,7 @@ def _zone(settings: Settings, identifier: str) -> Path:
     return settings.buffer_dir / identifier
 
 
-def land(settings: Settings, identifier: str, files: list[str | Path], *, move: bool = False,
+def land(settings: Settings, identifier: str, files: Sequence[str | Path], *, move: bool = False,
          notify: bool = True) -> dict[str, Any]:
     """Land ``files`` for ``identifier``: each valid one is copied (or moved) into the buffer zone and
     recorded; each invalid one is listed under ``rejected`` with its reason and left untouched.
@@ -265,7 +266,9 @@ def _place(zone: Path, source: Path, move: bool) -> Path:
     """Copy or move ``source`` into the zone: written under a temporary name, then renamed."""
     bucket = zone / datetime.now(UTC).strftime("%Y%m%d%H")
     bucket.mkdir(parents=True, exist_ok=True)
-    name = f"{uuid.uuid4().hex}.parquet"
+    # "m-": the producer gave the file up (moved); "c-": the producer kept its own (copied). After a
+    # crash between placing and recording, sweep_orphans adopts the first and deletes the second.
+    name = f"{'m' if move else 'c'}-{uuid.uuid4().hex}.parquet"
     target = bucket / name
     if move:
         try:
@@ -304,6 +307,43 @@ def request_consolidation(settings: Settings, identifier: str) -> bool:
     except ServiceUnavailable as exc:
         log.warning("cannot queue a consolidation of %s now: %s", identifier, exc)
         return False
+
+
+ORPHAN_AGE_SECONDS = 600
+
+
+def sweep_orphans(settings: Settings, identifier: str, *, min_age: float = ORPHAN_AGE_SECONDS) -> dict[str, int]:
+    """Files in ``identifier``'s zone that no row records (the lander died between placing and recording),
+    older than ``min_age``: a moved file is landed again (its producer no longer has it), a copy or a
+    temporary file is deleted (its producer still has the original and was told the landing failed)."""
+    zone = _zone(settings, identifier)
+    if not zone.is_dir():
+        return {"adopted": 0, "deleted": 0}
+    cutoff = time.time() - min_age
+    candidates = [p for p in zone.glob("*/*") if p.is_file() and p.parent.name != QUARANTINE_DIR
+                  and p.stat().st_mtime < cutoff]
+    if not candidates:
+        return {"adopted": 0, "deleted": 0}
+    with session_scope(settings) as session:
+        known = set(session.scalars(select(BufferFile.path).where(BufferFile.path.in_([str(p) for p in candidates]))))
+    adopted = deleted = 0
+    for path in candidates:
+        if str(path) in known:
+            continue
+        if path.name.startswith("m-") and path.suffix == ".parquet":
+            result = land(settings, identifier, [path], move=True, notify=False)
+            if result["landed"]:
+                path.unlink(missing_ok=True)  # landed again under a new name
+                adopted += 1
+            else:
+                _quarantine_dropped(path, result["rejected"][0]["reason"])
+            continue
+        path.unlink(missing_ok=True)
+        deleted += 1
+    if adopted or deleted:
+        with session_scope(settings) as session:
+            audit(session, "buffer.orphans_swept", table=identifier, adopted=adopted, deleted=deleted)
+    return {"adopted": adopted, "deleted": deleted}
 
 
 # --- rules and status ----------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from autooptimize.services.buffer import (
     poll_watch,
     request_consolidation,
     rules_of,
+    sweep_orphans,
 )
 from autooptimize.services.merge import data_location
 from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFile, BufferTable, FileState
@@ -106,13 +107,10 @@ def consolidate_table(settings: Settings, identifier: str, *, spark: Any = None,
             spark_session = spark_session or _spark(settings)
             batches.append(run_batch(settings, batch_id, spark_session, hooks))
         flush_until = _db_time(settings) if flush else None
-        while True:
-            batch_id = claim_batch(settings, table_id, flush_until=flush_until)
-            if batch_id is None:
-                break
-            _call(hooks.after_claim, batch_id)
+        while (claimed := claim_batch(settings, table_id, flush_until=flush_until)) is not None:
+            _call(hooks.after_claim, claimed)
             spark_session = spark_session or _spark(settings)
-            batches.append(run_batch(settings, batch_id, spark_session, hooks))
+            batches.append(run_batch(settings, claimed, spark_session, hooks))
     return {"table": identifier, "busy": False, "batches": batches, "finished": finished}
 
 
@@ -468,10 +466,12 @@ def _record_commit(settings: Settings, batch_id: str, identifier: str, snapshot_
         row = session.get(BufferTable, batch.buffer_table_id)
         assert row is not None
         callback = row.callback_url
-        event = {"batch": batch_id, "table": identifier, "snapshot_id": snapshot_id, "files": batch.files,
+        event: dict[str, Any] = {"batch": batch_id, "table": identifier, "snapshot_id": snapshot_id, "files": batch.files,
                  "rows": batch.rows_out, "files_out": batch.files_out, "checksum": batch.checksum_out,
                  "partitions": [p["key"] for p in checkpoint.get("partitions", [])], "reason": reason}
-        audit(session, "buffer.batch_committed", **event)
+        audit(session, "buffer.batch_committed", batch=batch_id, table=identifier, snapshot_id=snapshot_id,
+              files=event["files"], rows=event["rows"], files_out=event["files_out"], checksum=event["checksum"],
+              partitions=event["partitions"], reason=reason)
         table_id = batch.buffer_table_id
     _call(hooks.after_bookkeeping)
     if callback:
@@ -580,6 +580,12 @@ def tick(settings: Settings) -> dict[str, Any]:
     requested = []
     with session_scope(settings) as session:
         rows = list(session.scalars(select(BufferTable).where(BufferTable.catalog == settings.catalog)))
+    for row in rows:
+        try:
+            sweep_orphans(settings, row.identifier)
+        except Exception as exc:  # one table's problem must not stop the tick for the others
+            log.warning("orphan sweep of %s failed: %s", row.identifier, exc)
+    with session_scope(settings) as session:
         for row in rows:
             fires = evaluate(rules_of(settings, row), buffer_level(session, row.id)).fire
             pending = session.scalar(select(text("1")).select_from(BufferBatch).where(

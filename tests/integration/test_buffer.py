@@ -107,6 +107,14 @@ def test_land_then_flush_commits_every_row_once_in_one_snapshot(settings, spark,
     assert not any(Path(r.path).exists() for r in buffer_rows(settings, identifier))
     assert not stray_data_files(table)
     assert not [f for f in files_on_disk(table) if f.endswith(".crc") or "/_" in f]
+    from autooptimize.storage.models import AuditLog
+
+    with session_scope(settings) as s:
+        events = [e.detail for e in s.scalars(select(AuditLog).where(AuditLog.event == "buffer.batch_committed"))
+                  if e.detail.get("batch") == b["batch"]]
+    assert len(events) == 1
+    assert events[0]["snapshot_id"] == snapshot.snapshot_id and events[0]["rows"] == 240
+    assert sorted(events[0]["partitions"]) == ["day=2026-01-01", "day=2026-01-02"]
 
 
 def test_malformed_files_are_rejected_at_landing_and_change_nothing(settings, catalog, table, tmp_path):
@@ -428,3 +436,26 @@ def test_landing_keeps_working_during_a_consolidation_and_the_callback_hears_of_
     assert received[0]["snapshot_id"] == out["batches"][0]["snapshot_id"] and received[0]["rows"] == 80
     out = consolidate_table(settings, identifier, spark=spark, flush=True)
     assert committed_ids(table) == sorted(expected_ids(4) + expected_ids(3, first_id=10_000))
+
+
+def test_orphans_of_a_lander_that_died_are_adopted_if_moved_and_deleted_if_copied(settings, catalog, table, tmp_path):
+    identifier = ident(table)
+    buffer.land(settings, identifier, write_files(tmp_path, 1))  # a recorded file is never touched
+    bucket = settings.buffer_dir / identifier / "2026010100"
+    bucket.mkdir(parents=True)
+    moved, copied, temp = bucket / "m-aaaa.parquet", bucket / "c-bbbb.parquet", bucket / ".c-cccc.parquet.tmp"
+    for i, path in enumerate((moved, copied, temp)):
+        pq.write_table(batch(50_000 + i * 10, 10), path)
+    recent = bucket / "m-dddd.parquet"  # could be a landing in progress: too young to judge
+    pq.write_table(batch(60_000, 10), recent)
+    old = time.time() - 3600
+    for path in (moved, copied, temp):
+        os.utime(path, (old, old))
+
+    assert buffer.sweep_orphans(settings, identifier) == {"adopted": 1, "deleted": 2}
+
+    rows = buffer_rows(settings, identifier)
+    assert len(rows) == 2 and all(Path(r.path).exists() for r in rows)
+    assert rows[1].source == str(moved) and rows[1].rows == 10
+    assert not moved.exists() and not copied.exists() and not temp.exists() and recent.exists()
+    assert buffer.sweep_orphans(settings, identifier) == {"adopted": 0, "deleted": 0}
