@@ -87,6 +87,13 @@ class Settings(BaseSettings):
     lease_seconds: int = Field(default=300, ge=10)
     priority_weights: str = DEFAULT_PRIORITY_WEIGHTS
 
+    # table hygiene (rewrite_manifests, expire_snapshots, remove_orphans); an action's options override
+    hygiene_sweep_seconds: int = Field(default=3600, ge=60)  # how often beat decides hygiene per table
+    manifest_threshold: int = Field(default=100, ge=1)  # rewrite when a snapshot has more data manifests
+    snapshot_max_age_seconds: int = Field(default=5 * 86400, ge=3600)  # expire older snapshots ...
+    snapshot_retain_last: int = Field(default=1, ge=1)  # ... but keep this many of each branch
+    orphan_min_age_seconds: int = Field(default=3 * 86400, ge=3600)  # never remove a younger file
+    orphan_sweep_interval_seconds: int = Field(default=7 * 86400, ge=0)  # 0: only when asked
     # buffered writes: where landed files wait (default $AO_HOME/buffer), the watched folder (off when
     # unset), the default rules of a table, how often beat evaluates them, and how long a dropped file must
     # stay unmodified before the watcher lands it

@@ -82,11 +82,14 @@ def rewrite_group(
     output_dir: str,
     files_out: int,
     codec: str = "zstd",
+    sort: list[tuple[str, bool, bool]] | None = None,
 ) -> GroupOutput:
     """Rewrite ``inputs`` into ``files_out`` files under ``output_dir`` (which must not exist).
 
     The input digest is observed during the write (one pass); the output digest is measured by
-    reading the written files back by field id.
+    reading the written files back by field id. With ``sort`` (``(column, descending, nulls_first)``
+    each) the rows are range-partitioned on the first column, so the files hold disjoint ranges of
+    it (equal values never straddle two files), and sorted on every column within each file.
     """
     from pyspark.sql import Observation
 
@@ -95,7 +98,20 @@ def rewrite_group(
     observed = df.observe(observation, *_digest_columns(df))
     # One output needs no shuffle (measured: 4.6 s instead of 6.3 s for 200 files, 95 MB); several
     # outputs are spread evenly by a round-robin repartition.
-    shaped = observed.coalesce(1) if files_out <= 1 else observed.repartition(files_out)
+    if sort:
+        from pyspark.sql import functions as F
+
+        def key(name: str, descending: bool, nulls_first: bool) -> Any:
+            c = F.col(f"`{name}`")
+            if descending:
+                return c.desc_nulls_first() if nulls_first else c.desc_nulls_last()
+            return c.asc_nulls_first() if nulls_first else c.asc_nulls_last()
+
+        keys = [key(*s) for s in sort]
+        spread = observed.coalesce(1) if files_out <= 1 else observed.repartitionByRange(files_out, keys[0])
+        shaped = spread.sortWithinPartitions(*keys)
+    else:
+        shaped = observed.coalesce(1) if files_out <= 1 else observed.repartition(files_out)
     writer = shaped.write.mode("error")
     writer.option("compression", codec).parquet(output_dir)
     digest_in = _to_digest(observation.get)

@@ -42,6 +42,9 @@ def make_app() -> Celery:
                            "options": {"queue": CONTROL_QUEUE, "expires": 55}},
             "rescan-stale": {"task": "autooptimize.rescan_stale", "schedule": 600.0,
                              "options": {"queue": CONTROL_QUEUE, "expires": 590}},
+            # Table hygiene: manifest rewrites, snapshot expiry and orphan removal per tracked table.
+            "hygiene-sweep": {"task": "autooptimize.hygiene_sweep", "schedule": float(settings.hygiene_sweep_seconds),
+                              "options": {"queue": CONTROL_QUEUE, "expires": settings.hygiene_sweep_seconds - 5}},
             # Buffered writes: age rules, the watched folder, abandoned batches.
             "buffer-tick": {"task": "autooptimize.buffer_tick", "schedule": settings.buffer_tick_seconds,
                             "options": {"queue": CONTROL_QUEUE, "expires": settings.buffer_tick_seconds}},

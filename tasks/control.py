@@ -34,3 +34,11 @@ def rescan_stale() -> list[str]:
     for name in stale:
         scan_table(settings, name, reason="stale")
     return stale
+
+
+@app.task(name="autooptimize.hygiene_sweep")
+def hygiene_sweep() -> dict[str, list[str]]:
+    """Submit rewrite_manifests, expire_snapshots and remove_orphans where a tracked table needs them."""
+    from autooptimize.services.hygiene import sweep_hygiene
+
+    return sweep_hygiene(get_settings())

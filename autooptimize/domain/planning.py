@@ -16,7 +16,9 @@ one (trimmed to the fewest bytes) that completes it, not merely the next in line
 
 Output model (an assumption every figure relies on): a group of ``B`` bytes is written as
 ``max(1, round(B / target))`` files of equal size (``B // files_out``, the remainder spread one byte
-each over the first files). Real writers roll files at the target instead; the model errs towards
+each over the first files). ``B`` is what the files weigh once rewritten: :attr:`PlanFile.out_size`
+when the caller estimates it (small files compress far better merged than alone; the actions estimate
+it from the table's measured output bytes per row), else their current size. Real writers roll files at the target instead; the model errs towards
 fewer, slightly larger files and is the same for every planner, so comparisons between plans are fair.
 
 :func:`plan_iceberg_bin_pack` is the baseline (Iceberg's size-ratio rule) used by the benchmarks.
@@ -45,6 +47,7 @@ __all__ = [
     "PlanFile",
     "RewriteGroup",
     "Segmentation",
+    "balance_outputs",
     "expected_outputs",
     "one_output_limit",
     "optimal_segmentation",
@@ -77,6 +80,8 @@ class PlanFile:
     size: int
     record_count: int = 0
     sort_key: tuple[Any, ...] | None = None
+    #: Estimated bytes of this file's rows once rewritten with others (None: its current size).
+    out_size: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path:
@@ -87,6 +92,13 @@ class PlanFile:
             raise InvalidArgument(
                 f"PlanFile.record_count must be a non-negative integer, got {self.record_count!r}"
             )
+        if self.out_size is not None and (not isinstance(self.out_size, int) or self.out_size < 0):
+            raise InvalidArgument(f"PlanFile.out_size must be a non-negative integer, got {self.out_size!r}")
+
+    @property
+    def rewritten_size(self) -> int:
+        """What the file's rows weigh once rewritten (the output model's bytes)."""
+        return self.size if self.out_size is None else self.out_size
 
 
 def expected_outputs(bytes_in: int, target: int) -> int:
@@ -153,9 +165,14 @@ class RewriteGroup:
         """Records in the group's inputs (0 when the caller did not give record counts)."""
         return sum(f.record_count for f in self.files)
 
+    @property
+    def bytes_out(self) -> int:
+        """Bytes the output model expects the group to write (the inputs' rewritten sizes)."""
+        return sum(f.rewritten_size for f in self.files)
+
     def output_sizes(self) -> tuple[int, ...]:
-        """The ``files_out`` sizes the output model assumes; they sum to :attr:`bytes_in`."""
-        return split_evenly(self.bytes_in, self.files_out)
+        """The ``files_out`` sizes the output model assumes; they sum to :attr:`bytes_out`."""
+        return split_evenly(self.bytes_out, self.files_out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,17 +294,20 @@ def _select_essential(
     excess: int,
     max_bytes: int | None,
     trim: _Trimmer,
+    out_sizes: Sequence[int] | None = None,
 ) -> _Selection:
     """Pick groups most beneficial per byte first until the excess goes negative.
 
     When the next group would complete the plan, the cheapest group (or trimmed sub-group) that
     completes it alone is taken instead. Groups that do not lower the excess, or do not fit the
     remaining ``max_bytes``, are never taken. Unreached means best effort: every group that helps.
+    Costs count ``sizes`` (bytes read and rewritten); outputs follow ``out_sizes`` (default ``sizes``).
     """
+    out = sizes if out_sizes is None else out_sizes
     scored: list[tuple[float, int, int, int, list[int]]] = []
     for order, idxs in enumerate(groups):
         b = sum(map(sizes.__getitem__, idxs))
-        red = _reduction_of(b, sum(map(err2.__getitem__, idxs)), len(idxs), target, t2)
+        red = _reduction_of(sum(map(out.__getitem__, idxs)), sum(map(err2.__getitem__, idxs)), len(idxs), target, t2)
         if red <= 0:
             continue
         ratio = red / b if b else float("inf")
@@ -309,7 +329,7 @@ def _select_essential(
                 if cheaper is not None:
                     best, best_bytes = cheaper, sum(map(sizes.__getitem__, cheaper))
             chosen.append(best)
-            red = _reduction(best, sizes, err2, target, t2)
+            red = _reduction(best, out, err2, target, t2)
             return _Selection(chosen, True, spent + best_bytes, excess - need + red)
         chosen.append(idxs)
         need -= red
@@ -327,14 +347,15 @@ def _build_plan(
     tolerance: int,
     before: EntropyStats,
     chosen: Iterable[Sequence[int]],
+    out_sizes: Sequence[int] | None = None,
 ) -> Plan:
+    out = sizes if out_sizes is None else out_sizes
     groups: list[RewriteGroup] = []
     n = before.n
     sse = before.sse
     for idxs in chosen:
         ordered = sorted(idxs)
-        bytes_in = sum(map(sizes.__getitem__, ordered))
-        m, e_out = _output_sse(bytes_in, target)
+        m, e_out = _output_sse(sum(map(out.__getitem__, ordered)), target)
         groups.append(RewriteGroup(tuple(map(files.__getitem__, ordered)), m))
         n += m - len(ordered)
         sse += e_out - sum(map(err2.__getitem__, ordered))
@@ -540,44 +561,49 @@ def plan_bin_pack(
     min_input_files = _check_min_input(min_input_files)
     max_bytes = _check_max_bytes(max_bytes)
     sizes = [f.size for f in plan_files]
+    out = [f.rewritten_size for f in plan_files]
     err2 = _squared_errors(sizes, target)
     before = EntropyStats(len(sizes), sum(err2))
     if not before.needs_attention(tolerance):
         return _build_plan(plan_files, sizes, err2, target, tolerance, before, ())
     t2 = tolerance * tolerance
     excess = before.excess(tolerance)
-    cand = sorted((i for i, s in enumerate(sizes) if s < target), key=sizes.__getitem__)
-    cum_bytes = [0, *itertools.accumulate(map(sizes.__getitem__, cand))]
+    # packing is by rewritten size (what lands in the outputs), smallest first
+    cand = sorted((i for i, s in enumerate(sizes) if s < target and out[i] < target),
+                  key=lambda i: (out[i], sizes[i]))
+    cum_bytes = [0, *itertools.accumulate(map(out.__getitem__, cand))]
     cum_err2 = [0, *itertools.accumulate(map(err2.__getitem__, cand))]
     capacity = target + target // BIN_SLACK_DIVISOR
 
     def trim(idxs: list[int], need: int, beat: int) -> list[int] | None:
         # the smallest files of a bin carry the most error per byte: try its ascending prefixes
-        ordered = sorted(idxs, key=sizes.__getitem__)
+        ordered = sorted(idxs, key=lambda i: (out[i], sizes[i]))
         total = 0
+        total_out = 0
         e_in = 0
         for k, i in enumerate(ordered, 1):
             total += sizes[i]
+            total_out += out[i]
             e_in += err2[i]
             if total >= beat:
                 return None
-            if k >= min_input_files and _reduction_of(total, e_in, k, target, t2) > need:
+            if k >= min_input_files and _reduction_of(total_out, e_in, k, target, t2) > need:
                 return ordered[:k]
         return None
 
     def select(bins: Iterable[list[int]]) -> _Selection:
         groups = (b for b in bins if len(b) >= min_input_files)
-        return _select_essential(groups, sizes, err2, target, t2, excess, max_bytes, trim)
+        return _select_essential(groups, sizes, err2, target, t2, excess, max_bytes, trim, out)
 
     best: _Selection | None = None
     required = excess
     k = _essential_prefix(cum_bytes, cum_err2, target, capacity, t2, required, min_input_files)
     for rounds in itertools.count(1):
         prefix = cand[k - 1 :: -1] if k else []  # the k smallest, largest first
-        bins = _first_fit_decreasing(prefix, sizes, capacity)
+        bins = _first_fit_decreasing(prefix, out, capacity)
         choice = select(bins)
         if not choice.reached and len(bins) > 1:
-            spread = _levelled(bins, sizes, target, capacity, min_input_files)
+            spread = _levelled(bins, out, target, capacity, min_input_files)
             if spread is not None and (alt := select(spread)).better_than(choice):
                 choice = alt
         if choice.better_than(best):
@@ -589,9 +615,9 @@ def plan_bin_pack(
         estimate = _essential_prefix(cum_bytes, cum_err2, target, capacity, t2, required, min_input_files)
         k = len(cand) if rounds >= _PREFIX_ROUNDS else min(len(cand), max(k + 1, min(estimate, k + k // 4)))
     assert best is not None
-    if not best.reached and (alt := select(_next_fit(cand, sizes, capacity))).better_than(best):
+    if not best.reached and (alt := select(_next_fit(cand, out, capacity))).better_than(best):
         best = alt
-    return _build_plan(plan_files, sizes, err2, target, tolerance, before, best.groups)
+    return _build_plan(plan_files, sizes, err2, target, tolerance, before, best.groups, out)
 
 
 # --------------------------------------------------------------------------------- Knuth–Plass
@@ -827,6 +853,73 @@ def plan_ordered(
             break
     assert best is not None
     return _build_plan(plan_files, sizes, err2, target, tolerance, before, best.groups)
+
+
+# ------------------------------------------------------------------------------- output band
+
+
+#: Outputs should land within this many percent of the target (issue 3: ±20 %).
+OUTPUT_BAND_PERCENT = 20
+
+
+def balance_outputs(
+    plan: Plan, files: Sequence[PlanFile], *, min_input_files: int = 2, band_percent: int = OUTPUT_BAND_PERCENT
+) -> Plan:
+    """Reshape ``plan`` so each output lands within ``band_percent`` of the target where the files allow.
+
+    First Fit fills bins to capacity and leaves the remainder in the last one, which then writes a
+    file far under the target. Here the files the plan rewrites are spread over ``round(total /
+    target)`` groups of nearly equal output (largest first into the lightest group, O(n log k)); when
+    they add up to less than the band's floor, the smallest files the plan left alone are added until
+    it is reached (a partition smaller than the target stays one small output). The set of rewritten
+    files only grows that way; no file is dropped or grouped twice. The reshaped plan is returned
+    only when its outputs deviate less from the target than the original's (even inside the band: the
+    size estimate has an error of its own), and every group keeps ``min_input_files`` files.
+    """
+    if plan.is_empty:
+        return plan
+    target = plan.target
+    low = target * (100 - band_percent) // 100
+    high = target * (100 + band_percent) // 100
+
+    def deviation(groups: Sequence[RewriteGroup]) -> int:
+        return max(abs(size - target) for g in groups for size in g.output_sizes())
+
+    pool = [f for g in plan.groups for f in g.files]
+    chosen = {f.path for f in pool}
+    total = sum(f.rewritten_size for f in pool)
+    if total < low:
+        spare = sorted((f for f in files if f.path not in chosen and f.size < target and f.rewritten_size < target),
+                       key=lambda f: (f.rewritten_size, f.size, f.path))
+        for f in spare:
+            if total >= low:
+                break
+            if total + f.rewritten_size <= high:
+                pool.append(f)
+                total += f.rewritten_size
+    k = max(1, (2 * total + target) // (2 * target))
+    heap = [(0, b) for b in range(k)]
+    bins: list[list[PlanFile]] = [[] for _ in range(k)]
+    for f in sorted(pool, key=lambda f: (-f.rewritten_size, f.path)):
+        load, b = heap[0]
+        bins[b].append(f)
+        heapq.heapreplace(heap, (load + f.rewritten_size, b))
+    if any(len(b) < min_input_files for b in bins):
+        return plan
+    order = {f.path: i for i, f in enumerate(files)}
+    groups = [
+        RewriteGroup(tuple(sorted(b, key=lambda f: order[f.path])),
+                     expected_outputs(sum(f.rewritten_size for f in b), target))
+        for b in bins
+    ]
+    if deviation(groups) >= deviation(plan.groups):
+        return plan
+    rewritten = {f.path for f in pool}
+    after = EntropyStats.from_sizes(
+        [f.size for f in files if f.path not in rewritten] + [s for g in groups for s in g.output_sizes()], target
+    )
+    return Plan(target=target, tolerance=plan.tolerance, groups=tuple(groups), mse_before=plan.mse_before,
+                mse_after=after.mse, files_before=plan.files_before, files_after=after.n)
 
 
 # ------------------------------------------------------------------------------------- baseline

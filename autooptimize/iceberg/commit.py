@@ -108,7 +108,8 @@ def find_action_snapshot(table: Table, action_id: str) -> Snapshot | None:
     return None
 
 
-def data_file_from_footer(table: Table, path: str, spec_id: int, partition: Any) -> DataFile:
+def data_file_from_footer(table: Table, path: str, spec_id: int, partition: Any,
+                          sort_order_id: int | None = None) -> DataFile:
     """Build a DataFile from a Parquet footer, with the partition and spec of its inputs.
 
     Spark writes every column as optional; statistics come from the footer by field id, so the
@@ -133,7 +134,7 @@ def data_file_from_footer(table: Table, path: str, spec_id: int, partition: Any)
         file_format=FileFormat.PARQUET,
         partition=partition,
         file_size_in_bytes=len(input_file),
-        sort_order_id=None,
+        sort_order_id=sort_order_id,
         spec_id=spec_id,
         equality_ids=None,
         key_metadata=None,

@@ -3,6 +3,7 @@ executor is idempotent under retry and crash (see services/merge.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -33,6 +34,7 @@ from autooptimize.services.merge import (
     abandon,
     committed_outcome,
 )
+from autooptimize.services.sizing import learned
 from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
 from autooptimize.storage.db import get_engine, session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
@@ -220,6 +222,8 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
                 sort_order=tracked.sort_order,
                 options=options,
             )
+        if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
+            request = dataclasses.replace(request, sizing=learned(settings, identifier))
         kind = kind_of(request.kind)
         if kind is None:
             return _finish(settings, action_id, ActionState.REFUSED, reason="unknown_kind",

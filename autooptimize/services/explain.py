@@ -9,6 +9,7 @@ from autooptimize.domain.entropy import EntropyStats
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import key_from_values, parse_partition
 from autooptimize.services.merge import MergeRequest, plan_partitions, plan_to_dict, select_partitions
+from autooptimize.services.sizing import learned
 from autooptimize.services.tracking import size_arg, tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
@@ -31,6 +32,7 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
         partition_key=key, target_file_size=target, tolerance=tolerance,
         min_input_files=tuning.min_input_files if tuning else 2,
         max_bytes=tuning.max_bytes_per_action if tuning else None, checkpoint=None, dry_run=True,
+        sizing=learned(settings, identifier),
     )
     partitions = select_partitions(table, request.spec_id, key)
     plans, skipped = plan_partitions(table, partitions, request)
@@ -50,7 +52,8 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
                          "mse_before": mse, "mse_after": mse})
     snapshot = table.current_snapshot()
     return {"table": identifier, "snapshot_id": snapshot.snapshot_id if snapshot else None,
-            "target_file_size": target, "tolerance": tolerance, "partitions": rows}
+            "target_file_size": target, "tolerance": tolerance, "sizing": request.sizing.as_dict(),
+            "partitions": rows}
 
 
 def whatif(settings: Settings, identifier: str, target_sizes: list[Any], tolerances: list[Any] | None = None,

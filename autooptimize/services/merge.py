@@ -19,7 +19,7 @@ from pyiceberg.table import Table
 
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import EntropyStats
-from autooptimize.domain.planning import Plan, PlanFile, plan_bin_pack
+from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_bin_pack
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import (
@@ -31,6 +31,7 @@ from autooptimize.iceberg.commit import (
     live_data_paths,
 )
 from autooptimize.iceberg.files import LiveFile, PartitionFiles, live_partitions
+from autooptimize.services.sizing import NO_SIZING, Sizing, calibrate, calibration_sample
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class MergeRequest:
     kind: str = "merge"
     sort_order: str | None = None  # the table's configured sort order ("col_a,col_b"), if any
     options: dict[str, Any] = field(default_factory=dict)  # the action's options as submitted
+    sizing: Sizing = NO_SIZING  # output bytes per row learned from the table's rewrites (services/sizing)
 
 
 @dataclass
@@ -85,8 +87,9 @@ class MergeOutcome:
 CheckpointWriter = Callable[[dict[str, Any]], None]
 
 
-def _plan_files(pf: PartitionFiles) -> list[PlanFile]:
-    return [PlanFile(path=f.path, size=f.size, record_count=f.record_count) for f in pf.data_files]
+def _plan_files(pf: PartitionFiles, sizing: Sizing = NO_SIZING) -> list[PlanFile]:
+    return [PlanFile(path=f.path, size=f.size, record_count=f.record_count, out_size=sizing.out_size(f.record_count))
+            for f in pf.data_files]
 
 
 def plan_to_dict(pf: PartitionFiles, plan: Plan) -> dict[str, Any]:
@@ -100,7 +103,8 @@ def plan_to_dict(pf: PartitionFiles, plan: Plan) -> dict[str, Any]:
         "files_out": plan.files_out,
         "bytes_rewritten": plan.bytes_rewritten,
         "groups": [
-            {"files": [f.path for f in g.files], "bytes_in": g.bytes_in, "files_out": g.files_out}
+            {"files": [f.path for f in g.files], "bytes_in": g.bytes_in, "files_out": g.files_out,
+             "bytes_out_estimate": g.bytes_out}
             for g in plan.groups
         ],
     }
@@ -166,20 +170,43 @@ def plan_partitions(
     """
     plans: list[tuple[PartitionFiles, Plan]] = []
     skipped: dict[str, str] = {}
+    order = sort_spec(table, request)
     for pf in partitions:
         problem = refusal(table, pf)
         if problem is not None:
             skipped[pf.key] = problem.reason
             continue
+        files = _plan_files(pf, request.sizing)
+        if order is not None:
+            from autooptimize.services.sort import plan_sort
+
+            plan, method = plan_sort(files, [f.data_file for f in pf.data_files], table, order[0],
+                                     request.target_file_size, request.tolerance, request.min_input_files,
+                                     request.max_bytes)
+            if plan.is_empty:
+                skipped[pf.key] = "already_sorted" if method == "ordered" else "nothing_to_sort"
+            else:
+                plans.append((pf, plan))
+            continue
         plan = plan_bin_pack(
-            _plan_files(pf), request.target_file_size, request.tolerance,
+            files, request.target_file_size, request.tolerance,
             min_input_files=request.min_input_files, max_bytes=request.max_bytes,
         )
+        plan = balance_outputs(plan, files, min_input_files=request.min_input_files)
         if plan.is_empty:
             skipped[pf.key] = "below_threshold" if plan.mse_before < request.tolerance**2 else "nothing_to_merge"
             continue
         plans.append((pf, plan))
     return plans, skipped
+
+
+def sort_spec(table: Table, request: MergeRequest) -> tuple[Any, int | None] | None:
+    """For a sort action, its columns and the table's sort order id when they are the table's order."""
+    if request.kind != "sort":
+        return None
+    from autooptimize.services.sort import resolve_sort_order
+
+    return resolve_sort_order(table, request.options.get("sort_order"), request.sort_order)
 
 
 def run_merge(
@@ -210,6 +237,8 @@ def run_merge(
         outcome.reason = "no_live_files"
         return outcome
 
+    if request.sizing.bytes_per_row is None and not request.dry_run and spark is not None:
+        request = _calibrated(spark, table, partitions, request)
     plans, skipped = plan_partitions(table, partitions, request)
     if request.partition_key is not None and skipped:
         problem = refusal(table, partitions[0])
@@ -219,7 +248,8 @@ def run_merge(
     stats_before = [EntropyStats.from_sizes([f.size for f in pf.data_files], request.target_file_size)
                     for pf in partitions]
     outcome.mse_before = _mse(stats_before)
-    outcome.plan = {"partitions": [plan_to_dict(pf, plan) for pf, plan in plans], "skipped": skipped}
+    outcome.plan = {"partitions": [plan_to_dict(pf, plan) for pf, plan in plans], "skipped": skipped,
+                    "sizing": request.sizing.as_dict()}
     outcome.timings["plan"] = time.monotonic() - started
     if not plans:
         outcome.reason = next(iter(skipped.values()), "nothing_to_merge") if len(set(skipped.values())) == 1 \
@@ -243,11 +273,12 @@ def run_merge(
     entries: list[dict[str, Any]] = []
     written_dirs = sorted({action_dir(table, pf, request.action_id) for pf, _ in plans})
     _remove_uncommitted(table, written_dirs)  # leftovers of an earlier attempt of this action
+    order = sort_spec(table, request)
     try:
         for pf, plan in plans:
             for index, group in enumerate(plan.groups):
                 directory = f"{action_dir(table, pf, request.action_id)}/g{index}"
-                entries.append(_rewrite(spark, table, pf, group, directory, codec, by_path, hooks))
+                entries.append(_rewrite(spark, table, pf, group, directory, codec, by_path, hooks, order))
         outcome.timings["rewrite"] = time.monotonic() - write_started
 
         checkpoint = {
@@ -278,12 +309,40 @@ def run_merge(
     return outcome
 
 
+def _calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], request: MergeRequest) -> MergeRequest:
+    """The request with output bytes per row measured by a Spark sample, when sizing can matter.
+
+    Only partitions this version may merge count, and only when one holds at least a target's worth
+    of candidate files (smaller partitions write one file whatever the estimate). The sample is
+    written under the action's own directory and removed.
+    """
+    import dataclasses
+
+    target = request.target_file_size
+    for pf in partitions:
+        if refusal(table, pf) is not None:
+            continue
+        candidates = [(f.size, f.path) for f in pf.data_files if f.size < target]
+        if sum(size for size, _ in candidates) < target or len(candidates) < request.min_input_files:
+            continue
+        sample = calibration_sample(candidates, target)
+        if not all(_has_field_ids(table, p) for p in sample):
+            return request
+        codec = table.properties.get("write.parquet.compression-codec", "zstd")
+        sizing = calibrate(spark, table, sample, f"{action_dir(table, pf, request.action_id)}/calibration", codec)
+        log.info("action %s: calibrated output at %.2f bytes/row from %d files", request.action_id,
+                 sizing.bytes_per_row or 0, len(sample))
+        return dataclasses.replace(request, sizing=sizing)
+    return request
+
+
 def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory: str, codec: str,
-             by_path: dict[str, LiveFile], hooks: Hooks) -> dict[str, Any]:
+             by_path: dict[str, LiveFile], hooks: Hooks, order: tuple[Any, int | None] | None = None) -> dict[str, Any]:
     from spark_actors.rewrite import content_digest, rewrite_group
 
     inputs = [f.path for f in group.files]
-    result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec)
+    sort = [(c.name, c.descending, c.nulls_first) for c in order[0]] if order else None
+    result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec, sort=sort)
     if hooks.after_write:
         hooks.after_write(list(result.paths))
         digest_out = content_digest(spark, table.schema(), list(result.paths))
@@ -299,11 +358,17 @@ def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory
             f"output of {directory} differs from its inputs: rows {result.digest_in.rows} → {digest_out.rows}, "
             f"checksum {result.digest_in.checksum} → {digest_out.checksum}"
         )
-    outputs = [data_file_from_footer(table, p, pf.spec_id, pf.record) for p in result.paths]
+    sort_order_id = order[1] if order else None
+    outputs = [data_file_from_footer(table, p, pf.spec_id, pf.record, sort_order_id) for p in result.paths]
     footer_rows = sum(int(o.record_count) for o in outputs)
     if footer_rows != digest_out.rows:
         raise VerificationFailed(f"output footers of {directory} hold {footer_rows} rows, expected {digest_out.rows}")
+    if order:
+        from autooptimize.services.sort import check_sorted_outputs
+
+        check_sorted_outputs(table, outputs, order[0][0])
     return {
+        "sort_order_id": sort_order_id,
         "spec_id": pf.spec_id,
         "partition": pf.key,
         "inputs": inputs,
@@ -329,10 +394,11 @@ def _commit(table: Table, request: MergeRequest, entries: list[dict[str, Any]]) 
     added: list[Any] = []
     for entry in entries:
         spec_id, record = partition_of[entry["inputs"][0]]
-        added.extend(data_file_from_footer(table, p, spec_id, record) for p in entry["outputs"])
+        added.extend(data_file_from_footer(table, p, spec_id, record, entry.get("sort_order_id"))
+                     for p in entry["outputs"])
     properties = {
         ACTION_ID_PROPERTY: request.action_id,
-        ACTION_KIND_PROPERTY: "merge",
+        ACTION_KIND_PROPERTY: request.kind,
     }
     snapshot = commit_replace(table, [live[p].data_file for p in inputs], added, properties)
     return snapshot.snapshot_id

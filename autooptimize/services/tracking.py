@@ -98,14 +98,9 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         raise InvalidArgument(f"allowed_actions {actions!r} must be a non-empty subset of {', '.join(ACTION_KINDS)}")
     sort_order = merged["sort_order"]
     if sort_order:
-        names = [c.strip() for c in str(sort_order).split(",") if c.strip()]
-        columns = {f.name for f in table.schema().fields}
-        missing = [n for n in names if n not in columns]
-        if missing:
-            raise InvalidArgument(
-                f"sort_order column(s) {', '.join(missing)} not in the table; columns: {', '.join(sorted(columns))}"
-            )
-        sort_order = ",".join(names)
+        from autooptimize.services.sort import parse_sort_order
+
+        sort_order = ", ".join(c.spec() for c in parse_sort_order(table, sort_order))
     max_bytes = merged["max_bytes_per_action"]
     return TableTuning(
         target_file_size=target,

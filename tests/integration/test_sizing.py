@@ -1,0 +1,69 @@
+"""Output sizing: merged files land within ±20% of the target although small files compress worse
+than large ones (the estimate comes from a Spark calibration sample, then from the table's history)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autooptimize.iceberg.checksum import table_checksum
+from autooptimize.services import actions, explain, tracking
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.repositories import get_action
+from tests.integration.tables import DAY1, DAY2, identifier, live_files, make_table, second_reader_checksum
+
+pytestmark = pytest.mark.spark
+
+TARGET = 256 * 1024
+
+
+def _sizes(table, action_id):
+    table.refresh()
+    with session_scope(settings_holder[0]) as s:
+        groups = get_action(s, action_id).checkpoint["groups"]
+    return [size for g in groups for size in g["output_sizes"]]
+
+
+settings_holder: list = []
+
+
+def test_outputs_land_within_20_percent_of_target(settings, spark, catalog):
+    settings_holder[:] = [settings]
+    # 2 × 40 files of 5,000 rows (~37 KB each, ~1.5 MB per day); merged, a day is about 0.5 MB
+    table = make_table(catalog, {DAY1: 40, DAY2: 40}, rows=5000)
+    ident = identifier(table)
+    tracking.track(settings, ident, target_file_size=TARGET, tolerance=TARGET // 4)
+    raw = sum(f["file_size_in_bytes"] for f in table.inspect.files().to_pylist() if f["partition"]["day"] == DAY1)
+    assert raw > 4 * TARGET
+    before, second = table_checksum(table), second_reader_checksum(table)
+
+    first = actions.execute(settings, actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False),
+                            spark=spark)
+    assert first["state"] == "succeeded", first
+    assert first["plan"]["sizing"]["source"] == "calibration"
+    sizes = _sizes(table, first["id"])
+    assert len(sizes) >= 2
+    assert all(0.8 * TARGET <= s <= 1.2 * TARGET for s in sizes), (sizes, TARGET, [(len(g["files"]), g["bytes_out_estimate"], g["files_out"]) for g in first["plan"]["partitions"][0]["groups"]])
+    # raw bytes would have planned several times more files than were written
+    assert first["files_out"] * TARGET < first["bytes_in"] / 2
+
+    # the second partition is planned with what the first measured: no calibration, same band
+    planned = explain.explain(settings, ident, partition="day=2026-01-02")
+    assert planned["sizing"]["source"] == "history"
+    second_action = actions.execute(
+        settings, actions.submit(settings, ident, partition="day=2026-01-02", dispatch=False), spark=spark)
+    assert second_action["state"] == "succeeded", second_action
+    assert second_action["plan"]["sizing"]["source"] == "history"
+    sizes2 = _sizes(table, second_action["id"])
+    assert all(0.8 * TARGET <= s <= 1.2 * TARGET for s in sizes2), (sizes2, TARGET)
+    groups = [sorted(g["files"]) for p in planned["partitions"] for g in p["groups"]]
+    with session_scope(settings) as s:
+        executed = [sorted(g["inputs"]) for g in get_action(s, second_action["id"]).checkpoint["groups"]]
+    assert executed == groups  # explain is what optimize does once sizing is known
+
+    assert table_checksum(table) == before
+    assert second_reader_checksum(table) == second
+    # merged partitions now need nothing: no follow-up "nothing_to_merge" churn
+    after = explain.explain(settings, ident)
+    assert {p["action"] for p in after["partitions"]} == {"none"}
+    remaining = live_files(table)
+    assert len(remaining) == 80 - first["files_in"] - second_action["files_in"] + len(sizes) + len(sizes2)
