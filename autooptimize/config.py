@@ -94,6 +94,7 @@ class Settings(BaseSettings):
     snapshot_retain_last: int = Field(default=1, ge=1)  # ... but keep this many of each branch
     orphan_min_age_seconds: int = Field(default=3 * 86400, ge=3600)  # never remove a younger file
     orphan_sweep_interval_seconds: int = Field(default=7 * 86400, ge=0)  # 0: only when asked
+
     # buffered writes: where landed files wait (default $AO_HOME/buffer), the watched folder (off when
     # unset), the default rules of a table, how often beat evaluates them, and how long a dropped file must
     # stay unmodified before the watcher lands it

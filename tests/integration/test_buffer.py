@@ -290,8 +290,10 @@ def test_kill_9_of_the_consolidation_worker_at_each_step(settings, spark, catalo
     committed_before_retry = [s for s in table.metadata.snapshots if s.summary.get(BATCH_ID_PROPERTY)]
     assert len(committed_before_retry) == (1 if step in ("after_commit", "after_bookkeeping") else 0)
 
-    out = consolidate_table(settings, identifier, spark=spark, flush=True)
+    # PostgreSQL frees the dead worker's table lock once it notices the closed connection (may take a moment)
+    out = consolidate_table(settings, identifier, spark=spark, flush=True, wait=60)
 
+    assert not out["busy"]
     if step == "after_bookkeeping":  # committed and recorded: only the buffer files were left to remove
         assert out["batches"] == [] and out["finished"] == 1
     else:
