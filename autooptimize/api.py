@@ -77,3 +77,41 @@ def queues(*, settings: Settings | None = None) -> dict[str, Any]:
     from scheduler.orient import queue_status
 
     return queue_status(settings or get_settings())
+
+
+def land(table: str, files: list[Any], *, move: bool = False, settings: Settings | None = None) -> dict[str, Any]:
+    """Land small Parquet files in ``table``'s buffer zone (copied, or moved with ``move``).
+
+    Returns ``landed`` (with rows, bytes, partitions) and ``rejected`` (file and reason) lists; a rejected
+    file is left where it was. When a rule fires, a consolidation is queued.
+    """
+    from autooptimize.services import buffer as _buffer
+
+    return _buffer.land(settings or get_settings(), table, files, move=move)
+
+
+def buffer_status(table: str | None = None, *, settings: Settings | None = None) -> list[dict[str, Any]]:
+    """Per buffered table: files, bytes, oldest age, and which rule fires next."""
+    from autooptimize.services import buffer as _buffer
+
+    return _buffer.status(settings or get_settings(), table)
+
+
+def buffer_rules(table: str, *, settings: Settings | None = None, **rules: Any) -> dict[str, Any]:
+    """Set ``table``'s rules: ``max_age`` ("15m"), ``min_bytes``, ``max_bytes``, ``max_files``, ``combinable``,
+    ``callback_url``; returns the rules in force."""
+    from autooptimize.services import buffer as _buffer
+
+    return _buffer.set_rules(settings or get_settings(), table, **rules)
+
+
+def flush(table: str, *, wait: bool = True, settings: Settings | None = None) -> dict[str, Any]:
+    """Consolidate what ``table`` has buffered now, whatever the rules say: here (``wait``) or on a worker."""
+    settings = settings or get_settings()
+    if not wait:
+        from tasks.dispatch import send_consolidation
+
+        return {"table": table, "queued": send_consolidation(settings, table, flush=True)}
+    from autooptimize.services.consolidate import consolidate_table
+
+    return consolidate_table(settings, table, flush=True, wait=600.0)

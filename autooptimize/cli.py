@@ -365,6 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("spark_command", choices=["start", "stop", "status", "serve"],
                     help="serve: run a server in the foreground with AO_SPARK_TOKEN (containers)")
     sp.set_defaults(func=cmd_spark)
+
+    from autooptimize.cli_buffer import add_commands as add_buffer_commands
+
+    add_buffer_commands(sub)
     return parser
 
 

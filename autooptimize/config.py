@@ -95,6 +95,18 @@ class Settings(BaseSettings):
     orphan_min_age_seconds: int = Field(default=3 * 86400, ge=3600)  # never remove a younger file
     orphan_sweep_interval_seconds: int = Field(default=7 * 86400, ge=0)  # 0: only when asked
 
+    # buffered writes: where landed files wait (default $AO_HOME/buffer), the watched folder (off when
+    # unset), the default rules of a table, how often beat evaluates them, and how long a dropped file must
+    # stay unmodified before the watcher lands it
+    buffer_root: Path | None = None
+    buffer_watch_root: Path | None = None
+    buffer_max_age_seconds: int = Field(default=900, gt=0)
+    buffer_min_bytes: int = Field(default=0, ge=0)
+    buffer_max_bytes: int = Field(default=1024 * MiB, gt=0)
+    buffer_max_files: int = Field(default=5000, gt=0)
+    buffer_tick_seconds: float = Field(default=30.0, gt=0)
+    buffer_settle_seconds: float = Field(default=5.0, ge=0)
+
     @field_validator("database_url")
     @classmethod
     def _postgres_only(cls, value: str) -> str:
@@ -146,6 +158,11 @@ class Settings(BaseSettings):
     def _size(cls, value: object) -> object:
         return parse_size(value, "AO_DEFAULT_TARGET_FILE_SIZE") if isinstance(value, str) else value
 
+    @field_validator("buffer_min_bytes", "buffer_max_bytes", mode="before")
+    @classmethod
+    def _buffer_size(cls, value: object, info: ValidationInfo) -> object:
+        return parse_size(value, f"AO_{str(info.field_name).upper()}") if isinstance(value, str) else value
+
     @field_validator("priority_classes", mode="before")
     @classmethod
     def _classes(cls, value: object) -> object:
@@ -186,6 +203,10 @@ class Settings(BaseSettings):
     @property
     def warehouse_dir(self) -> Path:
         return self.home_dir / "warehouse"
+
+    @property
+    def buffer_dir(self) -> Path:
+        return (self.buffer_root or self.home / "buffer").expanduser().resolve()
 
     @property
     def tolerance_default(self) -> int:

@@ -11,7 +11,7 @@ from tasks.routing import CONTROL_QUEUE, queues
 
 def make_app() -> Celery:
     settings = get_settings()
-    app = Celery("autooptimize", broker=settings.redis_url, include=["tasks.actions", "tasks.control"])
+    app = Celery("autooptimize", broker=settings.redis_url, include=["tasks.actions", "tasks.control", "tasks.buffer"])
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -45,6 +45,9 @@ def make_app() -> Celery:
             # Table hygiene: manifest rewrites, snapshot expiry and orphan removal per tracked table.
             "hygiene-sweep": {"task": "autooptimize.hygiene_sweep", "schedule": float(settings.hygiene_sweep_seconds),
                               "options": {"queue": CONTROL_QUEUE, "expires": settings.hygiene_sweep_seconds - 5}},
+            # Buffered writes: age rules, the watched folder, abandoned batches.
+            "buffer-tick": {"task": "autooptimize.buffer_tick", "schedule": settings.buffer_tick_seconds,
+                            "options": {"queue": CONTROL_QUEUE, "expires": settings.buffer_tick_seconds}},
         },
     )
     return app

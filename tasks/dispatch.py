@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from autooptimize.config import Settings, redact_url
 from autooptimize.errors import ServiceUnavailable
-from tasks.routing import actor_queue, task_priority
+from tasks.routing import BUFFER_QUEUE, actor_queue, task_priority
 
 if TYPE_CHECKING:
     from scheduler.dispatcher import LeaseTicket
 
 MERGE_TASK = "autooptimize.merge"
+CONSOLIDATE_TASK = "autooptimize.consolidate"
+# At most one queued consolidation per table; the task clears the key when it starts.
+CONSOLIDATION_KEY = "ao:buffer:requested:{catalog}:{table}"
+# Short, so a lost message (Redis flushed, queue purged) delays the next request by half a minute at most.
+CONSOLIDATION_KEY_TTL = 30
 
 
 def check_broker(settings: Settings) -> None:
@@ -59,3 +66,46 @@ def send_leased_action(settings: Settings, ticket: LeaseTicket) -> None:
                          "kind": item.kind, "delivery": deliveries}),
         task_id=item.action_id if deliveries == 1 else f"{item.action_id}.{deliveries}",
     )
+
+
+_clients: dict[tuple[int, str], redis.Redis] = {}
+# Landing may run in several threads of one process; sends are rare, so they go one at a time.
+_send_lock = threading.Lock()
+
+
+def _redis(settings: Settings) -> redis.Redis:
+    """The process's client (landing asks on every file: no new connection each time)."""
+    key = (os.getpid(), settings.redis_url)
+    client = _clients.get(key)
+    if client is None:
+        client = _clients[key] = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
+    return client
+
+
+def send_consolidation(settings: Settings, identifier: str, *, flush: bool = False) -> bool:
+    """Queue a consolidation of ``identifier`` on the buffer queue unless one is queued already (a flush
+    is always sent). Returns whether a task was sent."""
+    from tasks.app import app
+
+    key = CONSOLIDATION_KEY.format(catalog=settings.catalog, table=identifier)
+    try:
+        client = _redis(settings)
+        if not client.set(key, "1", nx=True, ex=CONSOLIDATION_KEY_TTL) and not flush:
+            return False
+        try:
+            with _send_lock:
+                app.send_task(CONSOLIDATE_TASK, kwargs={"table": identifier, "flush": flush}, queue=BUFFER_QUEUE)
+        except BaseException:
+            client.delete(key)  # not sent: the next landing or tick must be able to ask again
+            raise
+    except redis.RedisError as exc:
+        raise ServiceUnavailable(f"cannot reach Redis at {redact_url(settings.redis_url)}: {exc}") from None
+    return True
+
+
+def clear_consolidation_request(settings: Settings, identifier: str) -> None:
+    """Forget the queued request: landings from now on may queue another consolidation."""
+    try:
+        _redis(settings).delete(CONSOLIDATION_KEY.format(catalog=settings.catalog, table=identifier))
+    except redis.RedisError as exc:
+        raise ServiceUnavailable(f"cannot reach Redis at {redact_url(settings.redis_url)}: {exc}") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kombu import Queue
 
 CONTROL_QUEUE = "ao.control"
+BUFFER_QUEUE = "ao.buffer"  # consolidation of buffered writes (Spark work, apart from decisions)
 
 
 def actor_queue(priority_class: str) -> str:
@@ -12,7 +13,10 @@ def actor_queue(priority_class: str) -> str:
 
 
 def queues(priority_classes: tuple[str, ...]) -> list[Queue]:
-    return [Queue(CONTROL_QUEUE)] + [Queue(actor_queue(p)) for p in priority_classes]
+    # The buffer queue has its own routing key: sharing the default one (ao.control) would copy each
+    # message to every queue bound with that key on Redis.
+    return [Queue(CONTROL_QUEUE), Queue(BUFFER_QUEUE, routing_key=BUFFER_QUEUE)] + [
+        Queue(actor_queue(p)) for p in priority_classes]
 
 
 def task_priority(priority_class: str, priority_classes: tuple[str, ...]) -> int:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from autooptimize.config import Settings
 from autooptimize.errors import InvalidArgument
-from tasks.routing import CONTROL_QUEUE, actor_queue
+from tasks.routing import BUFFER_QUEUE, CONTROL_QUEUE, actor_queue
 
 
 def all_queues(settings: Settings) -> list[str]:
-    return [CONTROL_QUEUE] + [actor_queue(p) for p in settings.priority_classes]
+    return [CONTROL_QUEUE, BUFFER_QUEUE] + [actor_queue(p) for p in settings.priority_classes]
 
 
 def worker_argv(settings: Settings, *, queues: str | None = None, concurrency: int | None = None,

@@ -1,0 +1,37 @@
+"""Buffered-writes tasks: consolidate a table's buffer, and beat's periodic tick."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Task
+
+from autooptimize.config import get_settings
+from autooptimize.errors import Retry
+from tasks.app import app
+
+log = logging.getLogger(__name__)
+MAX_RETRIES = 8
+
+
+@app.task(name="autooptimize.consolidate", bind=True, max_retries=MAX_RETRIES)
+def consolidate(self: Task, table: str, flush: bool = False) -> dict:
+    """Finish abandoned batches of ``table`` and consolidate while its rules fire (idempotent)."""
+    from autooptimize.services.consolidate import consolidate_table
+
+    try:
+        result = consolidate_table(get_settings(), table, flush=flush)
+    except Retry as exc:
+        raise self.retry(countdown=min(300, exc.delay * (2 ** self.request.retries)), exc=None) from None
+    log.info("consolidated %s: %d batch(es)%s", table, len(result["batches"]), " (busy)" if result["busy"] else "")
+    return {"table": table, "busy": result["busy"],
+            "batches": [{k: b[k] for k in ("batch", "state", "files", "rows_out", "snapshot_id")}
+                        for b in result["batches"]]}
+
+
+@app.task(name="autooptimize.buffer_tick")
+def buffer_tick() -> dict:
+    """Land settled files from the watched folder; queue consolidations whose rules fire."""
+    from autooptimize.services.consolidate import tick
+
+    return tick(get_settings())
