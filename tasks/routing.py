@@ -13,10 +13,11 @@ def actor_queue(priority_class: str) -> str:
 
 
 def queues(priority_classes: tuple[str, ...]) -> list[Queue]:
-    # The buffer queue has its own routing key: sharing the default one (ao.control) would copy each
-    # message to every queue bound with that key on Redis.
-    return [Queue(CONTROL_QUEUE), Queue(BUFFER_QUEUE, routing_key=BUFFER_QUEUE)] + [
-        Queue(actor_queue(p)) for p in priority_classes]
+    # Every queue has its own routing key. Without one Celery binds each queue to the default exchange
+    # with the default key (ao.control), and on Redis a message is then copied to every queue bound
+    # with that key: each merge would reach every actor queue and the control queue.
+    names = [CONTROL_QUEUE, BUFFER_QUEUE] + [actor_queue(p) for p in priority_classes]
+    return [Queue(name, routing_key=name) for name in names]
 
 
 def task_priority(priority_class: str, priority_classes: tuple[str, ...]) -> int:

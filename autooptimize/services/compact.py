@@ -42,13 +42,13 @@ from autooptimize.iceberg.commit import (
 )
 from autooptimize.iceberg.deletes import POS_FILE_PATH_ID
 from autooptimize.iceberg.files import LiveFile, PartitionFiles, live_partitions
+from autooptimize.services.evolution import has_field_ids
 from autooptimize.services.merge import (
     CheckpointWriter,
     Hooks,
     MergeOutcome,
     MergeRequest,
     _fill,
-    _has_field_ids,
     _remove_uncommitted,
     action_dir,
     committed_outcome,
@@ -271,7 +271,7 @@ def run_compact_deletes(
         outcome.reason = "dry_run"
         return outcome
     for path in (f.path for p in plans for f in p.inputs):
-        if not _has_field_ids(table, path):
+        if not has_field_ids(table, path):
             raise ActionRefused(
                 "files_without_field_ids",
                 f"input {path} has no Parquet field ids (added by name mapping); not supported yet",
