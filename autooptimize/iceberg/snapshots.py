@@ -55,6 +55,8 @@ class SnapshotDiff:
     partitions: dict[tuple[int, str], PartitionDelta]
     manifests_read: int
     total_data_files: int | None  # from the summary, when the writer recorded it
+    # partitions this snapshot added delete files to (decide weighs their delete load)
+    delete_partitions: frozenset[tuple[int, str]] = frozenset()
 
     @property
     def added_files(self) -> int:
@@ -125,9 +127,20 @@ def snapshot_diff(table: Table, snapshot: Snapshot) -> SnapshotDiff:
     specs = table.specs()
     sid = snapshot.snapshot_id
     partitions: dict[tuple[int, str], PartitionDelta] = {}
+    delete_partitions: set[tuple[int, str]] = set()
     manifests_read = 0
     for manifest in snapshot.manifests(table.io):
-        if manifest.added_snapshot_id != sid or manifest.content != ManifestContent.DATA:
+        if manifest.added_snapshot_id != sid:
+            continue
+        if manifest.content == ManifestContent.DELETES:
+            if manifest.added_files_count:
+                manifests_read += 1
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                    if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == sid:
+                        df = entry.data_file
+                        delete_partitions.add((df.spec_id, partition_key(specs[df.spec_id], schema, df.partition)))
+            continue
+        if manifest.content != ManifestContent.DATA:
             continue
         if manifest.added_files_count == 0 and manifest.deleted_files_count == 0:
             continue  # a manifest of carried-over files only (rewritten or merged)
@@ -154,6 +167,7 @@ def snapshot_diff(table: Table, snapshot: Snapshot) -> SnapshotDiff:
         partitions=partitions,
         manifests_read=manifests_read,
         total_data_files=_summary_int(snapshot, "total-data-files"),
+        delete_partitions=frozenset(delete_partitions),
     )
     # Writers that keep totals (pyiceberg, Java) leave zero counts out of the summary.
     default = 0 if diff.total_data_files is not None else None

@@ -241,8 +241,9 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
                     a = get_action(s, action_id)
                     assert a is not None
                     a.checkpoint = checkpoint
-                    audit(s, "action.checkpointed", action_id=action_id, table_id=a.table_id,
-                          outputs=sum(len(g["outputs"]) for g in checkpoint.get("groups", [])))
+                    if checkpoint.get("groups"):  # not the writer's record made before writing
+                        audit(s, "action.checkpointed", action_id=action_id, table_id=a.table_id,
+                              outputs=sum(len(g["outputs"]) for g in checkpoint.get("groups", [])))
 
             outcome = kind.resolve()(settings, request, spark, save_checkpoint, hooks)
         except ActionRefused as exc:

@@ -1,16 +1,22 @@
-"""Decide (for now): a partition the listener finds at MSE ≥ T² gets a merge action, through the same
-submission path, queue and audit trail as an ad-hoc request (trigger "event")."""
+"""Decide: a partition the listener hands over (MSE ≥ T², or new delete files) is measured and given
+the action that wins on value against cost (autooptimize.domain.decision) — merge, sort, delete
+compaction or nothing — through the same submission path, queue and audit trail as an ad-hoc
+request (trigger "event"). Every decision is audited as ``decision.made`` or ``decision.skipped`` with
+its reason code and each candidate's value and cost."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 
 from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError
 from autooptimize.services import actions
+from autooptimize.services.sizing import REWRITE_KINDS
+from autooptimize.services.tracking import tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, PartitionStats, TrackedTable, Trigger
 from autooptimize.storage.repositories import audit, now
@@ -27,17 +33,21 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         stats = session.scalars(select(PartitionStats).where(
             PartitionStats.table_id == table_id, PartitionStats.spec_id == spec_id,
             PartitionStats.partition_key == partition_key)).one_or_none()
-        if tracked is None or not tracked.enabled or "merge" not in tracked.allowed_actions:
+        if tracked is None or not tracked.enabled:
             return None
+        tuning = tuning_of(tracked)
         identifier = tracked.identifier
         values = dict(stats.partition_values) if stats is not None else {}
         last = session.scalars(select(Action).where(
             Action.table_id == table_id, Action.spec_id == spec_id, Action.partition_key == partition_key,
-            Action.kind == "merge").order_by(Action.created_at.desc()).limit(1)).one_or_none()
+            Action.kind.in_(REWRITE_KINDS)).order_by(Action.created_at.desc()).limit(1)).one_or_none()
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
                 and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at):
             # Judged already and the partition has not changed since: asking again would change nothing.
             return None
+        if (stats is not None and stats.last_decision_at is not None and (stats.last_decision or "").startswith("skip")
+                and stats.updated_at <= stats.last_decision_at):
+            return None  # decided to leave it alone, and it has not changed since
         if (last is not None and tracked.min_interval_seconds > 0 and last.finished_at is not None
                 and last.state == ActionState.SUCCEEDED.value
                 and (now() - last.finished_at).total_seconds() < tracked.min_interval_seconds):
@@ -51,7 +61,44 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         log.warning("%s: partition %s has separator characters in its values; skipping", identifier, partition_key)
         return None
     expression = ",".join(f"{k}={v}" for k, v in values.items()) or None
-    return actions.submit(settings, identifier, partition=expression, trigger=trigger, dispatch=dispatch)
+    choice = _choose(settings, identifier, spec_id, partition_key, tuning)
+    if choice is None:
+        return None
+    decision = choice.decision
+    with session_scope(settings) as session:
+        # updated_at is set to itself so that recording the verdict does not count as a change
+        session.execute(update(PartitionStats).where(
+            PartitionStats.table_id == table_id, PartitionStats.spec_id == spec_id,
+            PartitionStats.partition_key == partition_key,
+        ).values(last_decision=decision.kind or f"skip:{decision.reason}", last_decision_at=func.now(),
+                 updated_at=PartitionStats.updated_at))
+        audit(session, "decision.made" if decision.kind else "decision.skipped", table_id=table_id,
+              partition=partition_key, kind=decision.kind, reason=decision.reason,
+              candidates=[c.as_dict() for c in decision.candidates])
+    if decision.kind is None:
+        return None
+    return actions.submit(settings, identifier, partition=expression, kind=decision.kind, trigger=trigger,
+                          dispatch=dispatch)
+
+
+def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: str, tuning: Any) -> Any:
+    """The decision for one partition of the table as it is now (None when the partition is gone)."""
+    from autooptimize.iceberg.catalog import load_table
+    from autooptimize.services.choose import choose
+    from autooptimize.services.merge import MergeRequest, select_partitions
+    from autooptimize.services.sizing import learned
+
+    table = load_table(settings, identifier)
+    found = select_partitions(table, spec_id, partition_key)
+    if not found:
+        return None
+    request = MergeRequest(
+        action_id="decide", identifier=identifier, spec_id=spec_id, partition_key=partition_key,
+        target_file_size=tuning.target_file_size, tolerance=min(tuning.tolerance, tuning.target_file_size),
+        min_input_files=tuning.min_input_files, max_bytes=tuning.max_bytes_per_action, checkpoint=None,
+        dry_run=True, sort_order=tuning.sort_order, sizing=learned(settings, identifier),
+    )
+    return choose(table, found[0], request, frozenset(tuning.allowed_actions))
 
 
 def on_attention_handler(settings: Settings) -> Callable[[int, int, str], None]:

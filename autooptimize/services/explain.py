@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import key_from_values, parse_partition
-from autooptimize.services.merge import MergeRequest, plan_partitions, plan_to_dict, select_partitions
+from autooptimize.services.choose import choose
+from autooptimize.services.merge import MergeRequest, plan_to_dict, select_partitions
 from autooptimize.services.sizing import learned
-from autooptimize.services.tracking import size_arg, tuning_of
+from autooptimize.services.tracking import ACTION_KINDS, size_arg, tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
 
 
 def explain(settings: Settings, identifier: str, partition: str | None = None,
             target_file_size: Any = None) -> dict[str, Any]:
-    """Per partition: the chosen action (``merge`` or ``none``), the reason, the groups (input file
-    paths, bytes in, files out), bytes rewritten, files replaced, and MSE before and after."""
+    """Per partition: the action decide would choose (``merge``, ``sort``, ``compact_deletes`` or
+    ``none``) and its reason code, the groups (input file paths, bytes in, files out), bytes
+    rewritten, files replaced, MSE before and after, and every candidate's value and cost."""
     table = load_table(settings, identifier)
     key = key_from_values(parse_partition(table, partition)) if partition is not None else None
     with session_scope(settings) as session:
@@ -34,22 +37,28 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
         max_bytes=tuning.max_bytes_per_action if tuning else None, checkpoint=None, dry_run=True,
         sizing=learned(settings, identifier),
     )
+    request = dataclasses.replace(request, sort_order=tuning.sort_order if tuning else None)
+    allowed = frozenset(tuning.allowed_actions if tuning else ACTION_KINDS)
     partitions = select_partitions(table, request.spec_id, key)
-    plans, skipped = plan_partitions(table, partitions, request)
-    planned = {pf.key: plan_to_dict(pf, plan) for pf, plan in plans}
     rows = []
     for pf in partitions:
-        if pf.key in planned:
-            p = planned[pf.key]
-            rows.append({"partition": pf.key, "action": "merge", "reason": "above_threshold",
-                         "groups": p["groups"], "bytes_rewritten": p["bytes_rewritten"],
-                         "files_replaced": p["files_in"], "files_out": p["files_out"],
-                         "mse_before": p["mse_before"], "mse_after": p["mse_after"]})
-        else:
-            mse = EntropyStats.from_sizes([f.size for f in pf.data_files], target).mse
-            rows.append({"partition": pf.key, "action": "none", "reason": skipped.get(pf.key, "nothing_to_merge"),
-                         "groups": [], "bytes_rewritten": 0, "files_replaced": 0, "files_out": 0,
-                         "mse_before": mse, "mse_after": mse})
+        choice = choose(table, pf, request, allowed)
+        decision = choice.decision
+        mse = EntropyStats.from_sizes([f.size for f in pf.data_files], target).mse
+        row: dict[str, Any] = {"partition": pf.key, "action": decision.kind or "none", "reason": decision.reason,
+                               "groups": [], "bytes_rewritten": 0, "files_replaced": 0, "files_out": 0,
+                               "mse_before": mse, "mse_after": mse,
+                               "candidates": [c.as_dict() for c in decision.candidates]}
+        if choice.plan is not None:
+            p = plan_to_dict(pf, choice.plan)
+            row.update(groups=p["groups"], bytes_rewritten=p["bytes_rewritten"], files_replaced=p["files_in"],
+                       files_out=p["files_out"], mse_after=p["mse_after"])
+        elif decision.kind == "compact_deletes":
+            files_out = max(1, round(pf.bytes / target))
+            row.update(groups=[{"files": [f.path for f in pf.data_files], "bytes_in": pf.bytes,
+                                "files_out": files_out, "delete_files": [f.path for f in pf.delete_files]}],
+                       bytes_rewritten=pf.bytes, files_replaced=len(pf.data_files), files_out=files_out)
+        rows.append(row)
     snapshot = table.current_snapshot()
     return {"table": identifier, "snapshot_id": snapshot.snapshot_id if snapshot else None,
             "target_file_size": target, "tolerance": tolerance, "sizing": request.sizing.as_dict(),

@@ -28,6 +28,7 @@ from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff, snapshots_
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table, tracked_tables
 from autooptimize.storage.stats import (
+    AttentionRow,
     Cursor,
     ExactPartition,
     PartitionId,
@@ -94,6 +95,8 @@ class ObserveReport:
     skipped_pending: int = 0
     enqueue_failed: int = 0
     seconds: float = 0.0
+    # partitions that received delete files: handed to decide whatever their MSE (delete load)
+    delete_partitions: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -246,6 +249,7 @@ def _roll_forward(settings: Settings, info: _Tracked, cursor: Cursor | None, tab
             return touched | _scan(settings, info, table, report, "drift")
         expected = snapshot.snapshot_id
         touched |= set(diff.partitions)
+        report.delete_partitions.extend(p for p in sorted(diff.delete_partitions) if p not in report.delete_partitions)
         report.snapshot_id = snapshot.snapshot_id
         report.snapshots_applied += 1
         report.manifests_read += diff.manifests_read
@@ -407,14 +411,19 @@ def record_observe_error(settings: Settings, identifier: str, error: str) -> Non
 
 def _attend(settings: Settings, identifier: str, info: _Tracked, touched: set[PartitionId],
             report: ObserveReport, on_attention: OnAttention | None) -> None:
-    """Hand changed partitions with MSE ≥ T² to ``on_attention``; count those skipped."""
-    if not touched:
+    """Hand changed partitions with MSE ≥ T², and partitions that received delete files, to
+    ``on_attention``; count those skipped."""
+    deletes = {tuple(p) for p in report.delete_partitions}
+    if not touched and not deletes:
         return
     with session_scope(settings) as session:
         rows = attention_rows(session, settings.catalog, table_id=info.table_id, partitions=touched)
+        seen = {(r.spec_id, r.partition_key) for r in rows}
+        rows += [AttentionRow(info.table_id, identifier, spec_id, key, 0, 0, info.tolerance)
+                 for spec_id, key in sorted(deletes) if (spec_id, key) not in seen]
         pending = pending_partitions(session, [info.table_id]).get(info.table_id, set())
         report.needing_attention = len(rows)
-        report.skipped_below_threshold = len(touched) - len(rows)
+        report.skipped_below_threshold = len(touched - {(r.spec_id, r.partition_key) for r in rows})
         report.skipped_pending = sum(1 for r in rows if None in pending or (r.spec_id, r.partition_key) in pending)
         # Counted as handed over before the hand-over: a crash in between loses it, and the sweep finds it.
         count_attention(session, info.table_id, enqueued=len(rows) - report.skipped_pending if on_attention else 0,

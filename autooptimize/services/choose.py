@@ -1,0 +1,111 @@
+"""The facts the decision weighs for one partition, measured on the table's current metadata.
+
+``decide`` (the listener's hand-over and the sweep) and ``explain`` both call :func:`choose`, so what
+explain shows is what decide submits. Everything here reads metadata only (manifests, and Parquet
+footers when a name mapping may hide files without field ids); nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pyiceberg.table import Table
+
+from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, PartitionFacts, SortFacts, decide
+from autooptimize.domain.planning import Plan
+from autooptimize.errors import ActionRefused, InvalidArgument
+from autooptimize.iceberg.files import PartitionFiles
+from autooptimize.services.merge import MergeRequest, _plan_files, _plan_partition, refusal, sort_spec
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    decision: Decision
+    merge_plan: Plan | None
+    sort_plan: Plan | None
+
+    @property
+    def plan(self) -> Plan | None:
+        """The plan of the chosen action (merge or sort), or None."""
+        return {"merge": self.merge_plan, "sort": self.sort_plan}.get(self.decision.kind or "")
+
+
+def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
+    """Bytes of the partition's data files whose range of ``column`` overlaps another file's.
+
+    After ordering by lower bound, a file overlaps an earlier one iff its lower bound is at most the
+    largest upper bound before it, and a later one iff its upper bound reaches the next lower bound.
+    Files without bounds (only nulls, or no statistics) count as overlapping.
+    """
+    from autooptimize.services.sort import _bound
+
+    spans = []
+    unknown = 0
+    for f in pf.data_files:
+        lo = _bound(f.data_file, column, table, "lower_bounds")
+        hi = _bound(f.data_file, column, table, "upper_bounds")
+        if lo is None or hi is None:
+            unknown += f.size
+        else:
+            spans.append((lo, hi, f.size))
+    spans.sort(key=lambda s: s[0])
+    total = unknown
+    highest = None
+    for i, (lo, hi, size) in enumerate(spans):
+        before = highest is not None and lo <= highest
+        after = i + 1 < len(spans) and hi >= spans[i + 1][0]
+        if before or after:
+            total += size
+        highest = hi if highest is None or hi > highest else highest
+    return total
+
+
+def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: frozenset[str]) -> Choice:
+    """Measure ``pf`` and decide (see autooptimize.domain.decision)."""
+    problem = refusal(table, pf)
+    merge_plan = None
+    merge = None
+    if problem is None or problem.reason == "has_delete_files":
+        merge_plan = _plan_partition(table, pf, request)
+        if merge_plan.is_empty:
+            merge_plan = None
+            if request.max_bytes is not None:  # nothing fits the budget: say so when something would help
+                unlimited = _plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
+                if not unlimited.is_empty:
+                    merge = MergeFacts(unlimited.bytes_rewritten, unlimited.files_in, unlimited.files_out,
+                                       unlimited.mse_before, unlimited.mse_after, limited_by_budget=True)
+    if merge_plan is not None:
+        limited = False
+        if request.max_bytes is not None and merge_plan.mse_after >= float(request.tolerance) ** 2:
+            unlimited = _plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
+            limited = unlimited.bytes_rewritten > request.max_bytes
+        merge = MergeFacts(merge_plan.bytes_rewritten, merge_plan.files_in, merge_plan.files_out,
+                           merge_plan.mse_before, merge_plan.mse_after, limited)
+    sort_plan = None
+    sort = None
+    if "sort" in allowed and not pf.delete_files and problem is None:
+        try:
+            order = sort_spec(table, dataclasses.replace(request, kind="sort"))
+        except (ActionRefused, InvalidArgument):
+            order = None
+        if order is not None:
+            from autooptimize.services.sort import plan_sort
+
+            sort_plan, _ = plan_sort(_plan_files(pf, request.sizing), [f.data_file for f in pf.data_files], table,
+                                     order[0], request.target_file_size, request.tolerance,
+                                     request.min_input_files, request.max_bytes)
+            sort = SortFacts(overlapping_bytes(table, pf, order[0][0]), pf.bytes, len(pf.data_files),
+                             sort_plan.bytes_rewritten, sort_plan.files_in, sort_plan.files_out,
+                             sort_plan.mse_after)
+    stats = pf.delete_stats
+    deletes = DeleteFacts(stats.files, stats.bytes, stats.rows_deleted_estimate, stats.data_rows, pf.bytes)
+    from autooptimize.domain.entropy import EntropyStats
+
+    mse = EntropyStats.from_sizes([f.size for f in pf.data_files], request.target_file_size).mse
+    facts = PartitionFacts(files=len(pf.data_files), bytes=pf.bytes, mse=mse, tolerance=request.tolerance,
+                           merge=merge, deletes=deletes, sort=sort, allowed=allowed, max_bytes=request.max_bytes)
+    decision = decide(facts)
+    if problem is not None and problem.reason not in ("has_delete_files",):
+        decision = Decision(None, problem.reason, decision.candidates)
+    return Choice(decision, merge_plan, sort_plan)
