@@ -48,6 +48,7 @@ from autooptimize.services.merge import (
     Hooks,
     MergeOutcome,
     MergeRequest,
+    _fence_earlier_writer,
     _fill,
     _remove_uncommitted,
     action_dir,
@@ -279,7 +280,10 @@ def run_compact_deletes(
 
     codec = table.properties.get("write.parquet.compression-codec", "zstd")
     written_dirs = sorted({action_dir(table, p.partition, request.action_id) for p in plans})
+    _fence_earlier_writer(settings, table, request)  # a killed attempt's Spark job must not land files later
     _remove_uncommitted(table, written_dirs)  # leftovers of an earlier attempt of this action
+    writer = {"spark_session_id": getattr(spark, "session_id", None)}
+    save_checkpoint({"writer": writer, "dirs": written_dirs})  # no groups: nothing to resume yet
     entries: list[dict[str, Any]] = []
     write_started = time.monotonic()
     try:
@@ -287,7 +291,8 @@ def run_compact_deletes(
             directory = f"{action_dir(table, plan.partition, request.action_id)}/g0"
             entries.append(_rewrite(spark, table, plan, directory, codec, hooks))
         outcome.timings["rewrite"] = time.monotonic() - write_started
-        checkpoint = {"base_snapshot_id": outcome.base_snapshot_id, "groups": entries, "dirs": written_dirs}
+        checkpoint = {"base_snapshot_id": outcome.base_snapshot_id, "groups": entries, "dirs": written_dirs,
+                      "writer": writer}
         save_checkpoint(checkpoint)
         outcome.checkpoint = checkpoint
         if hooks.before_commit:

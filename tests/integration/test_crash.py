@@ -150,3 +150,36 @@ def test_spark_server_restart_mid_action_is_survived_on_retry(settings, spark, c
     assert out["state"] == "succeeded", out
     assert out["attempts"] == 2
     _assert_exactly_once(table, action_id, before, second, files_before)
+
+
+def test_kill_9_during_a_delete_compaction_write_then_retry(settings, spark, catalog):
+    from tests.integration.deletes import data_files, delete_positions, reference_checksum
+
+    settings_of[:] = [settings]
+    table = make_table(catalog, {DAY1: 6}, rows=30_000)
+    ident = identifier(table)
+    tracking.track(settings, ident, target_file_size="64MiB", allowed_actions="merge,sort,compact_deletes")
+    files = data_files(table, "day=2026-01-01")
+    delete_positions(table, {f: range(0, 30_000, 7) for f in files})
+    expected = reference_checksum(table)
+    action_id = actions.submit(settings, ident, partition="day=2026-01-01", kind="compact_deletes", dispatch=False)
+
+    child = _child(action_id, "during_write")
+    deadline = time.monotonic() + 180
+    while not _temporary_dirs(table) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert child.poll() is None, f"the write finished before it could be killed: {child.communicate()}"
+    child.kill()
+    child.communicate(timeout=300)
+
+    out = actions.execute(settings, action_id, spark=spark)
+    assert out["state"] == "succeeded", out
+    assert out["attempts"] == 2
+    time.sleep(3)  # past the end the killed job would have had
+    table.refresh()
+    assert len([s for s in table.metadata.snapshots
+                if s.summary and s.summary.get(ACTION_ID_PROPERTY) == action_id]) == 1
+    assert table_checksum(table) == expected == reference_checksum(table)
+    live = set(live_files(table))
+    assert {f"file://{f}" for f in action_outputs(table)} <= live
+    assert not _temporary_dirs(table)
