@@ -17,6 +17,8 @@ import datetime as dt
 import json
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -107,14 +109,26 @@ def add_deletes(table, fraction: float) -> int:  # type: ignore[no-untyped-def]
     return len(deleted)
 
 
-def _run(settings, spark, identifier: str, kind: str) -> tuple[dict, float]:  # type: ignore[no-untyped-def]
+def run_action(settings, spark, identifier: str, kind: str, *, target: str = "128MiB",  # type: ignore[no-untyped-def]
+               options: dict | None = None) -> tuple[dict, float]:
+    """One action on the benchmark partition through submit/execute; its result and wall seconds."""
     from autooptimize.services import actions, tracking
 
-    tracking.track(settings, identifier, target_file_size="128MiB")
-    action_id = actions.submit(settings, identifier, partition="event_date=2026-11-01", kind=kind, dispatch=False)
+    tracking.track(settings, identifier, target_file_size=target)
+    action_id = actions.submit(settings, identifier, partition="event_date=2026-11-01", kind=kind, dispatch=False,
+                               options=options)
     started = time.perf_counter()
     out = actions.execute(settings, action_id, spark=spark)
     return out, time.perf_counter() - started
+
+
+def warm(spark, tables) -> None:  # type: ignore[no-untyped-def]
+    """Read every table's data files once, as a long-running actor has: a warm JVM, inputs in the page cache."""
+    from spark_actors.schema import spark_schema
+
+    for t in tables:
+        paths = [str(p) for p in t.inspect.files()["file_path"].to_pylist()]
+        spark.read.schema(spark_schema(t.schema())).parquet(*paths).count()
 
 
 def main() -> int:
@@ -124,7 +138,11 @@ def main() -> int:
     parser.add_argument("--deleted", type=float, default=0.05, help="fraction of each file's rows position-deleted")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    return run_with_server(lambda settings: _measure(settings, args))
 
+
+def run_with_server(measure: Callable[[Any], int]) -> int:
+    """``measure(settings)`` on a migrated database; a local Spark server it had to start is stopped after."""
     from autooptimize.config import get_settings
     from autooptimize.storage.db import upgrade
     from spark_actors.server import running_server, stop_local_server
@@ -134,7 +152,7 @@ def main() -> int:
     upgrade(settings)
     started_server = settings.spark_remote == "local" and running_server(settings) is None
     try:
-        return _measure(settings, args)
+        return measure(settings)
     finally:
         close_session()
         if started_server:  # leave no background process behind
@@ -142,7 +160,6 @@ def main() -> int:
 
 
 def _measure(settings, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
-    from spark_actors.schema import spark_schema
     from spark_actors.session import get_session
 
     print(f"building two tables of {args.files} files, ~{args.mb} MB each …", file=sys.stderr, flush=True)
@@ -151,12 +168,10 @@ def _measure(settings, args: argparse.Namespace) -> int:  # type: ignore[no-unty
     print("adding delete files …", file=sys.stderr, flush=True)
     expected_deleted = add_deletes(compact_table, args.deleted)
     spark = get_session(settings)
-    for t in (merge_table, compact_table):  # warm, as a long-running actor is; inputs in the page cache
-        paths = [str(p) for p in t.inspect.files()["file_path"].to_pylist()]
-        spark.read.schema(spark_schema(t.schema())).parquet(*paths).count()
+    warm(spark, (merge_table, compact_table))
 
-    merge_out, merge_s = _run(settings, spark, "bench.cd_merge", "merge")
-    compact_out, compact_s = _run(settings, spark, "bench.cd_compact", "compact_deletes")
+    merge_out, merge_s = run_action(settings, spark, "bench.cd_merge", "merge")
+    compact_out, compact_s = run_action(settings, spark, "bench.cd_compact", "compact_deletes")
     for out in (merge_out, compact_out):
         if out["state"] != "succeeded":
             print(json.dumps(out, default=str), file=sys.stderr)
