@@ -80,7 +80,8 @@ def fence(settings: Settings, session_id: str) -> int:
     A worker killed mid-write leaves its job running on the server, which later moves its files into
     place (measured: a killed client's write landed its files 29 s later). The retry attaches to the
     dead worker's session by id and interrupts it; Spark then aborts the job and removes its
-    ``_temporary`` directory. A session the server does not know (it restarted) has nothing running.
+    ``_temporary`` directory. A session the server does not know (it restarted) has nothing running;
+    the session is released afterwards, so asking again finds it closed, which also means nothing runs.
     """
     from pyspark.sql import SparkSession
 
@@ -98,6 +99,10 @@ def fence(settings: Settings, session_id: str) -> int:
                                  f"{type(exc).__name__}") from None
     try:
         return len(other.interruptAll())
+    except Exception as exc:
+        if "SESSION_CLOSED" in str(exc):
+            return 0  # released earlier (by a previous fence): nothing can run in it any more
+        raise
     finally:
         try:
             other.stop()

@@ -241,7 +241,7 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
                     a = get_action(s, action_id)
                     assert a is not None
                     a.checkpoint = checkpoint
-                    if checkpoint.get("groups"):  # not the writer's record made before writing
+                    if set(checkpoint) - {"writer", "dirs"}:  # not the writer's record made before writing
                         audit(s, "action.checkpointed", action_id=action_id, table_id=a.table_id,
                               outputs=sum(len(g["outputs"]) for g in checkpoint.get("groups", [])))
 

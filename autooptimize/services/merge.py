@@ -316,6 +316,8 @@ def run_merge(
 
 #: How long a retry waits for an interrupted earlier write of its action to clean up after itself.
 WRITER_WAIT_SECONDS = 120.0
+#: Once nothing of the earlier attempt runs, how long to wait for its job's _temporary to go.
+WRITER_GRACE_SECONDS = 10.0
 
 
 def _fence_earlier_writer(settings: Settings, table: Table, request: MergeRequest, wait: float = WRITER_WAIT_SECONDS
@@ -336,10 +338,21 @@ def _fence_earlier_writer(settings: Settings, table: Table, request: MergeReques
         return  # nothing of it runs (it finished, or its server died): leftovers are inert
     log.warning("action %s: interrupted %d operation(s) of an earlier attempt", request.action_id, interrupted)
     deadline = time.monotonic() + wait
-    while _writing(_action_dirs(table, request.action_id)):
-        if time.monotonic() >= deadline:
-            raise Retry(f"an earlier write of action {request.action_id} is still running", delay=60)
+    quiet_since: float | None = None
+    while True:
         time.sleep(0.5)
+        # interrupting again until nothing runs; then give the aborted job a moment to remove its
+        # _temporary directory (it usually does at once; if not, the leftovers are inert)
+        now_ = time.monotonic()
+        if fence(settings, previous):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now_
+        if quiet_since is not None and (not _writing(_action_dirs(table, request.action_id))
+                                        or now_ - quiet_since >= WRITER_GRACE_SECONDS):
+            return
+        if now_ >= deadline:
+            raise Retry(f"an earlier write of action {request.action_id} is still running", delay=60)
 
 
 def _action_dirs(table: Table, action_id: str) -> list[str]:
