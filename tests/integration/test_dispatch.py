@@ -46,7 +46,7 @@ def _wait_for(predicate: Callable[[], object], timeout: float, what: str) -> Non
 
 
 @pytest.fixture(scope="module")
-def worker(settings, spark) -> Iterator[str]:
+def worker(settings, spark_server) -> Iterator[str]:
     """One real actor worker (``autooptimize worker``, AO_DISPATCH=rpq) on the actor queues."""
     from tasks.app import app
 
