@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import redis
 from sqlalchemy import select
@@ -204,13 +205,35 @@ def run_dispatcher(settings: Settings, stop_event: threading.Event, *, namespace
     """
     if not (rebuild_seconds > 0 and idle_seconds > 0):
         raise InvalidArgument(f"rebuild_seconds and idle_seconds must be > 0, got {rebuild_seconds}, {idle_seconds}")
+    from scheduler.listener import Leadership
+
     dispatcher = make_dispatcher(settings, namespace=namespace, submit=submit)
     ns = dispatcher.queue.namespace
     client = _client(settings.redis_url)
-    next_rebuild = 0.0
     log.info("dispatcher on %s: %d slots, %d per table, lease %.0f s, weights %s", ns, dispatcher.slots,
              dispatcher.per_table, dispatcher.queue.lease_seconds, settings.class_weights)
+    # One dispatcher per namespace works (its fairness state is in this process); others stand by.
+    leadership = Leadership(settings, role=f"dispatcher:{ns}")
+    try:
+        _dispatch_loop(settings, stop_event, dispatcher, leadership, client, ns, rebuild_seconds, idle_seconds)
+    finally:
+        leadership.release()
+
+
+def _dispatch_loop(settings: Settings, stop_event: threading.Event, dispatcher: Any, leadership: Any, client: Any,
+                   ns: str, rebuild_seconds: float, idle_seconds: float) -> None:
+    next_rebuild = 0.0
+    standing_by = False
     while not stop_event.is_set():
+        if not leadership.hold():
+            if not standing_by:
+                log.info("another dispatcher is active on %s; standing by", ns)
+                standing_by = True
+            stop_event.wait(max(idle_seconds, 1.0))
+            continue
+        if standing_by:
+            next_rebuild = 0.0  # taking over: start from PostgreSQL's view of the backlog
+            standing_by = False
         moved = False
         try:
             now = time.monotonic()

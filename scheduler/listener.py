@@ -61,16 +61,21 @@ class _Backoff:
         self.until.pop(name, None)
 
 
-class _Leadership:
-    """A session-level advisory lock on a connection of its own; lost if that connection drops."""
+class Leadership:
+    """A session-level advisory lock on a connection of its own; lost if that connection drops.
 
-    def __init__(self, settings: Settings) -> None:
+    One process per ``role`` (the listener per catalog, the dispatcher per queue namespace) works;
+    the others stand by and take over when its connection, and so its lock, goes away.
+    """
+
+    def __init__(self, settings: Settings, role: str | None = None) -> None:
         self._settings = settings
         self._conn: Connection | None = None
-        self._key = f"autooptimize.listener:{settings.catalog}"
+        self._role = role or "listener"
+        self._key = f"autooptimize.{self._role}:{settings.catalog}"
 
     def hold(self) -> bool:
-        """True while this process is the active listener (re-checks the connection every call)."""
+        """True while this process holds the role (re-checks the connection every call)."""
         try:
             if self._conn is not None:
                 self._conn.execute(text("SELECT 1"))
@@ -82,12 +87,12 @@ class _Leadership:
             conn.commit()
             if got:
                 self._conn = conn
-                log.info("listener active (catalog %s)", self._settings.catalog)
+                log.info("%s active (catalog %s)", self._role, self._settings.catalog)
                 return True
             conn.close()
             return False
         except Exception as exc:  # the database went away: drop the lock's connection and try again later
-            log.warning("listener lost its database connection: %s", exc)
+            log.warning("%s lost its database connection: %s", self._role, exc)
             self.release()
             return False
 
@@ -162,7 +167,7 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
     if workers < 1:
         raise ValueError(f"workers must be ≥ 1, got {workers!r}")
     executor = ThreadPoolExecutor(workers, thread_name_prefix="ao-observe") if workers > 1 else None
-    leadership = _Leadership(settings)
+    leadership = Leadership(settings)
     backoff = _Backoff(base=max(interval, 1.0))
     poll = poll if poll is not None else PollSchedule(min_interval=max(interval, 30.0))
     standing_by = False
