@@ -170,7 +170,7 @@ def _cross_partition(path: str, other: str) -> ActionRefused:
 
 
 def plan_compaction(table: Table, parts: dict[tuple[int, str], PartitionFiles], pf: PartitionFiles,
-                    target_file_size: int) -> CompactionPlan | str:
+                    target_file_size: int, bytes_per_row: float | None = None) -> CompactionPlan | str:
     """The compaction plan of ``pf``, or the reason there is nothing to do.
 
     Raises ActionRefused when a position delete file names a live data file of another partition (in
@@ -195,8 +195,13 @@ def plan_compaction(table: Table, parts: dict[tuple[int, str], PartitionFiles], 
     if not inputs:
         return "no_applicable_deletes"
     deletes = [d for d in scope if any(applies(d, f, refs) for f in inputs)]
-    files_out = max(1, round(sum(f.size for f in inputs) / target_file_size))
-    return CompactionPlan(pf, inputs, deletes, scope, refs, files_out, count_position_deletes(table, deletes, inputs))
+    # output size: the rows kept times the bytes per row the table's rewrites measured (services/sizing);
+    # raw input bytes before the first rewrite (small files compress far worse than merged ones)
+    deleted = count_position_deletes(table, deletes, inputs)
+    rows_kept = max(0, sum(f.record_count for f in inputs) - deleted)
+    estimate = rows_kept * bytes_per_row if bytes_per_row else sum(f.size for f in inputs)
+    files_out = max(1, round(estimate / target_file_size))
+    return CompactionPlan(pf, inputs, deletes, scope, refs, files_out, deleted)
 
 
 def compaction_refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
@@ -252,7 +257,7 @@ def run_compact_deletes(
             skipped[pf.key] = problem.reason
             continue
         try:
-            plan = plan_compaction(table, parts, pf, request.target_file_size)
+            plan = plan_compaction(table, parts, pf, request.target_file_size, request.sizing.bytes_per_row)
         except ActionRefused as refused:
             if request.partition_key is not None:
                 raise
