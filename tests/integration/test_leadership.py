@@ -46,20 +46,25 @@ def test_a_standby_dispatcher_sends_nothing_until_the_active_one_stops(settings)
     stop_a, stop_b = threading.Event(), threading.Event()
     a = threading.Thread(target=run_dispatcher, args=(settings, stop_a),
                          kwargs={"namespace": ns, "submit": submitter("a"), "idle_seconds": 0.2})
-    a.start()
-    queue.enqueue(QueueItem("act-1", "db.t", "p=1", "merge", settings.priority_classes[0]))
-    _wait(lambda: sent["a"] == ["act-1"])
     b = threading.Thread(target=run_dispatcher, args=(settings, stop_b),
                          kwargs={"namespace": ns, "submit": submitter("b"), "idle_seconds": 0.2})
-    b.start()
-    time.sleep(1.5)
-    queue.enqueue(QueueItem("act-2", "db.t", "p=2", "merge", settings.priority_classes[0]))
-    _wait(lambda: "act-2" in sent["a"])
-    assert sent["b"] == []
-    stop_a.set()
-    a.join(10)
-    queue.enqueue(QueueItem("act-3", "db.t", "p=3", "merge", settings.priority_classes[0]))
-    _wait(lambda: "act-3" in sent["b"])
-    assert sent["a"] == ["act-1", "act-2"]
-    stop_b.set()
-    b.join(10)
+    try:
+        a.start()
+        queue.enqueue(QueueItem("act-1", "db.t", "p=1", "merge", settings.priority_classes[-1]))
+        _wait(lambda: "act-1" in sent["a"], timeout=60)
+        b.start()
+        time.sleep(1.5)
+        queue.enqueue(QueueItem("act-2", "db.t", "p=2", "merge", settings.priority_classes[-1]))
+        _wait(lambda: "act-2" in sent["a"], timeout=60)
+        assert sent["b"] == []
+        stop_a.set()
+        a.join(30)
+        queue.enqueue(QueueItem("act-3", "db.t", "p=3", "merge", settings.priority_classes[-1]))
+        _wait(lambda: "act-3" in sent["b"], timeout=60)
+        assert "act-3" not in sent["a"]
+    finally:
+        stop_a.set()
+        stop_b.set()
+        a.join(30)
+        if b.is_alive() or b.ident is not None:
+            b.join(30)
