@@ -15,10 +15,13 @@ Every part replaces whole groups: a group's inputs and outputs are always in the
 Concurrency: a Spark Connect session takes concurrent queries from several threads (the client's gRPC
 channel is thread-safe, tags and user contexts are thread-local, each execution returns its own
 observed metrics), so groups are submitted from a thread pool of ``AO_REWRITE_CONCURRENCY`` threads on
-the worker's one session. Measured on this machine (2 cores, local Spark Connect server ``local[2]``,
-8 groups of 6 files × 40,000 rows, ``benchmarks/concurrency.py``): 2 in flight take 0.62× the time of
-1 in flight (13.5 s against 21.6 s for the rewrites); a group's job is mostly driver-side planning,
-footer reads and two short scans, so two overlap well even on two cores.
+the worker's one session. Measured on this machine (2 cores shared with other work, local Spark
+Connect server, whole-table merge of 8 partitions × 6 files × 40,000 rows = 8 groups,
+``python -m benchmarks.concurrency --rounds 4``, rewrite phase): warm rounds, 1 in flight against 2 in
+flight, 5.70 s / 4.05 s, 7.75 / 8.97, 5.30 / 5.59, 4.23 / 3.17, i.e. 0.71× to 1.16×, 0.97× summed;
+the first (cold) round favours 2 in flight by far more (17.5 s / 5.0 s). So on two busy cores two
+jobs in flight cost about the same as one and sometimes help; the gain is for servers with more cores
+than one small group's job uses. Default 2.
 """
 
 from __future__ import annotations
