@@ -89,6 +89,11 @@ def write_groups(jobs: list[Job], concurrency: int, on_done: Callable[[int, dict
     is waited for before the first error is raised: nobody cleans output a job is still writing.
     """
     results: dict[int, dict[str, Any]] = {}
+    if concurrency <= 1:  # no pool: the caller's thread runs each job in turn
+        for i, job in enumerate(jobs):
+            results[i] = job()
+            on_done(i, results[i])
+        return [results[i] for i in range(len(jobs))]
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ao-rewrite")
     futures: dict[Future[dict[str, Any]], int] = {}
     try:
