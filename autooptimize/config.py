@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     # action execution
     commit_retries: int = Field(default=4, ge=0)
     action_timeout_seconds: int = Field(default=3600, gt=0)
+    # large partitions: no rewrite group reads more than this (one Spark job each), and an action keeps at
+    # most this many group jobs in flight on its Spark Connect session
+    max_group_bytes: int = Field(default=8 * 1024 * MiB, gt=0)
+    rewrite_concurrency: int = Field(default=2, ge=1)
 
     # dispatch to the actors: "direct" sends each action to Celery at once; "rpq" keeps the backlog in the
     # reliable priority queue and a dispatcher feeds the actors only while they have free slots
@@ -158,7 +162,7 @@ class Settings(BaseSettings):
     def _size(cls, value: object) -> object:
         return parse_size(value, "AO_DEFAULT_TARGET_FILE_SIZE") if isinstance(value, str) else value
 
-    @field_validator("buffer_min_bytes", "buffer_max_bytes", mode="before")
+    @field_validator("buffer_min_bytes", "buffer_max_bytes", "max_group_bytes", mode="before")
     @classmethod
     def _buffer_size(cls, value: object, info: ValidationInfo) -> object:
         return parse_size(value, f"AO_{str(info.field_name).upper()}") if isinstance(value, str) else value

@@ -3,6 +3,7 @@ and a content checksum of both sides so the caller can refuse to commit anything
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +99,8 @@ def rewrite_group(
     from pyspark.sql import Observation
 
     df = spark.read.schema(spark_schema(schema)).parquet(*inputs)
-    observation = Observation("ao_input_digest")
+    # a name of its own: groups of an action run concurrently on one session
+    observation = Observation(f"ao_input_digest_{uuid.uuid4().hex}")
     observed = df.observe(observation, *_digest_columns(df))
     # One output needs no shuffle (measured: 4.6 s instead of 6.3 s for 200 files, 95 MB); several
     # outputs are spread evenly by a round-robin repartition.

@@ -41,6 +41,11 @@ from autooptimize.errors import ConflictAbort, VerificationFailed
 
 ACTION_ID_PROPERTY = "autooptimize.action-id"
 ACTION_KIND_PROPERTY = "autooptimize.action-kind"
+#: Set on each snapshot of an action committed in parts (partial progress): the part's number, from 1.
+ACTION_PART_PROPERTY = "autooptimize.action-part"
+#: Set on the last part only: how many parts the action committed. An action is committed when it has a
+#: snapshot without a part number, or one carrying this.
+ACTION_PARTS_PROPERTY = "autooptimize.action-parts"
 
 
 class DeleteManifestWriter(ManifestWriterV2):
@@ -221,11 +226,47 @@ def commit_replace(
 
 
 def find_action_snapshot(table: Table, action_id: str) -> Snapshot | None:
-    """The snapshot that committed ``action_id``, if the table's metadata still has it."""
+    """The snapshot that completed ``action_id``, if the table's metadata still has it.
+
+    That is its one snapshot, or for an action committed in parts the last part (the one that carries
+    ``ACTION_PARTS_PROPERTY``); an action with only some parts committed is not committed.
+    """
     for snapshot in table.metadata.snapshots:
-        if snapshot.summary is not None and snapshot.summary.get(ACTION_ID_PROPERTY) == action_id:
+        summary = snapshot.summary
+        if summary is None or summary.get(ACTION_ID_PROPERTY) != action_id:
+            continue
+        if summary.get(ACTION_PART_PROPERTY) is None or summary.get(ACTION_PARTS_PROPERTY) is not None:
             return snapshot
     return None
+
+
+def action_parts(table: Table, action_id: str) -> dict[int, Snapshot]:
+    """The committed parts of ``action_id`` (partial progress) by part number."""
+    parts: dict[int, Snapshot] = {}
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary
+        if summary is not None and summary.get(ACTION_ID_PROPERTY) == action_id:
+            part = summary.get(ACTION_PART_PROPERTY)
+            if part is not None:
+                parts[int(part)] = snapshot
+    return parts
+
+
+def action_added_paths(table: Table, action_id: str) -> set[str]:
+    """Paths of the data files every snapshot of ``action_id`` added (live or not: history references them)."""
+    ids = {s.snapshot_id for s in table.metadata.snapshots
+           if s.summary is not None and s.summary.get(ACTION_ID_PROPERTY) == action_id}
+    paths: set[str] = set()
+    for snapshot_id in ids:
+        snapshot = table.metadata.snapshot_by_id(snapshot_id)
+        assert snapshot is not None
+        for manifest in snapshot.manifests(table.io):
+            if manifest.added_snapshot_id != snapshot_id or manifest.content != ManifestContent.DATA:
+                continue
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot_id:
+                    paths.add(str(entry.data_file.file_path))
+    return paths
 
 
 def data_file_from_footer(table: Table, path: str, spec_id: int, partition: Any,

@@ -33,6 +33,7 @@ from autooptimize.services.merge import (
     MergeRequest,
     abandon,
     committed_outcome,
+    committed_parts,
 )
 from autooptimize.services.sizing import learned
 from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
@@ -221,6 +222,8 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
                 kind=action.kind,
                 sort_order=tracked.sort_order,
                 options=options,
+                max_group_bytes=settings.max_group_bytes,
+                concurrency=settings.rewrite_concurrency,
             )
         if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
             request = dataclasses.replace(request, sizing=learned(settings, identifier))
@@ -246,12 +249,16 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
                               outputs=sum(len(g["outputs"]) for g in checkpoint.get("groups", [])))
 
             outcome = kind.resolve()(settings, request, spark, save_checkpoint, hooks)
+        # under partial progress a failure may follow committed parts: exc.outcome then sums them
         except ActionRefused as exc:
-            return _finish(settings, action_id, ActionState.REFUSED, reason=exc.reason, error=str(exc))
+            return _finish(settings, action_id, ActionState.REFUSED, reason=exc.reason, error=str(exc),
+                           outcome=getattr(exc, "outcome", None))
         except ConflictAbort as exc:
-            return _finish(settings, action_id, ActionState.ABORTED, reason="conflict", error=str(exc))
+            return _finish(settings, action_id, ActionState.ABORTED, reason="conflict", error=str(exc),
+                           outcome=getattr(exc, "outcome", None))
         except VerificationFailed as exc:
-            return _finish(settings, action_id, ActionState.FAILED, reason="verification_failed", error=str(exc))
+            return _finish(settings, action_id, ActionState.FAILED, reason="verification_failed", error=str(exc),
+                           outcome=getattr(exc, "outcome", None))
         except (ServiceUnavailable, Retry) as exc:
             _requeue(settings, action_id, str(exc))
             raise Retry(str(exc)) from None
@@ -317,7 +324,12 @@ def _give_up(settings: Settings, request: MergeRequest, error: str, reason: str 
         outcome = committed_outcome(request, committed)
         return _finish(settings, request.action_id, ActionState.SUCCEEDED, reason="already_committed",
                        outcome=outcome)
-    return _finish(settings, request.action_id, ActionState.FAILED, reason=reason, error=error)
+    try:
+        partial = committed_parts(settings, request)  # parts committed before the failure stay committed
+    except Exception as exc:
+        log.warning("could not read the committed parts of action %s: %s", request.action_id, exc)
+        partial = None
+    return _finish(settings, request.action_id, ActionState.FAILED, reason=reason, error=error, outcome=partial)
 
 
 def _finish(

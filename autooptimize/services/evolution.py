@@ -30,11 +30,15 @@ _FALSE = {"false", "0", "no", "off"}
 
 
 def validate_merge_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
-    """The merge action's options: ``respec`` (bool, default false)."""
-    unknown = sorted(set(options) - {"respec"})
+    """The merge action's options: ``respec`` (bool, default false), ``partial_progress`` (bool, default
+    false) and ``max_commits`` (int ≥ 1, default 10; see services/progress)."""
+    from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
+
+    valid = ("respec", *PROGRESS_OPTIONS)
+    unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise InvalidArgument(f"merge does not know option(s) {', '.join(unknown)}; valid options: respec")
-    out: dict[str, Any] = {}
+        raise InvalidArgument(f"merge does not know option(s) {', '.join(unknown)}; valid options: {', '.join(valid)}")
+    out: dict[str, Any] = validate_progress_options(options)
     if "respec" in options:
         value = options["respec"]
         text = str(value).strip().lower()

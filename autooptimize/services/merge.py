@@ -8,8 +8,10 @@ committed is removed, and never a file that a snapshot references.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,12 +20,17 @@ from pyiceberg.table import Table
 
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import EntropyStats
+from autooptimize.domain.job_groups import cap_groups, per_commit
 from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_bin_pack
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import (
     ACTION_ID_PROPERTY,
     ACTION_KIND_PROPERTY,
+    ACTION_PART_PROPERTY,
+    ACTION_PARTS_PROPERTY,
+    action_added_paths,
+    action_parts,
     commit_replace,
     data_file_from_footer,
     find_action_snapshot,
@@ -32,9 +39,13 @@ from autooptimize.iceberg.commit import (
 from autooptimize.iceberg.files import LiveFile, PartitionFiles, live_partitions
 from autooptimize.services import evolution
 from autooptimize.services.evolution import evolution_data_files, evolution_rewrite
+from autooptimize.services.progress import Progress, write_groups
 from autooptimize.services.sizing import NO_SIZING, Sizing, calibrate, calibration_sample
 
 log = logging.getLogger(__name__)
+
+#: The default of AO_MAX_GROUP_BYTES: the most input bytes one rewrite group (one Spark job) reads.
+DEFAULT_MAX_GROUP_BYTES = 8 * 1024**3
 
 
 @dataclass
@@ -62,6 +73,8 @@ class MergeRequest:
     sort_order: str | None = None  # the table's configured sort order ("col_a,col_b"), if any
     options: dict[str, Any] = field(default_factory=dict)  # the action's options as submitted
     sizing: Sizing = NO_SIZING  # output bytes per row learned from the table's rewrites (services/sizing)
+    max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES  # no group reads more (AO_MAX_GROUP_BYTES)
+    concurrency: int = 2  # group jobs in flight (AO_REWRITE_CONCURRENCY)
 
 
 @dataclass
@@ -177,7 +190,9 @@ def plan_partitions(
             files = _plan_files(pf, request.sizing)
             plan, method = plan_sort(files, [f.data_file for f in pf.data_files], table, order[0],
                                      request.target_file_size, request.tolerance, request.min_input_files,
-                                     request.max_bytes)
+                                     request.max_bytes, max_group_bytes=request.max_group_bytes)
+            if method == "ordered":  # consecutive runs: capping keeps their ranges disjoint
+                plan = cap_groups(plan, files, request.max_group_bytes, request.min_input_files)
             if plan.is_empty:
                 skipped[pf.key] = "already_sorted" if method == "ordered" else "nothing_to_sort"
             else:
@@ -203,16 +218,18 @@ def sort_spec(table: Table, request: MergeRequest) -> tuple[Any, int | None] | N
 def _plan_partition(table: Table, pf: PartitionFiles, request: MergeRequest) -> Plan:
     files = _plan_files(pf, request.sizing)
     if pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options):
-        return evolution.plan_respec(files, request.target_file_size, request.tolerance)
+        # a respec moves single files too; one alone larger than the cap stays in its older spec
+        return cap_groups(evolution.plan_respec(files, request.target_file_size, request.tolerance), files,
+                          request.max_group_bytes, min_input_files=1)
     with_ids, without_ids = evolution.split_by_field_ids(table, files)
     subsets = [s for s in (with_ids, without_ids) if s]  # read by id and by name: never one group
     plans = [balance_outputs(plan_bin_pack(s, request.target_file_size, request.tolerance,
                                            min_input_files=request.min_input_files, max_bytes=request.max_bytes),
                              s, min_input_files=request.min_input_files)
              for s in subsets]
-    if len(plans) == 1:
-        return plans[0]
-    return evolution.combine_plans(files, plans, request.target_file_size, request.tolerance)
+    plan = plans[0] if len(plans) == 1 else evolution.combine_plans(files, plans, request.target_file_size,
+                                                                      request.tolerance)
+    return cap_groups(plan, files, request.max_group_bytes, request.min_input_files)
 
 
 def run_merge(
@@ -231,10 +248,15 @@ def run_merge(
     if committed is not None:
         return committed_outcome(request, committed.snapshot_id)
 
+    progress = Progress.of(request.options)
+    done: list[dict[str, Any]] = []  # groups committed by earlier parts of this action (partial progress)
     if request.checkpoint and not request.dry_run:
-        resumed = _resume_from_checkpoint(table, request, hooks)
-        if resumed is not None:
-            return resumed
+        if progress.partial:
+            done = _resume_parts(settings, table, request, hooks, save_checkpoint)
+        else:
+            resumed = _resume_from_checkpoint(table, request, hooks)
+            if resumed is not None:
+                return resumed
 
     base = table.current_snapshot()
     outcome = MergeOutcome(state="skipped", base_snapshot_id=base.snapshot_id if base else None)
@@ -257,6 +279,8 @@ def run_merge(
     outcome.plan = {"partitions": [plan_to_dict(pf, plan) for pf, plan in plans], "skipped": skipped,
                     "sizing": request.sizing.as_dict()}
     outcome.timings["plan"] = time.monotonic() - started
+    if not plans and done:  # earlier parts did everything still needed
+        return _parts_outcome(request, done, "completed_in_parts")
     if not plans:
         outcome.reason = next(iter(skipped.values()), "nothing_to_merge") if len(set(skipped.values())) == 1 \
             else "nothing_to_merge"
@@ -270,48 +294,136 @@ def run_merge(
 
     write_started = time.monotonic()
     codec = table.properties.get("write.parquet.compression-codec", "zstd")
-    entries: list[dict[str, Any]] = []
     written_dirs = sorted({action_dir(table, pf, request.action_id) for pf, _ in plans})
     _fence_earlier_writer(settings, table, request)
-    _remove_uncommitted(table, written_dirs)  # leftovers of an earlier attempt of this action
+    # leftovers of an earlier attempt of this action (never the output of its committed parts)
+    _remove_uncommitted(table, written_dirs, request.action_id)
     writer = {"spark_session_id": getattr(spark, "session_id", None)}
-    save_checkpoint({"writer": writer, "dirs": written_dirs})  # no groups: nothing to resume yet
+    state: dict[str, Any] = {"base_snapshot_id": outcome.base_snapshot_id, "writer": writer,
+                             "dirs": sorted({*written_dirs, *(request.checkpoint or {}).get("dirs", [])})}
+    if progress.partial:
+        state["partial"] = True
+    save_checkpoint({**state, "groups": list(done)})  # no new groups: nothing to resume yet
+    # partial progress: directories unique to this attempt (an earlier part's g0 is committed output)
+    suffix = f"-{uuid.uuid4().hex[:8]}" if progress.partial else ""
+    jobs = [functools.partial(_rewrite, spark, table, pf, group, f"{action_dir(table, pf, request.action_id)}"
+                                                                 f"/g{index}{suffix}",
+                              codec, by_path, hooks, request)
+            for pf, plan in plans for index, group in enumerate(plan.groups)]
+    parts = _Parts(settings, request, hooks, save_checkpoint, state, done, len(jobs), progress)
+    tag = f"ao-{request.action_id}"
     try:
-        for pf, plan in plans:
-            for index, group in enumerate(plan.groups):
-                directory = f"{action_dir(table, pf, request.action_id)}/g{index}"
-                entries.append(_rewrite(spark, table, pf, group, directory, codec, by_path, hooks, request))
+        entries = write_groups([_tagged(spark, tag, job) for job in jobs], request.concurrency, parts.finished,
+                               interrupt=lambda: _interrupt(spark, tag, written_dirs))
         outcome.timings["rewrite"] = time.monotonic() - write_started
-
-        checkpoint = {
-            "base_snapshot_id": outcome.base_snapshot_id,
-            "groups": entries,
-            "dirs": written_dirs,
-            "writer": writer,
-        }
-        save_checkpoint(checkpoint)
-        outcome.checkpoint = checkpoint
-        if hooks.before_commit:
-            hooks.before_commit()
         commit_started = time.monotonic()
-        snapshot_id = _commit(table, request, entries)
+        if progress.partial:
+            snapshot_id = parts.commit_rest()
+            entries = parts.done
+        else:
+            checkpoint = {**state, "groups": entries}
+            save_checkpoint(checkpoint)
+            if hooks.before_commit:
+                hooks.before_commit()
+            snapshot_id = _commit(table, request, entries)
         outcome.timings["commit"] = time.monotonic() - commit_started
-    except (ConflictAbort, VerificationFailed, ActionRefused):
-        _remove_uncommitted(table, written_dirs)
+    except (ConflictAbort, VerificationFailed, ActionRefused) as exc:
+        _remove_uncommitted(table, written_dirs, request.action_id)
+        if parts.done:  # what earlier parts committed stays committed: the failure record says so
+            exc.outcome = _parts_outcome(request, parts.done, "partially_committed")  # type: ignore[attr-defined]
         raise
     except BaseException:
         # Unknown outcome (crash, lost connection): keep the output, the retry decides from history.
         raise
-    if hooks.after_commit:
+    if hooks.after_commit and not progress.partial:
         hooks.after_commit(snapshot_id)
     stale = [d for d in _action_dirs(table, request.action_id) if d not in written_dirs]
-    _remove_uncommitted(table, stale)  # an earlier attempt's output for partitions this one did not plan
+    _remove_uncommitted(table, stale, request.action_id)  # an earlier attempt's output elsewhere
     _fill(outcome, entries)
     outcome.state = "succeeded"
     outcome.committed_snapshot_id = snapshot_id
-    outcome.mse_after = _mse_after(partitions, plans, request.target_file_size, entries)
+    outcome.checkpoint = {**state, "groups": entries}
+    outcome.mse_after = _mse_after(partitions, plans, request.target_file_size,
+                                   entries if not progress.partial else parts.this_attempt)
     outcome.timings["total"] = time.monotonic() - started
     return outcome
+
+
+def _tagged(spark: Any, tag: str, job: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """``job`` with the Spark operations it starts tagged (tags are per thread), so a failure can stop them."""
+    def run() -> dict[str, Any]:
+        if spark is None or not hasattr(spark, "addTag"):
+            return job()
+        spark.addTag(tag)
+        try:
+            return job()
+        finally:
+            spark.removeTag(tag)
+    return run
+
+
+def _interrupt(spark: Any, tag: str, directories: list[str]) -> None:
+    """Stop this action's running group jobs and wait until Spark has removed their ``_temporary``."""
+    if spark is None or not hasattr(spark, "interruptTag"):
+        return
+    spark.interruptTag(tag)
+    deadline = time.monotonic() + WRITER_WAIT_SECONDS
+    while _writing(directories) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+class _Parts:
+    """Partial progress: commits finished groups in batches, each its own REPLACE snapshot (a part).
+
+    Before each commit the checkpoint records the part's groups (so a retry finds a part that was
+    committed but not recorded in the history, and commits one that was checkpointed but not
+    committed); ``done`` holds every committed group of the action, earlier attempts' included.
+    """
+
+    def __init__(self, settings: Settings, request: MergeRequest, hooks: Hooks, save: CheckpointWriter,
+                 state: dict[str, Any], done: list[dict[str, Any]], jobs: int, progress: Progress) -> None:
+        self.request, self.hooks, self.save, self.state, self.progress = request, hooks, save, state, progress
+        self.settings = settings
+        self.done = list(done)
+        self.this_attempt: list[dict[str, Any]] = []
+        self.pending: list[dict[str, Any]] = []
+        self.jobs, self.finished_count = jobs, 0
+        self.batch = per_commit(jobs, progress.max_commits)
+        self.table: Table | None = None  # its own Table: the writers' threads read theirs meanwhile
+        self.last_snapshot: int | None = None
+
+    def finished(self, _index: int, entry: dict[str, Any]) -> None:
+        self.finished_count += 1
+        if not self.progress.partial:
+            return
+        self.pending.append(entry)
+        if len(self.pending) >= self.batch and self.finished_count < self.jobs:
+            self._commit(final=False)
+
+    def commit_rest(self) -> int:
+        self._commit(final=True)
+        assert self.last_snapshot is not None
+        return self.last_snapshot
+
+    def _commit(self, final: bool) -> None:
+        if self.table is None:
+            self.table = load_table(self.settings, self.request.identifier)
+        number = max([int(e["part"]) for e in self.done] + list(action_parts(self.table, self.request.action_id)),
+                     default=0) + 1
+        part = [{**e, "part": number} for e in self.pending]
+        self.save({**self.state, "groups": self.done + part})
+        if self.hooks.before_commit:
+            self.hooks.before_commit()
+        parts = len({int(e["part"]) for e in self.done} | {number}) if final else None
+        snapshot_id = _commit(self.table, self.request, part, part=number, parts=parts)
+        self.done.extend(part)
+        self.this_attempt.extend(part)
+        self.pending = []
+        self.last_snapshot = snapshot_id
+        log.info("action %s: committed part %d (%d groups) as snapshot %d", self.request.action_id, number,
+                 len(part), snapshot_id)
+        if self.hooks.after_commit:
+            self.hooks.after_commit(snapshot_id)
 
 
 #: How long a retry waits for an interrupted earlier write of its action to clean up after itself.
@@ -470,7 +582,9 @@ def _rewrite(spark: Any, table: Table, pf: PartitionFiles, group: Any, directory
     }
 
 
-def _commit(table: Table, request: MergeRequest, entries: list[dict[str, Any]]) -> int:
+def _commit(table: Table, request: MergeRequest, entries: list[dict[str, Any]], part: int | None = None,
+            parts: int | None = None) -> int:
+    """One REPLACE snapshot of ``entries`` (whole groups); ``part``/``parts`` mark a partial-progress part."""
     table.refresh()
     live = {f.path: f for pf in live_partitions(table).values() for f in pf.data_files}
     inputs = [p for e in entries for p in e["inputs"]]
@@ -490,6 +604,10 @@ def _commit(table: Table, request: MergeRequest, entries: list[dict[str, Any]]) 
         ACTION_ID_PROPERTY: request.action_id,
         ACTION_KIND_PROPERTY: request.kind,
     }
+    if part is not None:
+        properties[ACTION_PART_PROPERTY] = str(part)
+    if parts is not None:
+        properties[ACTION_PARTS_PROPERTY] = str(parts)
     snapshot = commit_replace(table, [live[p].data_file for p in inputs], added, properties)
     return snapshot.snapshot_id
 
@@ -504,14 +622,14 @@ def _resume_from_checkpoint(table: Table, request: MergeRequest, hooks: Hooks) -
     inputs_live = all(p in live for e in entries for p in e["inputs"])
     outputs_exist = all(table.io.new_input(p).exists() for e in entries for p in e["outputs"])
     if not (inputs_live and outputs_exist):
-        _remove_uncommitted(table, checkpoint.get("dirs", []))
+        _remove_uncommitted(table, checkpoint.get("dirs", []), request.action_id)
         return None
     if hooks.before_commit:
         hooks.before_commit()
     try:
         snapshot_id = _commit(table, request, entries)
     except ConflictAbort:
-        _remove_uncommitted(table, checkpoint.get("dirs", []))
+        _remove_uncommitted(table, checkpoint.get("dirs", []), request.action_id)
         raise
     if hooks.after_commit:
         hooks.after_commit(snapshot_id)
@@ -519,6 +637,69 @@ def _resume_from_checkpoint(table: Table, request: MergeRequest, hooks: Hooks) -
                            base_snapshot_id=checkpoint.get("base_snapshot_id"),
                            committed_snapshot_id=snapshot_id, checkpoint=checkpoint)
     _fill(outcome, entries)
+    return outcome
+
+
+def _resume_parts(settings: Settings, table: Table, request: MergeRequest, hooks: Hooks,
+                  save_checkpoint: CheckpointWriter) -> list[dict[str, Any]]:
+    """Partial progress on retry: the groups of every part now committed, earlier attempts' included.
+
+    A checkpointed part found in the table's history is only recorded. One checkpointed but not
+    committed is committed when its inputs are still live and its outputs exist; otherwise it is
+    dropped and its output removed (the caller rewrites what is still needed).
+    """
+    checkpoint = request.checkpoint or {}
+    entries = checkpoint.get("groups") or []
+    history = action_parts(table, request.action_id)
+    done = [e for e in entries if e.get("part") in history]
+    waiting: dict[int, list[dict[str, Any]]] = {}
+    for e in entries:
+        if e.get("part") is not None and e["part"] not in history:
+            waiting.setdefault(int(e["part"]), []).append(e)
+    _fence_earlier_writer(settings, table, request)  # nothing of the earlier attempt may still write
+    for number, part in sorted(waiting.items()):
+        live = live_data_paths(table.refresh())
+        if not (all(p in live for e in part for p in e["inputs"])
+                and all(table.io.new_input(p).exists() for e in part for p in e["outputs"])):
+            log.info("action %s: dropping checkpointed part %d (inputs changed or output gone)",
+                     request.action_id, number)
+            continue
+        if hooks.before_commit:
+            hooks.before_commit()
+        try:
+            snapshot_id = _commit(table, request, part, part=number)
+        except ConflictAbort as exc:
+            log.info("action %s: dropping checkpointed part %d: %s", request.action_id, number, exc)
+            continue
+        done.extend(part)
+        if hooks.after_commit:
+            hooks.after_commit(snapshot_id)
+    save_checkpoint({**checkpoint, "groups": done})
+    _remove_uncommitted(table, _action_dirs(table, request.action_id), request.action_id)
+    return done
+
+
+def _parts_outcome(request: MergeRequest, done: list[dict[str, Any]], reason: str) -> MergeOutcome:
+    """The outcome of an action's committed parts: figures summed over them, the last part's snapshot."""
+    checkpoint = {**(request.checkpoint or {}), "groups": done, "partial": True}
+    outcome = MergeOutcome(state="succeeded", reason=reason, checkpoint=checkpoint,
+                           base_snapshot_id=checkpoint.get("base_snapshot_id"))
+    _fill(outcome, done)
+    return outcome
+
+
+def committed_parts(settings: Settings, request: MergeRequest) -> MergeOutcome | None:
+    """For an action given up on: the figures of its parts already in the table's history, or None."""
+    checkpoint = request.checkpoint or {}
+    if not checkpoint.get("partial"):
+        return None
+    table = load_table(settings, request.identifier)
+    history = action_parts(table, request.action_id)
+    done = [e for e in checkpoint.get("groups") or [] if e.get("part") in history]
+    if not done:
+        return None
+    outcome = _parts_outcome(request, done, "partially_committed")
+    outcome.committed_snapshot_id = history[max(history)].snapshot_id
     return outcome
 
 
@@ -572,23 +753,40 @@ def _mse_after(partitions: list[PartitionFiles], plans: list[tuple[PartitionFile
     return planned / max(1, sum(len(pf.data_files) for pf, _ in plans))
 
 
-def _remove_uncommitted(table: Table, directories: list[str]) -> None:
-    """Delete our output directories, refusing if any file in them is referenced by the table."""
-    from spark_actors.rewrite import delete_dir, list_parquet
+def _remove_uncommitted(table: Table, directories: list[str], action_id: str | None = None) -> None:
+    """Delete our output directories, never a file the table references.
 
+    A file is referenced when it is live, or (given ``action_id``) when a snapshot of that action added
+    it: parts committed under partial progress may since have been replaced, yet history keeps them. A
+    directory holding referenced files is descended into, and only its unreferenced subdirectories go.
+    """
     if not directories:
         return
     table.refresh()
-    live = live_data_paths(table)
+    keep = live_data_paths(table) | (action_added_paths(table, action_id) if action_id else set())
     location = table.location().rstrip("/") + "/"
     for directory in directories:
         if not directory.startswith(location) or "/ao-" not in directory:
             raise VerificationFailed(f"refusing to delete {directory}: not an autooptimize output in the table")
-        referenced = [p for p in list_parquet(directory) if p in live]
-        if referenced:
-            log.error("not removing %s: %d file(s) are live in the table", directory, len(referenced))
-            continue
+        _prune(directory, keep)
+
+
+def _prune(directory: str, keep: set[str]) -> None:
+    import pyarrow.fs as pafs
+
+    from spark_actors.rewrite import delete_dir, list_parquet
+
+    if not any(p in keep for p in list_parquet(directory)):
         delete_dir(directory)
+        return
+    fs, root = pafs.FileSystem.from_uri(directory)
+    prefix = directory.split("://", 1)[0] + "://" if "://" in directory else ""
+    children = [prefix + info.path for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+                if info.type == pafs.FileType.Directory]
+    if not children:
+        log.info("keeping %s: it holds files the table references", directory)
+    for child in children:
+        _prune(child, keep)
 
 
 def abandon(settings: Settings, request: MergeRequest) -> int | None:
@@ -604,5 +802,5 @@ def abandon(settings: Settings, request: MergeRequest) -> int | None:
         log.warning("action %s: could not fence its earlier writer: %s", request.action_id, exc)
     # output may exist without a checkpoint (crash during the write): look for the action's directories
     dirs = list((request.checkpoint or {}).get("dirs") or []) + _action_dirs(table, request.action_id)
-    _remove_uncommitted(table, sorted(set(dirs)))
+    _remove_uncommitted(table, sorted(set(dirs)), request.action_id)
     return None

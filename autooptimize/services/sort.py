@@ -110,14 +110,19 @@ def resolve_sort_order(table: Table, option: str | None, configured: str | None)
 
 
 def validate_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
-    """The sort action's options: ``sort_order`` (checked against the table now)."""
-    unknown = sorted(set(options) - {"sort_order"})
+    """The sort action's options: ``sort_order`` (checked against the table now), ``partial_progress``
+    and ``max_commits`` (see services/progress)."""
+    from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
+
+    valid = ("sort_order", *PROGRESS_OPTIONS)
+    unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise InvalidArgument(f"unknown option(s) for sort: {', '.join(unknown)}; valid: sort_order")
+        raise InvalidArgument(f"unknown option(s) for sort: {', '.join(unknown)}; valid: {', '.join(valid)}")
+    out = validate_progress_options(options)
     if "sort_order" in options:
         columns = parse_sort_order(table, options["sort_order"])
-        return {"sort_order": ", ".join(c.spec() for c in columns)}
-    return {}
+        out["sort_order"] = ", ".join(c.spec() for c in columns)
+    return out
 
 
 def _bound(data_file: Any, column: SortColumn, table: Table, which: str) -> Any:
@@ -154,9 +159,43 @@ def disjoint_order(table: Table, data_files: list[Any], column: SortColumn) -> l
     return order
 
 
+def overlap_clusters(table: Table, data_files: list[Any], column: SortColumn) -> list[list[int]] | None:
+    """Indices of ``data_files`` in clusters whose ``column`` ranges overlap within and never across.
+
+    Sweeps the files by lower bound: a file starting at or before the highest upper bound seen so far
+    joins the cluster (equal values never straddle two clusters). None when a file lacks bounds or
+    holds nulls of the column. Truncated string bounds still enclose the true range, so clusters of
+    bounds are clusters of values.
+    """
+    spans = ranges(table, data_files, column)
+    if spans is None:
+        return None
+    clusters: list[list[int]] = []
+    high: Any = None
+    for i in sorted(range(len(spans)), key=lambda i: spans[i][0]):
+        lo, hi = spans[i]
+        if clusters and lo <= high:
+            clusters[-1].append(i)
+            high = max(high, hi)
+        else:
+            clusters.append([i])
+            high = hi
+    return clusters
+
+
 def plan_sort(files: list[PlanFile], data_files: list[Any], table: Table, columns: list[SortColumn],
-              target: int, tolerance: int, min_input_files: int, max_bytes: int | None) -> tuple[Plan, str]:
-    """The partition's sort plan and how it was made (``ordered`` runs or a ``full`` sort)."""
+              target: int, tolerance: int, min_input_files: int, max_bytes: int | None,
+              max_group_bytes: int | None = None) -> tuple[Plan, str]:
+    """The partition's sort plan and how it was made (``ordered`` runs, a ``full`` sort, or ``clusters``).
+
+    A full sort of more than ``max_group_bytes`` is split into range-disjoint jobs when the files fall
+    into clusters of overlapping ranges (:func:`overlap_clusters`): consecutive clusters are packed up
+    to the cap, each group sorted on its own, and the groups' ranges stay disjoint. A cluster larger
+    than the cap stays one job: splitting it would need every job to read all of its files (to filter
+    its range), and those jobs could not commit apart (each replaces the same inputs). Spark's range
+    partitioning spills to disk, so such a job is slow rather than impossible; ``max_bytes_per_action``
+    bounds it.
+    """
     order = disjoint_order(table, data_files, columns[0]) if len(files) > 1 else None
     if order is not None:
         ordered = [files[i] for i in order]
@@ -165,10 +204,32 @@ def plan_sort(files: list[PlanFile], data_files: list[Any], table: Table, column
     before = EntropyStats.from_sizes(sizes, target)
     if len(files) < 2 or (max_bytes is not None and sum(sizes) > max_bytes):
         return Plan(target, tolerance, (), before.mse, before.mse, len(files), len(files)), "full"
+    if max_group_bytes is not None and sum(sizes) > max_group_bytes:
+        clusters = overlap_clusters(table, data_files, columns[0])
+        if clusters is not None and len(clusters) > 1:
+            return _plan_clusters(files, clusters, target, tolerance, max_group_bytes), "clusters"
     bytes_out = sum(f.rewritten_size for f in files)
     group = RewriteGroup(tuple(files), expected_outputs(bytes_out, target))
     after = EntropyStats.from_sizes(group.output_sizes(), target)
     return Plan(target, tolerance, (group,), before.mse, after.mse, len(files), after.n), "full"
+
+
+def _plan_clusters(files: list[PlanFile], clusters: list[list[int]], target: int, tolerance: int,
+                   max_group_bytes: int) -> Plan:
+    """Every file rewritten sorted, in groups of consecutive clusters of at most ``max_group_bytes``."""
+    groups: list[RewriteGroup] = []
+    run: list[PlanFile] = []
+    for cluster in clusters:
+        members = [files[i] for i in cluster]
+        if run and sum(f.size for f in run) + sum(f.size for f in members) > max_group_bytes:
+            groups.append(RewriteGroup(tuple(run), expected_outputs(sum(f.rewritten_size for f in run), target)))
+            run = []
+        run.extend(members)
+    if run:
+        groups.append(RewriteGroup(tuple(run), expected_outputs(sum(f.rewritten_size for f in run), target)))
+    before = EntropyStats.from_sizes([f.size for f in files], target)
+    after = EntropyStats.from_sizes([s for g in groups for s in g.output_sizes()], target)
+    return Plan(target, tolerance, tuple(groups), before.mse, after.mse, len(files), after.n)
 
 
 def check_sorted_outputs(table: Table, outputs: list[Any], column: SortColumn) -> None:

@@ -70,3 +70,13 @@ def test_priority_classes_map_to_queues_and_celery_priorities():
 def test_priority_classes_from_the_environment(monkeypatch):
     monkeypatch.setenv("AO_PRIORITY_CLASSES", "urgent, batch")
     assert load_settings().priority_classes == ("urgent", "batch")
+
+
+def test_large_partition_settings(monkeypatch):
+    monkeypatch.setenv("AO_MAX_GROUP_BYTES", "4GiB")
+    monkeypatch.setenv("AO_REWRITE_CONCURRENCY", "3")
+    s = load_settings()
+    assert (s.max_group_bytes, s.rewrite_concurrency) == (4 * 1024**3, 3)
+    monkeypatch.setenv("AO_REWRITE_CONCURRENCY", "0")
+    with pytest.raises(ConfigError, match="AO_REWRITE_CONCURRENCY"):
+        load_settings()
