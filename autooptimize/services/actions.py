@@ -244,7 +244,7 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
                     a = get_action(s, action_id)
                     assert a is not None
                     a.checkpoint = checkpoint
-                    if set(checkpoint) - {"writer", "dirs"}:  # not the writer's record made before writing
+                    if checkpoint.get("groups") or "writer" not in checkpoint:  # not the pre-write record
                         audit(s, "action.checkpointed", action_id=action_id, table_id=a.table_id,
                               outputs=sum(len(g["outputs"]) for g in checkpoint.get("groups", [])))
 

@@ -94,7 +94,8 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
 
             sort_plan, _ = plan_sort(_plan_files(pf, request.sizing), [f.data_file for f in pf.data_files], table,
                                      order[0], request.target_file_size, request.tolerance,
-                                     request.min_input_files, request.max_bytes)
+                                     request.min_input_files, request.max_bytes,
+                                     max_group_bytes=request.max_group_bytes)
             sort = SortFacts(overlapping_bytes(table, pf, order[0][0]), pf.bytes, len(pf.data_files),
                              sort_plan.bytes_rewritten, sort_plan.files_in, sort_plan.files_out,
                              sort_plan.mse_after)

@@ -97,6 +97,7 @@ def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: st
         target_file_size=tuning.target_file_size, tolerance=min(tuning.tolerance, tuning.target_file_size),
         min_input_files=tuning.min_input_files, max_bytes=tuning.max_bytes_per_action, checkpoint=None,
         dry_run=True, sort_order=tuning.sort_order, sizing=learned(settings, identifier),
+        max_group_bytes=settings.max_group_bytes,
     )
     return choose(table, found[0], request, frozenset(tuning.allowed_actions))
 

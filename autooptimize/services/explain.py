@@ -35,7 +35,7 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
         partition_key=key, target_file_size=target, tolerance=tolerance,
         min_input_files=tuning.min_input_files if tuning else 2,
         max_bytes=tuning.max_bytes_per_action if tuning else None, checkpoint=None, dry_run=True,
-        sizing=learned(settings, identifier),
+        sizing=learned(settings, identifier), max_group_bytes=settings.max_group_bytes,
     )
     request = dataclasses.replace(request, sort_order=tuning.sort_order if tuning else None)
     allowed = frozenset(tuning.allowed_actions if tuning else ACTION_KINDS)
