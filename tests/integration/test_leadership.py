@@ -45,9 +45,9 @@ def test_a_standby_dispatcher_sends_nothing_until_the_active_one_stops(settings)
 
     stop_a, stop_b = threading.Event(), threading.Event()
     a = threading.Thread(target=run_dispatcher, args=(settings, stop_a),
-                         kwargs={"namespace": ns, "submit": submitter("a"), "idle_seconds": 0.2})
+                         kwargs={"namespace": ns, "submit": submitter("a"), "idle_seconds": 0.2}, daemon=True)
     b = threading.Thread(target=run_dispatcher, args=(settings, stop_b),
-                         kwargs={"namespace": ns, "submit": submitter("b"), "idle_seconds": 0.2})
+                         kwargs={"namespace": ns, "submit": submitter("b"), "idle_seconds": 0.2}, daemon=True)
     try:
         a.start()
         queue.enqueue(QueueItem("act-1", "db.t", "p=1", "merge", settings.priority_classes[-1]))
