@@ -63,19 +63,31 @@ def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
 
 
 def all_status(settings: Settings) -> list[dict[str, Any]]:
-    """One line per tracked table with its worst partition."""
+    """One line per tracked table with its worst partition.
+
+    A table the listener keeps current is read from PostgreSQL alone (``source: listener``: no catalog
+    or manifest reads, so this stays fast for many large tables); a table not observed yet, or marked
+    for a rescan, is computed from its current snapshot (``source: snapshot``).
+    """
+    from autooptimize.services.observe import observed_state
+
     with session_scope(settings) as session:
         names = [r.identifier for r in tracked_tables(session, settings.catalog)]
     lines: list[dict[str, Any]] = []
     for name in names:
         try:
-            st = table_status(settings, name)
+            st = observed_state(settings, name)
+            source = "listener"
+            if not st["observed"] or st["needs_scan"]:
+                st, source = table_status(settings, name), "snapshot"
         except Exception as exc:  # one broken table must not hide the others
             lines.append({"table": name, "error": str(exc)})
             continue
         worst = st["partitions"][0] if st["partitions"] else None
         lines.append({
             "table": name,
+            "source": source,
+            "snapshot_id": st["snapshot_id"],
             "files": st["files"],
             "partitions": len(st["partitions"]),
             "worst_partition": worst and worst["partition"],

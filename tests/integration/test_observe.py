@@ -589,3 +589,28 @@ def test_listener_once_from_the_command_line(settings, catalog):
     assert main(["--once"]) == 0
     assert _cursor(settings, table_id).last_snapshot_id == table.current_snapshot().snapshot_id
     assert _stored(settings, table_id) == _exact(table)
+
+
+def test_the_overview_reads_observed_tables_from_the_listeners_stats(settings, catalog):
+    from autooptimize.services import tracking
+    from autooptimize.services.observe import mark_for_scan, observe_table
+    from autooptimize.services.status import all_status, table_status
+    from tests.integration.tables import DAY1, DAY2, identifier, make_table
+
+    table = make_table(catalog, {DAY1: 4, DAY2: 2})
+    ident = identifier(table)
+    tracking.track(settings, ident, target_file_size="1MiB")
+
+    def line():
+        return next(x for x in all_status(settings) if x["table"] == ident)
+
+    assert line()["source"] == "snapshot"  # not observed yet: computed from the snapshot
+    observe_table(settings, ident)
+    observed = line()
+    exact = table_status(settings, ident)
+    assert observed["source"] == "listener"
+    assert observed["snapshot_id"] == exact["snapshot_id"]
+    assert (observed["files"], observed["partitions"], observed["worst_partition"], observed["worst_mse"]) == (
+        exact["files"], len(exact["partitions"]), exact["partitions"][0]["partition"], exact["partitions"][0]["mse"])
+    mark_for_scan(settings, ident, "test")
+    assert line()["source"] == "snapshot"  # stats not trusted until the rescan
