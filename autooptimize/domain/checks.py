@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 from autooptimize.errors import InvalidArgument
 
@@ -27,3 +28,18 @@ def non_negative_int(name: str, value: int) -> int:
     if number < 0:
         raise InvalidArgument(f"{name} must be a non-negative integer, got {value!r}")
     return number
+
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def bool_option(name: str, value: Any, owner: str | None = None) -> bool:
+    """An action option given as a bool or as text (true/false, 1/0, yes/no, on/off)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    where = f" of {owner}" if owner else ""
+    raise InvalidArgument(f"option {name}{where} must be true or false (got {value!r})")

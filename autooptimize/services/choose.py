@@ -31,6 +31,23 @@ class Choice:
         return {"merge": self.merge_plan, "sort": self.sort_plan}.get(self.decision.kind or "")
 
 
+def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: int | None,
+                     partition_key: str | None, target_file_size: int | None = None) -> MergeRequest:
+    """The dry-run request decide and explain plan with: the table's tuning (defaults when untracked),
+    the sizing its rewrites measured, and the same group cap the actions use."""
+    from autooptimize.services.sizing import learned
+
+    target = target_file_size or (tuning.target_file_size if tuning else settings.default_target_file_size)
+    return MergeRequest(
+        action_id="plan", identifier=identifier, spec_id=spec_id, partition_key=partition_key,
+        target_file_size=target, tolerance=min(tuning.tolerance if tuning else settings.tolerance_default, target),
+        min_input_files=tuning.min_input_files if tuning else 2,
+        max_bytes=tuning.max_bytes_per_action if tuning else None, checkpoint=None, dry_run=True,
+        sort_order=tuning.sort_order if tuning else None, sizing=learned(settings, identifier),
+        max_group_bytes=settings.max_group_bytes,
+    )
+
+
 def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
     """Bytes of the partition's data files whose range of ``column`` overlaps another file's.
 

@@ -84,26 +84,19 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
 def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: str, tuning: Any) -> Any:
     """The decision for one partition of the table as it is now (None when the partition is gone)."""
     from autooptimize.iceberg.catalog import load_table
-    from autooptimize.services.choose import choose
-    from autooptimize.services.merge import MergeRequest, select_partitions
-    from autooptimize.services.sizing import learned
+    from autooptimize.services.choose import choose, planning_request
+    from autooptimize.services.merge import select_partitions
 
     table = load_table(settings, identifier)
     found = select_partitions(table, spec_id, partition_key)
     if not found:
         return None
-    request = MergeRequest(
-        action_id="decide", identifier=identifier, spec_id=spec_id, partition_key=partition_key,
-        target_file_size=tuning.target_file_size, tolerance=min(tuning.tolerance, tuning.target_file_size),
-        min_input_files=tuning.min_input_files, max_bytes=tuning.max_bytes_per_action, checkpoint=None,
-        dry_run=True, sort_order=tuning.sort_order, sizing=learned(settings, identifier),
-        max_group_bytes=settings.max_group_bytes,
-    )
+    request = planning_request(settings, identifier, tuning, spec_id=spec_id, partition_key=partition_key)
     return choose(table, found[0], request, frozenset(tuning.allowed_actions))
 
 
 def on_attention_handler(settings: Settings) -> Callable[[int, int, str], None]:
-    """The listener's ``on_attention``: submit a merge; a partition of an older spec is left alone."""
+    """The listener's ``on_attention``: decide and submit the chosen action, if any."""
 
     def handle(table_id: int, spec_id: int, partition_key: str) -> None:
         try:

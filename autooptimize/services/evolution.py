@@ -20,13 +20,12 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
+from autooptimize.domain.checks import bool_option
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, expected_outputs, output_sizes
 from autooptimize.errors import InvalidArgument, VerificationFailed
 
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
 
 
 def validate_merge_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
@@ -40,14 +39,7 @@ def validate_merge_options(table: Table, options: dict[str, Any]) -> dict[str, A
         raise InvalidArgument(f"merge does not know option(s) {', '.join(unknown)}; valid options: {', '.join(valid)}")
     out: dict[str, Any] = validate_progress_options(options)
     if "respec" in options:
-        value = options["respec"]
-        text = str(value).strip().lower()
-        if isinstance(value, bool):
-            out["respec"] = value
-        elif text in _TRUE | _FALSE:
-            out["respec"] = text in _TRUE
-        else:
-            raise InvalidArgument(f"option respec must be true or false, got {value!r}")
+        out["respec"] = bool_option("respec", options["respec"])
     return out
 
 

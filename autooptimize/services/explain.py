@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import key_from_values, parse_partition
-from autooptimize.services.choose import choose
-from autooptimize.services.merge import MergeRequest, plan_to_dict, select_partitions
-from autooptimize.services.sizing import learned
+from autooptimize.services.choose import choose, planning_request
+from autooptimize.services.merge import plan_to_dict, select_partitions
 from autooptimize.services.tracking import ACTION_KINDS, size_arg, tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
@@ -27,17 +25,12 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     with session_scope(settings) as session:
         row = tracked_table(session, settings.catalog, identifier)
         tuning = tuning_of(row) if row is not None else None
-    target = (size_arg("target_file_size", target_file_size) if target_file_size is not None
-              else tuning.target_file_size if tuning else settings.default_target_file_size)
-    tolerance = min(tuning.tolerance if tuning else settings.tolerance_default, target)
-    request = MergeRequest(
-        action_id="explain", identifier=identifier, spec_id=table.spec().spec_id if key is not None else None,
-        partition_key=key, target_file_size=target, tolerance=tolerance,
-        min_input_files=tuning.min_input_files if tuning else 2,
-        max_bytes=tuning.max_bytes_per_action if tuning else None, checkpoint=None, dry_run=True,
-        sizing=learned(settings, identifier), max_group_bytes=settings.max_group_bytes,
+    request = planning_request(
+        settings, identifier, tuning, spec_id=table.spec().spec_id if key is not None else None,
+        partition_key=key,
+        target_file_size=size_arg("target_file_size", target_file_size) if target_file_size is not None else None,
     )
-    request = dataclasses.replace(request, sort_order=tuning.sort_order if tuning else None)
+    target, tolerance = request.target_file_size, request.tolerance
     allowed = frozenset(tuning.allowed_actions if tuning else ACTION_KINDS)
     partitions = select_partitions(table, request.spec_id, key)
     rows = []

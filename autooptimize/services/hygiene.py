@@ -34,6 +34,7 @@ from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, RemoveS
 from sqlalchemy import select
 
 from autooptimize.config import Settings
+from autooptimize.domain.checks import bool_option
 from autooptimize.domain.durations import format_duration, parse_duration
 from autooptimize.errors import ActionRefused, ConflictAbort, InvalidArgument, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
@@ -60,18 +61,12 @@ SAMPLE = 100  # paths kept in an outcome's plan; the audit log keeps up to AUDIT
 AUDIT_PATHS = 1000
 _AO_DIR = re.compile(r"^ao-(.+)$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 # ---------------------------------------------------------------------------------------------- options
 
 
 def _bool(kind: str, name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    raise InvalidArgument(f"option {name} of {kind} must be true or false (got {value!r})")
+    return bool_option(name, value, kind)
 
 
 def _int(kind: str, name: str, value: Any, minimum: int) -> int:

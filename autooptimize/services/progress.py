@@ -32,14 +32,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from autooptimize.domain.checks import bool_option
 from autooptimize.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 
 PROGRESS_OPTIONS = ("partial_progress", "max_commits")
 DEFAULT_MAX_COMMITS = 10
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
 
 
 @dataclass(frozen=True)
@@ -59,14 +58,7 @@ def validate_progress_options(options: dict[str, Any]) -> dict[str, Any]:
     """Normalise ``partial_progress`` and ``max_commits`` (InvalidArgument naming the option)."""
     out: dict[str, Any] = {}
     if "partial_progress" in options:
-        value = options["partial_progress"]
-        text = str(value).strip().lower()
-        if isinstance(value, bool):
-            out["partial_progress"] = value
-        elif text in _TRUE | _FALSE:
-            out["partial_progress"] = text in _TRUE
-        else:
-            raise InvalidArgument(f"option partial_progress must be true or false, got {value!r}")
+        out["partial_progress"] = bool_option("partial_progress", options["partial_progress"])
     if "max_commits" in options:
         value = options["max_commits"]
         text = str(value).strip()
