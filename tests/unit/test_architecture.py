@@ -1,0 +1,196 @@
+"""The house rules, checked on the source: imports point down, no cycles, no module over 400 lines.
+
+Every import counts, those inside functions included (an import deferred into a function is still a
+dependency). Layers, from the bottom: ``domain`` (and ``errors``); the adapters ``storage``,
+``iceberg``, ``engines`` and ``spark_actors``; ``services``; the entry points ``tasks``, ``scheduler``,
+``api`` and ``cli``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("autooptimize", "tasks", "scheduler", "spark_actors")
+MAX_LINES = 400
+
+ENTRY_POINTS = ("tasks", "scheduler", "autooptimize.api", "autooptimize.cli")
+ADAPTERS = ("autooptimize.storage", "autooptimize.iceberg", "autooptimize.engines", "spark_actors")
+# What each layer may not import (a prefix matches the module and everything below it).
+FORBIDDEN: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("autooptimize.domain",): ("autooptimize.storage", "autooptimize.iceberg", "autooptimize.engines",
+                               "spark_actors", "autooptimize.services", "autooptimize.config",
+                               *ENTRY_POINTS, "autooptimize.demo"),
+    ADAPTERS: ("autooptimize.services", *ENTRY_POINTS, "autooptimize.demo"),
+    ("autooptimize.services",): (*ENTRY_POINTS, "autooptimize.demo"),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+SOURCES = _sources()
+
+
+def _ours(name: str) -> bool:
+    return name.split(".")[0] in PACKAGES
+
+
+def _resolve(name: str) -> str:
+    """The longest prefix of ``name`` that is one of our modules (``from a.b import c`` may name a module)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in SOURCES:
+            return candidate
+        parts.pop()
+    return name
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            for alias in node.names:
+                names.add(f"{origin}.{alias.name}")
+    return {_resolve(n) for n in names if _ours(n)} - {module}
+
+
+GRAPH = {module: _imports(module, path) for module, path in SOURCES.items()}
+
+
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_walk_sees_the_tree() -> None:
+    # guards the test itself: an empty or broken walk would pass every rule below
+    assert len(SOURCES) > 40
+    assert "autooptimize.domain.entropy" in SOURCES
+    assert any(GRAPH[m] for m in SOURCES)
+
+
+def test_imports_point_down() -> None:
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        for layer, forbidden in FORBIDDEN.items()
+        if _within(module, layer)
+        for target in targets
+        if _within(target, forbidden)
+    )
+    assert not wrong, "imports that point up:\n" + "\n".join(wrong)
+
+
+def test_domain_imports_nothing_of_ours_but_domain_and_errors() -> None:
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if _within(module, ("autooptimize.domain",))
+        for target in targets
+        if not _within(target, ("autooptimize.domain", "autooptimize.errors"))
+    )
+    assert not wrong, "\n".join(wrong)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    result: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    result.append(sorted(component))
+    return result
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_modules() -> None:
+    cycles = _cycles(GRAPH)
+    assert not cycles, "import cycles:\n" + "\n".join(" ↔ ".join(c) for c in cycles)
+
+
+def test_no_import_cycle_between_packages() -> None:
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if parts[0] == "autooptimize" and len(parts) > 1 else parts[0]
+
+    packages: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        packages.setdefault(package(module), set()).update(package(t) for t in targets if package(t) != package(module))
+    cycles = _cycles(packages)
+    assert not cycles, "package cycles:\n" + "\n".join(" ↔ ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("module", sorted(SOURCES))
+def test_module_is_at_most_400_lines(module: str) -> None:
+    lines = len(SOURCES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{SOURCES[module].relative_to(ROOT)} has {lines} lines (at most {MAX_LINES})"
