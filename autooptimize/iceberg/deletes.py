@@ -25,19 +25,14 @@ from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
     FileFormat,
-    ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
-    ManifestFile,
 )
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Operation, Snapshot
-from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import LongType, NestedField, StringType
 
 from autooptimize.errors import InvalidArgument
-from autooptimize.iceberg.commit import new_manifest_writer
+from autooptimize.iceberg.commits import StagedAppend, apply_with_retry
 
 # Reserved field ids of a position delete file (Iceberg spec, "Position Delete Files").
 POS_FILE_PATH_ID = 2147483546
@@ -141,22 +136,6 @@ def write_equality_deletes(table: Table, scope: DeleteScope, columns: Sequence[s
     ), scope.spec_id)
 
 
-class _AppendDeleteFiles(_FastAppendFiles):
-    """A fast append whose new manifest is a delete manifest (one per spec)."""
-
-    def _manifests(self) -> list[ManifestFile]:
-        written: list[ManifestFile] = []
-        for spec_id in sorted({f.spec_id for f in self._added_data_files}):
-            with new_manifest_writer(self, self.spec(spec_id), ManifestContent.DELETES) as writer:
-                for data_file in (f for f in self._added_data_files if f.spec_id == spec_id):
-                    writer.add(ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, sequence_number=None,
-                        file_sequence_number=None, data_file=data_file,
-                    ))
-            written.append(writer.to_manifest_file())
-        return written + self._existing_manifests()
-
-
 def commit_delete_files(table: Table, delete_files: list[DataFile],
                         properties: dict[str, str] | None = None) -> Snapshot:
     """Commit ``delete_files`` in one DELETE snapshot on main (a row delta with deletes only)."""
@@ -164,13 +143,4 @@ def commit_delete_files(table: Table, delete_files: list[DataFile],
         raise InvalidArgument(f"table {'.'.join(table.name())} is format-version 1; row-level deletes need v2")
     if not delete_files or any(f.content == DataFileContent.DATA for f in delete_files):
         raise InvalidArgument("commit_delete_files takes one or more delete files and no data files")
-    tx = table.transaction()
-    producer = _AppendDeleteFiles(operation=Operation.DELETE, transaction=tx, io=table.io,
-                                  snapshot_properties=properties or {})
-    for f in delete_files:
-        producer.append_data_file(f)
-    producer.commit()
-    tx.commit_transaction()
-    snapshot = table.metadata.snapshot_by_id(producer.snapshot_id)
-    assert snapshot is not None
-    return snapshot
+    return apply_with_retry(table, StagedAppend(table, delete_files), properties or {})
