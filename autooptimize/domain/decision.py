@@ -35,6 +35,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from autooptimize.domain.entropy import mse_needs_attention, needs_attention
+
 #: What a reader pays per file beyond its bytes (open, footer, planning), as bytes of reading:
 #: about one object-store round trip at ~100 MB/s. Used only to put "files removed" in bytes.
 FILE_OVERHEAD_BYTES = 4 * 1024 * 1024
@@ -95,10 +97,16 @@ class PartitionFacts:
     sort: SortFacts | None = None  # None: the table has no sort order
     allowed: frozenset[str] = frozenset({"merge"})
     max_bytes: int | None = None
+    #: The partition's exact SSE (Σ e² over its data files); when given, the attention rule uses it
+    #: rather than the float ``mse``.
+    sse: int | None = None
 
     @property
     def needs_attention(self) -> bool:
-        return self.files > 0 and self.mse >= float(self.tolerance) ** 2
+        """``MSE ≥ tolerance²`` (:func:`~autooptimize.domain.entropy.needs_attention`), exact in integers."""
+        if self.sse is not None:
+            return needs_attention(self.sse, self.files, self.tolerance)
+        return mse_needs_attention(self.mse, self.files, self.tolerance)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,11 @@ __all__ = ["DeficitRoundRobin", "Policy", "Selector", "WeightedRoundRobin", "sel
 
 K = TypeVar("K", bound=Hashable)
 
+
 def _weight_lookup(
     weights: Mapping[K, float] | Callable[[K], float] | None, default: float
 ) -> Callable[[K], float]:
+    # a mapping is checked once here; a callable is checked per use by the selectors
     if weights is None:
         return lambda key: default
     if callable(weights):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from autooptimize.domain.entropy import mse_needs_attention
 from autooptimize.errors import InvalidArgument
 
 __all__ = [
@@ -173,4 +174,10 @@ class Plan:
     def is_empty(self) -> bool:
         """True when there is nothing to rewrite."""
         return not self.groups
+
+    @property
+    def needs_attention_after(self) -> bool:
+        """True when the partition would still have ``MSE ≥ tolerance²`` after the plan (the one rule,
+        :func:`~autooptimize.domain.entropy.needs_attention`, on ``mse_after``)."""
+        return mse_needs_attention(self.mse_after, self.files_after, self.tolerance)
 
