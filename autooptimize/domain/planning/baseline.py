@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from autooptimize.domain.checks import non_negative_int, positive_int
+from autooptimize.domain.checks import positive_int
 from autooptimize.domain.planning.binpack import first_fit_decreasing
-from autooptimize.domain.planning.essential import MeasuredFiles, check_files
+from autooptimize.domain.planning.essential import MeasuredFiles
 from autooptimize.domain.planning.types import Plan, PlanFile
 from autooptimize.errors import InvalidArgument
 
@@ -29,15 +29,13 @@ def plan_iceberg_bin_pack(
     more than ``target`` bytes. Every remaining group is rewritten: there is no essential stop.
     ``tolerance`` is only recorded in the plan.
     """
-    plan_files = check_files(files)
-    target = positive_int("target", target)
-    tolerance = non_negative_int("tolerance", tolerance)
+    measured = MeasuredFiles.checked(files, target, tolerance)
+    target = measured.target
     min_input_files = positive_int("min_input_files", min_input_files)
     if not 0 <= min_ratio <= 1 <= max_ratio:
         raise InvalidArgument(
             f"need 0 ≤ min_ratio ≤ 1 ≤ max_ratio, got min_ratio={min_ratio!r}, max_ratio={max_ratio!r}"
         )
-    measured = MeasuredFiles.of(plan_files, target, tolerance)
     sizes = measured.sizes
     low, high = min_ratio * target, max_ratio * target
     cand = [i for i, s in enumerate(sizes) if s < low or s > high]

@@ -6,11 +6,9 @@ import heapq
 import itertools
 from collections.abc import Iterable, Sequence
 
-from autooptimize.domain.checks import non_negative_int, positive_int
 from autooptimize.domain.planning.essential import (
     MeasuredFiles,
     Selection,
-    check_files,
     check_max_bytes,
     check_min_input,
     reduction_of,
@@ -198,16 +196,13 @@ def plan_bin_pack(
     most the bin capacity would (that partition is tried last); otherwise it is the best effort
     found. The goal may be missed when only a cleverer packing reaches it: bin packing is NP-hard.
     """
-    plan_files = check_files(files)
-    target = positive_int("target", target)
-    tolerance = non_negative_int("tolerance", tolerance)
+    measured = MeasuredFiles.checked(files, target, tolerance)
     min_input_files = check_min_input(min_input_files)
     max_bytes = check_max_bytes(max_bytes)
-    measured = MeasuredFiles.of(plan_files, target, tolerance)
     if measured.settled:
         return measured.plan(())
-    sizes, err2, t2, excess = measured.sizes, measured.err2, measured.t2, measured.excess
-    out = [f.rewritten_size for f in plan_files]
+    target, sizes, err2, t2, excess = measured.target, measured.sizes, measured.err2, measured.t2, measured.excess
+    out = [f.rewritten_size for f in measured.files]
     # packing is by rewritten size (what lands in the outputs), smallest first
     cand = sorted((i for i, s in enumerate(sizes) if s < target and out[i] < target),
                   key=lambda i: (out[i], sizes[i]))

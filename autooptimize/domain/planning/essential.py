@@ -11,7 +11,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from autooptimize.domain.checks import non_negative_int
+from autooptimize.domain.checks import non_negative_int, positive_int
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning.types import Plan, PlanFile, RewriteGroup, output_sse
 from autooptimize.errors import InvalidArgument
@@ -96,11 +96,17 @@ class MeasuredFiles:
     before: EntropyStats
 
     @classmethod
-    def of(cls, files: tuple[PlanFile, ...], target: int, tolerance: int) -> MeasuredFiles:
-        """Measure ``files`` (already checked) against ``target``."""
-        sizes = [f.size for f in files]
+    def checked(cls, files: Iterable[PlanFile], target: int, tolerance: int) -> MeasuredFiles:
+        """Check a planner's ``files``, ``target`` and ``tolerance`` (in that order), then measure them.
+
+        Raises :class:`InvalidArgument` naming the first argument that is not valid.
+        """
+        plan_files = check_files(files)
+        target = positive_int("target", target)
+        tolerance = non_negative_int("tolerance", tolerance)
+        sizes = [f.size for f in plan_files]
         err2 = squared_errors(sizes, target)
-        return cls(files, target, tolerance, sizes, err2, EntropyStats(len(sizes), sum(err2)))
+        return cls(plan_files, target, tolerance, sizes, err2, EntropyStats(len(sizes), sum(err2)))
 
     @property
     def settled(self) -> bool:

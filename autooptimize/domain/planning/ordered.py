@@ -226,12 +226,11 @@ def plan_ordered(
     ``max_group_bytes`` bytes; no file is in two groups; at most ``max_bytes`` bytes are rewritten
     when given; the plan is empty when the MSE is already under ``tolerance²``.
     """
-    plan_files = check_files(files)
+    measured = MeasuredFiles.checked(files, target, tolerance)
     target, tolerance, min_input_files, lam, cap = _ordered_params(
-        target, tolerance, min_input_files, rewrite_cost_per_byte, max_group_bytes
+        measured.target, measured.tolerance, min_input_files, rewrite_cost_per_byte, max_group_bytes
     )
     max_bytes = check_max_bytes(max_bytes)
-    measured = MeasuredFiles.of(plan_files, target, tolerance)
     if measured.settled:
         return measured.plan(())
     sizes, err2, t2 = measured.sizes, measured.err2, measured.t2
