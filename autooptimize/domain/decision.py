@@ -62,6 +62,8 @@ class MergeFacts:
 
 @dataclass(frozen=True)
 class DeleteFacts:
+    """The partition's delete load: delete files, their bytes, and the rows they remove."""
+
     files: int = 0
     bytes: int = 0
     rows_deleted_estimate: int = 0
@@ -70,6 +72,7 @@ class DeleteFacts:
 
     @property
     def deleted_fraction(self) -> float:
+        """Share of the data rows the deletes remove, at most 1.0; 0.0 when no rows are known."""
         return min(1.0, self.rows_deleted_estimate / self.data_rows) if self.data_rows else 0.0
 
 
@@ -88,6 +91,8 @@ class SortFacts:
 
 @dataclass(frozen=True)
 class PartitionFacts:
+    """Everything :func:`decide` knows about one partition, measured by the caller."""
+
     files: int
     bytes: int
     mse: float
@@ -111,6 +116,8 @@ class PartitionFacts:
 
 @dataclass(frozen=True)
 class Candidate:
+    """One action considered for the partition, scored in bytes, and whether it may be taken."""
+
     kind: str
     value: float  # bytes of reading saved
     cost: int  # bytes rewritten
@@ -129,6 +136,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Decision:
+    """What :func:`decide` chose (``kind`` None: nothing), the reason code, and every candidate scored."""
+
     kind: str | None  # None: leave the partition alone
     reason: str
     candidates: tuple[Candidate, ...]
