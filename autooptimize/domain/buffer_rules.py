@@ -16,9 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autooptimize.errors import InvalidArgument
+
 
 @dataclass(frozen=True)
 class BufferRules:
+    """A table's consolidation rules (see the module doc); invalid values raise :class:`InvalidArgument`."""
+
     max_age_seconds: int
     min_bytes: int = 0
     max_bytes: int | None = None
@@ -27,15 +31,15 @@ class BufferRules:
 
     def __post_init__(self) -> None:
         if self.max_age_seconds <= 0:
-            raise ValueError(f"max_age_seconds must be > 0 (got {self.max_age_seconds})")
+            raise InvalidArgument(f"max_age_seconds must be > 0 (got {self.max_age_seconds})")
         if self.min_bytes < 0:
-            raise ValueError(f"min_bytes must be ≥ 0 (got {self.min_bytes})")
+            raise InvalidArgument(f"min_bytes must be ≥ 0 (got {self.min_bytes})")
         if self.max_bytes is not None and self.max_bytes <= 0:
-            raise ValueError(f"max_bytes must be > 0 (got {self.max_bytes})")
+            raise InvalidArgument(f"max_bytes must be > 0 (got {self.max_bytes})")
         if self.max_files is not None and self.max_files <= 0:
-            raise ValueError(f"max_files must be > 0 (got {self.max_files})")
+            raise InvalidArgument(f"max_files must be > 0 (got {self.max_files})")
         if self.max_bytes is not None and self.max_bytes < self.min_bytes:
-            raise ValueError(f"max_bytes ({self.max_bytes}) is below min_bytes ({self.min_bytes})")
+            raise InvalidArgument(f"max_bytes ({self.max_bytes}) is below min_bytes ({self.min_bytes})")
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -28,6 +29,22 @@ def non_negative_int(name: str, value: int) -> int:
     if number < 0:
         raise InvalidArgument(f"{name} must be a non-negative integer, got {value!r}")
     return number
+
+
+def positive_number(name: str, value: float) -> float:
+    """``value`` as a float when it is a finite number > 0."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{name} must be a positive finite number, got {value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise InvalidArgument(f"{name} must be a positive finite number, got {value!r}")
+    return number
+
+
+def is_positive_number(value: object) -> bool:
+    """True when ``value`` is an int or float, finite and > 0 (no conversion, no exception)."""
+    return isinstance(value, int | float) and 0 < value < math.inf
 
 
 _TRUE = frozenset({"true", "1", "yes", "on"})

@@ -35,6 +35,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from autooptimize.domain.entropy import mse_needs_attention, needs_attention
+
 #: What a reader pays per file beyond its bytes (open, footer, planning), as bytes of reading:
 #: about one object-store round trip at ~100 MB/s. Used only to put "files removed" in bytes.
 FILE_OVERHEAD_BYTES = 4 * 1024 * 1024
@@ -60,6 +62,8 @@ class MergeFacts:
 
 @dataclass(frozen=True)
 class DeleteFacts:
+    """The partition's delete load: delete files, their bytes, and the rows they remove."""
+
     files: int = 0
     bytes: int = 0
     rows_deleted_estimate: int = 0
@@ -68,6 +72,7 @@ class DeleteFacts:
 
     @property
     def deleted_fraction(self) -> float:
+        """Share of the data rows the deletes remove, at most 1.0; 0.0 when no rows are known."""
         return min(1.0, self.rows_deleted_estimate / self.data_rows) if self.data_rows else 0.0
 
 
@@ -86,6 +91,8 @@ class SortFacts:
 
 @dataclass(frozen=True)
 class PartitionFacts:
+    """Everything :func:`decide` knows about one partition, measured by the caller."""
+
     files: int
     bytes: int
     mse: float
@@ -95,14 +102,22 @@ class PartitionFacts:
     sort: SortFacts | None = None  # None: the table has no sort order
     allowed: frozenset[str] = frozenset({"merge"})
     max_bytes: int | None = None
+    #: The partition's exact SSE (Σ e² over its data files); when given, the attention rule uses it
+    #: rather than the float ``mse``.
+    sse: int | None = None
 
     @property
     def needs_attention(self) -> bool:
-        return self.files > 0 and self.mse >= float(self.tolerance) ** 2
+        """``MSE ≥ tolerance²`` (:func:`~autooptimize.domain.entropy.needs_attention`), exact in integers."""
+        if self.sse is not None:
+            return needs_attention(self.sse, self.files, self.tolerance)
+        return mse_needs_attention(self.mse, self.files, self.tolerance)
 
 
 @dataclass(frozen=True)
 class Candidate:
+    """One action considered for the partition, scored in bytes, and whether it may be taken."""
+
     kind: str
     value: float  # bytes of reading saved
     cost: int  # bytes rewritten
@@ -121,6 +136,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Decision:
+    """What :func:`decide` chose (``kind`` None: nothing), the reason code, and every candidate scored."""
+
     kind: str | None  # None: leave the partition alone
     reason: str
     candidates: tuple[Candidate, ...]

@@ -13,13 +13,14 @@ whatever the sequence of appends, overwrites, deletes, rewrites and expirations.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from autooptimize.domain.checks import non_negative_int, positive_int
 from autooptimize.errors import InvalidArgument
 
-__all__ = ["EntropyStats", "file_error", "squared_error"]
+__all__ = ["EntropyStats", "file_error", "mse_needs_attention", "needs_attention", "squared_error"]
 
 
 def _check_target(target: int) -> int:
@@ -48,6 +49,35 @@ def squared_error(size: int, target: int) -> int:
     """Return ``file_error(size, target) ** 2``, the file's contribution to the partition's SSE."""
     e = file_error(size, target)
     return e * e
+
+
+def needs_attention(sse: int, n_files: int, tolerance: int) -> bool:
+    """The attention rule, and the one place it lives: ``MSE ≥ tolerance²``, i.e. ``sse ≥ tolerance²·n_files``.
+
+    Decided exactly in integers (no float rounding at any size); False when there are no files.
+    Raises :class:`~autooptimize.errors.InvalidArgument` for a negative tolerance when there are files.
+    """
+    if n_files <= 0:
+        return False
+    t = _check_tolerance(tolerance)
+    return sse >= t * t * n_files
+
+
+def mse_needs_attention(mse: float, n_files: int, tolerance: int) -> bool:
+    """:func:`needs_attention` for a caller that holds only a float MSE (prefer the integer SSE).
+
+    The float is compared as the exact fraction it is (``mse = p / q``, so ``p ≥ tolerance²·q``), never
+    through ``float(tolerance) ** 2``, which rounds once ``tolerance²`` passes 2⁵³. Raises
+    :class:`~autooptimize.errors.InvalidArgument` for a NaN or negative MSE.
+    """
+    if math.isnan(mse) or mse < 0:
+        raise InvalidArgument(f"mse must be a non-negative number, got {mse!r}")
+    if n_files <= 0:
+        return False
+    if math.isinf(mse):
+        return True
+    numerator, denominator = float(mse).as_integer_ratio()
+    return needs_attention(numerator, denominator, tolerance)
 
 
 def _sum_squared_errors(sizes: Iterable[int], target: int) -> tuple[int, int]:
@@ -136,5 +166,8 @@ class EntropyStats:
         return self.sse - t * t * self.n
 
     def needs_attention(self, tolerance: int) -> bool:
-        """True when ``MSE ≥ tolerance²``, decided exactly in integers; False for an empty partition."""
-        return self.n > 0 and self.excess(tolerance) >= 0
+        """True when ``MSE ≥ tolerance²``, decided exactly in integers; False for an empty partition.
+
+        The partition's form of :func:`needs_attention`.
+        """
+        return needs_attention(self.sse, self.n, tolerance)

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autooptimize.domain.buffer_rules import BufferLevel, BufferRules, evaluate
+from autooptimize.errors import InvalidArgument
 
 
 def test_empty_buffer_never_fires():
@@ -47,6 +48,8 @@ def test_next_rule_is_the_fullest():
                                     {"max_age_seconds": 5, "min_bytes": 10, "max_bytes": 5}])
 def test_invalid_rules_are_refused(kwargs):
     with pytest.raises(ValueError):
+        BufferRules(**kwargs)
+    with pytest.raises(InvalidArgument, match="max_|min_"):  # inside the error tree, naming the rule
         BufferRules(**kwargs)
 
 

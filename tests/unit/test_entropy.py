@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autooptimize.domain.entropy import EntropyStats, file_error, squared_error
+from autooptimize.domain.decision import PartitionFacts
+from autooptimize.domain.entropy import (
+    EntropyStats,
+    file_error,
+    mse_needs_attention,
+    needs_attention,
+    squared_error,
+)
 from autooptimize.errors import InvalidArgument
 
 TARGET = 128 * 1024 * 1024
@@ -122,3 +131,52 @@ def test_merge_is_union_and_attention_matches_mse(
         assert merged.mse == pytest.approx(merged.sse / merged.n)
     else:
         assert not merged.needs_attention(tolerance)
+
+
+# ------------------------------------------------------------------ one attention rule, exact
+
+
+def float_attention_rule(sse: int, n: int, tolerance: int) -> bool:
+    """The float form ``MSE ≥ float(T) ** 2`` that decision.py used before the rule was unified."""
+    return n > 0 and sse / n >= float(tolerance) ** 2
+
+
+#: ``T = 2²⁷ + 1``: ``T² = 2⁵⁴ + 2²⁸ + 1`` has no float, ``float(T) ** 2`` rounds down to ``2⁵⁴ + 2²⁸``
+#: which is ``sse`` itself, so the float form called a partition just under T² "needs attention".
+DISAGREEING_T = 2**27 + 1
+DISAGREEING = [(DISAGREEING_T**2 - 1, 1, DISAGREEING_T), (3 * (DISAGREEING_T**2 - 1), 3, DISAGREEING_T)]
+
+
+@pytest.mark.parametrize(("sse", "n", "tolerance"), DISAGREEING)
+def test_the_float_form_disagreed_and_the_one_rule_decides_exactly(sse: int, n: int, tolerance: int) -> None:
+    assert float_attention_rule(sse, n, tolerance)  # the old float form says yes …
+    assert sse < tolerance * tolerance * n  # … but MSE is under T², exactly
+    assert not needs_attention(sse, n, tolerance)
+    assert not EntropyStats(n, sse).needs_attention(tolerance)
+    assert not PartitionFacts(files=n, bytes=0, mse=sse / n, tolerance=tolerance, merge=None, sse=sse).needs_attention
+    # a caller holding only the float MSE is judged on that float exactly, not on float(T) ** 2
+    assert not mse_needs_attention(sse / n, n, tolerance)
+    assert not PartitionFacts(files=n, bytes=0, mse=sse / n, tolerance=tolerance, merge=None).needs_attention
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    st.integers(0, 2**70),
+    st.integers(0, 10_000),
+    st.one_of(st.integers(0, 2**34), st.sampled_from([DISAGREEING_T, 2**27, 2**26 + 3])),
+)
+def test_every_form_of_the_attention_rule_agrees(sse: int, n: int, tolerance: int) -> None:
+    if n == 0:
+        sse = 0
+    exact = n > 0 and sse >= tolerance * tolerance * n
+    assert needs_attention(sse, n, tolerance) == exact
+    assert EntropyStats(n, sse).needs_attention(tolerance) == exact
+    mse = EntropyStats(n, sse).mse
+    assert PartitionFacts(files=n, bytes=0, mse=mse, tolerance=tolerance, merge=None, sse=sse).needs_attention == exact
+    # the float-MSE form is exact about the float it is given
+    assert mse_needs_attention(mse, n, tolerance) == (n > 0 and Fraction(mse) >= tolerance * tolerance)
+
+
+def test_the_float_mse_form_refuses_nan() -> None:
+    with pytest.raises(InvalidArgument):
+        mse_needs_attention(float("nan"), 1, 1)

@@ -230,6 +230,20 @@ def test_already_healthy_partition_gets_an_empty_plan() -> None:
     assert plan_ordered(files, S, tolerance + 1).is_empty
 
 
+def test_a_plan_says_whether_the_partition_still_needs_attention_after_it() -> None:
+    files = files_of([100] * 10 + [1000, 1000])
+    for planner in (plan_bin_pack, plan_ordered):
+        plan = planner(files, S, 100)
+        after = EntropyStats.from_sizes(
+            [f.size for f in files if all(f not in g.files for g in plan.groups)]
+            + [s for g in plan.groups for s in g.output_sizes()],
+            S,
+        )
+        assert plan.needs_attention_after == after.needs_attention(100)
+        assert not plan.needs_attention_after
+    assert plan_bin_pack(files, S, 100, max_bytes=0).needs_attention_after
+
+
 def test_essential_not_complete() -> None:
     # nine tiny files and one mid-sized: merging the tiny ones is enough, the 400 stays
     files = files_of([10] * 9 + [400] + [1000] * 10)

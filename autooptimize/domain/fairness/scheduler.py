@@ -1,85 +1,17 @@
-"""Fair dispatch: which (priority class, table) queue is served next.
-
-Pure decisions, no I/O. The caller describes the queues as they are right now (one :class:`Head` per
-non-empty queue, marked ``blocked`` when its table is at its concurrency limit) and
-:class:`FairScheduler` answers with a :class:`Pick`. Three mechanisms are combined, in this order:
-
-1. **Aging** (``max_wait``): an unblocked queue that has waited ``max_wait`` or longer since it was last
-   served (or first seen backlogged, or last blocked) is served first, the longest-waiting first. This
-   is the bound that holds whatever else happens, including a flood in an urgent class.
-2. **Fixed Priority Preemptive**: classes marked ``urgent`` are served before every other class, in the
-   order they were given, whenever they have an eligible head.
-3. **Weighted fair sharing**: classes share by weight with Deficit Weighted Round Robin (or smooth
-   Weighted Round Robin); inside a class, tenants (optional) and then tables share by weight the same way.
-
-Time is either the caller's clock (e.g. ``time.time``) or, when no clock is given, the number of picks
-the scheduler has made, so that bounds can be stated and tested in dispatches.
-
-Bounds a caller may rely on (unit costs, DRR at both levels, no tenant level):
-
-* a queue that becomes backlogged in a non-urgent class while no urgent class is backlogged is served
-  within :meth:`FairScheduler.fair_wait_bound` dispatches, however long any other queue is
-  (a burst of 5,000 items for one table counts as one queue);
-* with ``max_wait = M`` in dispatches, every queue that stays eligible is served within ``M + Q``
-  dispatches, where ``Q`` is the number of distinct queues (:meth:`FairScheduler.aged_wait_bound`).
-"""
+"""The fair scheduler: which (priority class, table) queue is served next (see the package doc)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, Protocol, TypeVar
 
+from autooptimize.domain.checks import is_positive_number, positive_number
+from autooptimize.domain.fairness.selectors import Policy, Selector, selector_for
 from autooptimize.errors import InvalidArgument
 
-__all__ = [
-    "DeficitRoundRobin",
-    "FairScheduler",
-    "Head",
-    "Pick",
-    "PickReason",
-    "Policy",
-    "PriorityClass",
-    "Selector",
-    "WeightedRoundRobin",
-    "namespace_of",
-]
-
-K = TypeVar("K", bound=Hashable)
-
-
-def _positive(name: str, value: float) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"{name} must be a positive finite number, got {value!r}") from None
-    if not math.isfinite(number) or number <= 0:
-        raise InvalidArgument(f"{name} must be a positive finite number, got {value!r}")
-    return number
-
-
-def _is_positive(value: object) -> bool:
-    return isinstance(value, int | float) and 0 < value < math.inf
-
-
-def _weight_lookup(
-    weights: Mapping[K, float] | Callable[[K], float] | None, default: float
-) -> Callable[[K], float]:
-    if weights is None:
-        return lambda key: default
-    if callable(weights):
-        return weights
-    checked = {key: _positive(f"weight of {key!r}", value) for key, value in weights.items()}
-    return lambda key: checked.get(key, default)
-
-
-class Policy(StrEnum):
-    """How keys at one level share: by picks (WRR) or by cost (DWRR)."""
-
-    WRR = "wrr"
-    DWRR = "dwrr"
+__all__ = ["FairScheduler", "Head", "Pick", "PickReason", "PriorityClass", "namespace_of"]
 
 
 class PickReason(StrEnum):
@@ -88,184 +20,6 @@ class PickReason(StrEnum):
     AGED = "aged"
     URGENT = "urgent"
     FAIR = "fair"
-
-
-class Selector(Protocol[K]):
-    """One level of fair sharing: chooses among keys, each with the cost of its next item.
-
-    ``blocked`` names keys that have work but cannot be served now (e.g. their table is at its
-    concurrency limit): they keep their place and are passed over. Keys in neither are idle.
-    """
-
-    def peek(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
-        """The key :meth:`pick` would choose now, without changing any state."""
-        ...
-
-    def pick(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
-        """Choose a key among ``costs`` (key -> cost of its next item) and account for it."""
-        ...
-
-
-class WeightedRoundRobin(Generic[K]):
-    """Smooth weighted round robin (the interleaving variant nginx uses); costs are ignored.
-
-    While the set of candidates stays the same and weights are integers, every window of ``W`` picks
-    (``W`` = sum of the candidates' weights, counted from the moment the set last changed) serves each
-    key exactly its weight times, interleaved rather than in runs. A blocked key keeps its credit but
-    earns none; an idle key loses its credit. Keys are considered in the order ``costs`` iterates them;
-    ties go to the earlier one.
-    """
-
-    def __init__(
-        self, weights: Mapping[K, float] | Callable[[K], float] | None = None, default_weight: float = 1.0
-    ) -> None:
-        self._weight = _weight_lookup(weights, _positive("default_weight", default_weight))
-        self._current: dict[K, float] = {}
-
-    def _decide(self, costs: Mapping[K, float], blocked: Collection[K]) -> tuple[K | None, dict[K, float]]:
-        current = {key: self._current[key] for key in blocked if key in self._current}
-        total = 0.0
-        best: K | None = None
-        for key in costs:
-            weight = _positive(f"weight of {key!r}", self._weight(key))
-            current[key] = self._current.get(key, 0.0) + weight
-            total += weight
-            if best is None or current[key] > current[best]:
-                best = key
-        if best is not None:
-            current[best] -= total
-        return best, current
-
-    def peek(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
-        return self._decide(costs, blocked)[0]
-
-    def pick(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
-        key, self._current = self._decide(costs, blocked)
-        return key
-
-
-class DeficitRoundRobin(Generic[K]):
-    """Deficit weighted round robin (Shreedhar and Varghese): shares *cost*, e.g. bytes or items.
-
-    Keys take turns in a ring. At the start of its turn a key earns ``quantum x weight`` credit and is
-    served while its credit covers the cost of its next item; then the turn passes on. A blocked key
-    keeps its place but is passed over; if it was its turn, the turn ends and its credit is dropped. An idle key
-    (neither offered nor blocked) leaves the ring and loses its credit; when it comes back it joins the
-    tail, so nothing is banked while idle and a returning key waits at most one round. While a set of
-    keys stays backlogged and unblocked, the cost served to each differs from its weighted share by
-    less than ``quantum x weight + max cost``; with unit costs and integer ``quantum x weight`` a turn
-    serves exactly ``quantum x weight`` items.
-    """
-
-    def __init__(
-        self,
-        weights: Mapping[K, float] | Callable[[K], float] | None = None,
-        quantum: float = 1.0,
-        default_weight: float = 1.0,
-    ) -> None:
-        self._weight = _weight_lookup(weights, _positive("default_weight", default_weight))
-        self._quantum = _positive("quantum", quantum)
-        self._ring: list[K] = []  # backlogged keys in turn order; the turn is at self._head
-        self._members: set[K] = set()
-        self._head = 0
-        self._deficit: dict[K, float] = {}
-        self._credited = False  # the key whose turn it is has had its credit for this turn
-
-    def quantum_of(self, key: K) -> float:
-        """Credit ``key`` earns per turn: quantum x weight."""
-        weight = self._weight(key)
-        quantum = self._quantum * weight if _is_positive(weight) else math.nan
-        if not _is_positive(quantum):
-            raise InvalidArgument(f"weight of {key!r} must be a positive finite number, got {weight!r}")
-        return quantum
-
-    def _sync(self, costs: Mapping[K, float], blocked: Collection[K]) -> tuple[list[K], int, bool] | None:
-        """The ring without idle keys and with new ones at the tail, or None when the members are unchanged."""
-        if not blocked and costs.keys() == self._members:
-            return None
-        members = set(costs).union(blocked)
-        if members == self._members:
-            return None
-        rotated = self._ring[self._head:] + self._ring[:self._head]
-        ring = [key for key in rotated if key in members]
-        credited = self._credited and bool(ring) and ring[0] == rotated[0]
-        present = set(ring)
-        for key in (*costs, *blocked):
-            if key not in present:
-                ring.append(key)
-                present.add(key)
-        return ring, 0, credited
-
-    def _decide(
-        self, costs: Mapping[K, float], blocked: Collection[K]
-    ) -> tuple[K | None, tuple[list[K], int, bool] | None, int, dict[K, float]]:
-        """(chosen, new ring or None, new head, deficit changes); changes nothing."""
-        synced = self._sync(costs, blocked)
-        ring, head, credited = synced if synced is not None else (self._ring, self._head, self._credited)
-        if not costs:
-            return None, synced, head, {}
-        changes: dict[K, float] = {}
-
-        def deficit(key: K) -> float:
-            # self._deficit only holds keys of the committed ring, so a new key starts from 0
-            return changes[key] if key in changes else self._deficit.get(key, 0.0)
-
-        def cost(key: K) -> float:
-            value = costs[key]
-            if not _is_positive(value):
-                raise InvalidArgument(f"cost of {key!r} must be a positive finite number, got {value!r}")
-            return value
-
-        def next_turn(position: int) -> int:
-            """Pass the turn to the next unblocked key and credit it."""
-            position = (position + 1) % len(ring)
-            while ring[position] not in costs:
-                position = (position + 1) % len(ring)
-            changes[ring[position]] = deficit(ring[position]) + self.quantum_of(ring[position])
-            return position
-
-        if ring[head] not in costs:
-            # The key whose turn it was is blocked: its turn ends and its unused credit is dropped, so
-            # a key that stays at its capacity limit cannot bank credit for a burst later.
-            changes[ring[head]] = 0.0
-            head = next_turn(head)
-        elif not credited:
-            changes[ring[head]] = deficit(ring[head]) + self.quantum_of(ring[head])
-        misses = 0
-        while deficit(ring[head]) < cost(ring[head]):
-            head = next_turn(head)
-            misses += 1
-            if misses == len(costs):
-                # A whole round served nothing (costs far above quanta): credit the rounds in one step.
-                rounds = min(math.ceil((cost(k) - deficit(k)) / self.quantum_of(k)) for k in costs) - 1
-                if rounds > 0:
-                    for key in costs:
-                        changes[key] = deficit(key) + rounds * self.quantum_of(key)
-                misses = 0
-        chosen = ring[head]
-        changes[chosen] = deficit(chosen) - cost(chosen)
-        return chosen, synced, head, changes
-
-    def peek(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
-        return self._decide(costs, blocked)[0]
-
-    def pick(self, costs: Mapping[K, float], blocked: Collection[K] = ()) -> K | None:
-        chosen, synced, head, changes = self._decide(costs, blocked)
-        if synced is not None:
-            self._ring = synced[0]
-            self._members = set(self._ring)
-            self._deficit = {key: self._deficit[key] for key in self._ring if key in self._deficit}
-        self._deficit.update(changes)
-        self._head = head
-        if synced is not None or chosen is not None:
-            self._credited = chosen is not None or (synced is not None and synced[2])
-        return chosen
-
-
-def _selector(policy: Policy, weights: Callable[[str], float], quantum: float) -> Selector[str]:
-    if policy is Policy.WRR:
-        return WeightedRoundRobin(weights)
-    return DeficitRoundRobin(weights, quantum)
 
 
 def namespace_of(table: str) -> str:
@@ -284,7 +38,7 @@ class PriorityClass:
     def __post_init__(self) -> None:
         if not self.name or "|" in self.name:
             raise InvalidArgument(f"priority class name must be non-empty and contain no '|', got {self.name!r}")
-        object.__setattr__(self, "weight", _positive(f"weight of class {self.name!r}", self.weight))
+        object.__setattr__(self, "weight", positive_number(f"weight of class {self.name!r}", self.weight))
 
 
 @dataclass(frozen=True)
@@ -355,16 +109,16 @@ class FairScheduler:
             raise InvalidArgument(
                 f"policy must be one of {[p.value for p in Policy]}, got {class_policy!r}/{table_policy!r}"
             ) from None
-        self._quantum = _positive("quantum", quantum)
-        self._max_wait = None if max_wait is None else _positive("max_wait", max_wait)
+        self._quantum = positive_number("quantum", quantum)
+        self._max_wait = None if max_wait is None else positive_number("max_wait", max_wait)
         self._clock = clock
         self._rank = {name: i for i, name in enumerate(self._classes)}
         self._urgent = [c.name for c in classes if c.urgent]
         self._table_weights: dict[str, float] = {}
         self.set_table_weights(table_weights or {})
         self._tenant_of = tenant_of
-        self._tenant_weights = {t: _positive(f"weight of tenant {t!r}", w) for t, w in (tenant_weights or {}).items()}
-        self._class_selector = _selector(self._class_policy, lambda c: self._classes[c].weight, self._quantum)
+        self._tenant_weights = {t: positive_number(f"weight of tenant {t!r}", w) for t, w in (tenant_weights or {}).items()}
+        self._class_selector = selector_for(self._class_policy, lambda c: self._classes[c].weight, self._quantum)
         self._tenant_selectors: dict[str, Selector[str]] = {}
         self._table_selectors: dict[tuple[str, str], Selector[str]] = {}
         self._since: dict[tuple[str, str], float] = {}
@@ -389,7 +143,7 @@ class FairScheduler:
 
     def set_table_weights(self, weights: Mapping[str, float]) -> None:
         """Replace table weights (tables not named weigh 1); takes effect from the next turn."""
-        self._table_weights = {t: _positive(f"weight of table {t!r}", w) for t, w in weights.items()}
+        self._table_weights = {t: positive_number(f"weight of table {t!r}", w) for t, w in weights.items()}
 
     def table_weight(self, table: str) -> float:
         return self._table_weights.get(table, 1.0)
@@ -416,7 +170,7 @@ class FairScheduler:
             key = (cls, table)
             if key in since:
                 raise InvalidArgument(f"queue {key!r} is offered twice in one pick")
-            if not _is_positive(cost):
+            if not is_positive_number(cost):
                 raise InvalidArgument(f"cost of {key!r} must be a positive finite number, got {cost!r}")
             if head.blocked:
                 blocked[cls].add(table)
@@ -456,7 +210,7 @@ class FairScheduler:
     def _tables(self, cls: str, tenant: str) -> Selector[str]:
         selector = self._table_selectors.get((cls, tenant))
         if selector is None:
-            selector = _selector(self._table_policy, self.table_weight, self._quantum)
+            selector = selector_for(self._table_policy, self.table_weight, self._quantum)
             self._table_selectors[(cls, tenant)] = selector
         return selector
 
@@ -482,7 +236,7 @@ class FairScheduler:
             candidates[tenant] = (table, members[table])
         tenants = self._tenant_selectors.get(cls)
         if tenants is None:
-            tenants = _selector(self._table_policy, lambda t: self._tenant_weights.get(t, 1.0), self._quantum)
+            tenants = selector_for(self._table_policy, lambda t: self._tenant_weights.get(t, 1.0), self._quantum)
             self._tenant_selectors[cls] = tenants
         tenant_costs = {tenant: cost for tenant, (_, cost) in candidates.items()}
         tenant_blocked = set(blocked_groups) - set(groups)
