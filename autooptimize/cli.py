@@ -210,7 +210,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
 
 def cmd_beat(args: argparse.Namespace) -> int:
-    from tasks.app import app
+    from scheduler.beat import app
 
     settings = _settings()
     app.start(["beat", "-s", str(settings.home_dir / "celerybeat-schedule"), "--loglevel", args.loglevel])

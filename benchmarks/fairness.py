@@ -2,7 +2,7 @@
 
     python -m benchmarks.fairness [--json] [--redis-url redis://127.0.0.1:6379/14]
 
-Scenarios (all through :class:`scheduler.rpq.Dispatcher` on a real Redis, in a throwaway namespace):
+Scenarios (all through :class:`scheduler.dispatcher.Dispatcher` on a real Redis, in a throwaway namespace):
 
 * saturation: classes high/normal/low weighted 6:3:1 (plus an idle urgent class), 50 tables spread
   17/17/16 over them, every fifth table of weight 2, every queue backlogged; 8 actor slots, at most 2
@@ -36,7 +36,8 @@ from collections.abc import Callable
 import redis
 
 from autooptimize.domain.fairness import FairScheduler, PriorityClass
-from scheduler.rpq import Dispatcher, Lease, QueueItem, ReliablePriorityQueue
+from scheduler.dispatcher import Dispatcher
+from tasks.rpq import Lease, QueueItem, ReliablePriorityQueue
 
 CLASSES = [
     PriorityClass("urgent", 1, urgent=True),

@@ -41,8 +41,8 @@ from celery import shared_task
 from sqlalchemy import create_engine
 
 from autooptimize.config import Settings, get_settings
-from scheduler.dispatcher import LeaseTicket, build_queue, enqueue_action, run_dispatcher, wake
-from scheduler.rpq import Lease, QueueItem, ReliablePriorityQueue
+from scheduler.dispatcher import run_dispatcher
+from tasks.rpq import Lease, LeaseTicket, QueueItem, ReliablePriorityQueue, build_queue, enqueue_action, wake
 
 REPO = Path(__file__).resolve().parents[1]
 QUEUE = "ao.actor.normal"
@@ -158,7 +158,7 @@ class Paths:
         self._n = 0
 
     def _submit(self, lease: Lease) -> None:
-        # what tasks.dispatch.send_leased_action does, with the no-op task in place of the merge
+        # what tasks.send.send_leased_action does, with the no-op task in place of the merge
         self.sent_at[lease.item.action_id] = time.time()
         ticket = LeaseTicket(lease, self.ns, self.queue.lease_seconds)
         self.app.send_task(NOOP, args=[self.started_key, lease.item.action_id], kwargs={"lease": ticket.to_json()},

@@ -1,4 +1,4 @@
-"""The service's decision side: snapshot listener, reliable priority queue and fair dispatcher."""
+"""The service's decision side: snapshot listener, fair dispatcher, beat schedule and orient (on top of ``tasks``)."""
 
 from __future__ import annotations
 

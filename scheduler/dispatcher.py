@@ -17,31 +17,42 @@ key has vanished (Redis lost its data).
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 import logging
+import operator
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import redis
 from sqlalchemy import select
 
 from autooptimize.config import Settings
-from autooptimize.domain.fairness import FairScheduler, PriorityClass
+from autooptimize.domain.fairness import FairScheduler, Head, PriorityClass
 from autooptimize.errors import InvalidArgument, ServiceUnavailable
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
 from autooptimize.storage.repositories import tracked_tables
 from scheduler import service_settings, stop_on_signals
-from scheduler.rpq import Dispatcher, Lease, QueueItem, ReliablePriorityQueue
+from tasks.rpq import (
+    NAMESPACE,
+    Lease,
+    LeaseKeeper,
+    LeaseTicket,
+    QueueItem,
+    ReliablePriorityQueue,
+    build_queue,
+    enqueue_action,
+    queue_client,
+    wake,
+)
+from tasks.send import send_leased_action
 
+# The queue's own names (NAMESPACE .. wake) live in tasks.rpq; they stay importable from here.
 __all__ = [
     "NAMESPACE",
+    "Dispatcher",
     "LeaseKeeper",
     "LeaseTicket",
     "build_queue",
@@ -57,73 +68,99 @@ __all__ = [
 
 log = logging.getLogger("autooptimize.dispatcher")
 
-NAMESPACE = "ao:rpq"
 REBUILD_SECONDS = 60.0
 PENDING_STATES = (ActionState.QUEUED.value, ActionState.RUNNING.value)
 
 
-@dataclass(frozen=True)
-class LeaseTicket:
-    """What an actor needs to keep, ack or nack its lease: the lease, its queue's namespace and term."""
+class Dispatcher:
+    """Moves items from the queue to actors, fairly, and only while actors have capacity.
 
-    lease: Lease
-    namespace: str
-    lease_seconds: float
+    Each dispatch: read the backlog, offer the scheduler every (class, table) queue, marked blocked when
+    its table already has ``per_table`` leases, lease the head of the queue it picks, and hand the lease to
+    ``submit`` (e.g. a function that sends the Celery task; the actor acks or nacks the lease, and
+    extends it while it works). Nothing is dispatched while ``slots`` leases are out. One dispatcher
+    should run per namespace (the scheduler's state is in memory); running two is safe, only less fair.
+    """
 
-    def to_json(self) -> str:
-        data = json.loads(self.lease.to_json())
-        data.update(namespace=self.namespace, lease_seconds=self.lease_seconds)
-        return json.dumps(data, sort_keys=True)
+    def __init__(
+        self,
+        queue: ReliablePriorityQueue,
+        scheduler: FairScheduler,
+        submit: Callable[[Lease], None],
+        *,
+        slots: int,
+        per_table: int = 1,
+    ) -> None:
+        if operator.index(slots) < 1:
+            raise InvalidArgument(f"slots must be a positive integer (actor capacity), got {slots!r}")
+        if operator.index(per_table) < 1:
+            raise InvalidArgument(f"per_table must be a positive integer, got {per_table!r}")
+        self.queue = queue
+        self.scheduler = scheduler
+        self.submit = submit
+        self.slots = int(slots)
+        self.per_table = int(per_table)
+        self._known = {c.name for c in scheduler.classes}
+        self._warned: set[str] = set()
 
-    @classmethod
-    def from_json(cls, payload: str | bytes) -> LeaseTicket:
+    def dispatch_once(self) -> Lease | None:
+        """Dispatch at most one item; None when there is no capacity or nothing eligible.
+
+        If ``submit`` raises, the item goes back to its queue at once and the error propagates.
+        """
+        backlog = self.queue.snapshot()
+        if backlog.leased >= self.slots:
+            return None
+        heads = []
+        for (cls, table), (_, cost) in backlog.queues.items():
+            if cls not in self._known:
+                if cls not in self._warned:
+                    log.warning("queue holds items of priority class %r, which the scheduler does not know", cls)
+                    self._warned.add(cls)
+                continue
+            heads.append(Head(cls, table, cost, blocked=backlog.in_flight.get(table, 0) >= self.per_table))
+        pick = self.scheduler.pick(heads)
+        if pick is None:
+            return None
+        lease = self.queue.dequeue(
+            pick.priority_class, pick.table, per_table_limit=self.per_table, slots=self.slots
+        )
+        if lease is None:  # another dispatcher got there first
+            return None
         try:
-            data = json.loads(payload)
-            ticket = cls(Lease.from_json(payload), str(data["namespace"]), float(data["lease_seconds"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidArgument(f"lease must be the JSON of a LeaseTicket, got {payload!r:.200} ({exc})") from None
-        if not ticket.namespace or not ticket.lease_seconds > 0:
-            raise InvalidArgument(f"lease needs a namespace and a positive lease_seconds, got {payload!r:.200}")
-        return ticket
+            self.submit(lease)
+        except BaseException:
+            try:
+                self.queue.nack(lease)
+            except ServiceUnavailable:
+                log.warning("could not give %s back; it returns when its lease expires", lease.item.key)
+            raise
+        return lease
 
+    def run_once(self, limit: int | None = None) -> list[Lease]:
+        """Reclaim expired leases, then dispatch until capacity or eligible work runs out (or ``limit``)."""
+        self.queue.reclaim_expired()
+        leases: list[Lease] = []
+        while limit is None or len(leases) < limit:
+            lease = self.dispatch_once()
+            if lease is None:
+                break
+            leases.append(lease)
+        return leases
 
-@functools.lru_cache(maxsize=8)
-def _client(url: str) -> redis.Redis:
-    # redis-py reconnects after a fork, so one cached client per URL is safe in prefork workers
-    return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+    def run_forever(self, stop: threading.Event, idle_seconds: float = 1.0) -> None:
+        """Loop :meth:`run_once` until ``stop`` is set, sleeping ``idle_seconds`` when nothing moved.
 
-
-def _namespace(namespace: str | None) -> str:
-    return NAMESPACE if namespace is None else namespace
-
-
-def build_queue(settings: Settings, namespace: str | None = None, *,
-                lease_seconds: float | None = None) -> ReliablePriorityQueue:
-    """The reliable priority queue on ``settings.redis_url``, classes from ``settings.priority_classes``."""
-    return ReliablePriorityQueue(
-        _client(settings.redis_url), _namespace(namespace),
-        lease_seconds=settings.lease_seconds if lease_seconds is None else lease_seconds,
-        classes=settings.priority_classes,
-    )
-
-
-def wake(settings: Settings, namespace: str | None = None) -> None:
-    """Tell an idle dispatcher there is work or free capacity (it otherwise looks once a second)."""
-    key = f"{_namespace(namespace)}:wake"
-    pipe = _client(settings.redis_url).pipeline(transaction=False)
-    pipe.lpush(key, 1)
-    pipe.ltrim(key, 0, 0)
-    pipe.execute()
-
-
-def enqueue_action(settings: Settings, action_id: str, table: str, partition: str | None, kind: str,
-                   priority_class: str, *, namespace: str | None = None) -> bool:
-    """Put a recorded action in the backlog; True when new (False: an item for that partition and kind is
-    already queued or running). ``partition`` is the partition key, None or '' for the whole table."""
-    queue = build_queue(settings, namespace)
-    added = queue.enqueue(QueueItem(action_id, table, partition or "", kind, priority_class))
-    wake(settings, namespace)
-    return added
+        An unreachable Redis is logged and retried after ``idle_seconds``; errors from ``submit`` propagate.
+        """
+        while not stop.is_set():
+            try:
+                moved = bool(self.run_once())
+            except ServiceUnavailable as exc:
+                log.warning("dispatcher waiting for Redis: %s", exc)
+                moved = False
+            if not moved:
+                stop.wait(idle_seconds)
 
 
 def pending_items(settings: Settings) -> list[QueueItem]:
@@ -161,7 +198,7 @@ def rebuild_from_postgres(settings: Settings, *, namespace: str | None = None) -
     """
     queue = build_queue(settings, namespace)
     added = queue.rebuild(pending_items(settings)).added
-    _client(settings.redis_url).set(f"{queue.namespace}:rebuilt", repr(time.time()))
+    queue_client(settings).set(f"{queue.namespace}:rebuilt", repr(time.time()))
     return added
 
 
@@ -180,13 +217,11 @@ def build_scheduler(settings: Settings, table_weights: dict[str, float] | None =
 
 def make_dispatcher(settings: Settings, *, namespace: str | None = None,
                     submit: Callable[[Lease], None] | None = None) -> Dispatcher:
-    """A Dispatcher that sends each lease to Celery (``tasks.dispatch.send_leased_action``) unless ``submit``
+    """A Dispatcher that sends each lease to Celery (``tasks.send.send_leased_action``) unless ``submit``
     is given; ``settings.dispatch_slots`` leases at most, ``settings.dispatch_per_table`` per table."""
     queue = build_queue(settings, namespace)
 
     def send(lease: Lease) -> None:
-        from tasks.dispatch import send_leased_action
-
         send_leased_action(settings, LeaseTicket(lease, queue.namespace, queue.lease_seconds))
 
     return Dispatcher(queue, build_scheduler(settings), submit or send, slots=settings.dispatch_slots,
@@ -209,7 +244,7 @@ def run_dispatcher(settings: Settings, stop_event: threading.Event, *, namespace
 
     dispatcher = make_dispatcher(settings, namespace=namespace, submit=submit)
     ns = dispatcher.queue.namespace
-    client = _client(settings.redis_url)
+    client = queue_client(settings)
     log.info("dispatcher on %s: %d slots, %d per table, lease %.0f s, weights %s", ns, dispatcher.slots,
              dispatcher.per_table, dispatcher.queue.lease_seconds, settings.class_weights)
     # One dispatcher per namespace works (its fairness state is in this process); others stand by.
@@ -258,43 +293,6 @@ def _dispatch_loop(settings: Settings, stop_event: threading.Event, dispatcher: 
             except redis.RedisError:
                 stop_event.wait(idle_seconds)
     log.info("dispatcher stopped")
-
-
-class LeaseKeeper:
-    """Extends a lease every ``interval`` seconds on a thread while the work runs (a context manager).
-
-    ``lost`` becomes True when the queue no longer knows the lease (it expired and was reclaimed, or Redis
-    lost it): the item may then run elsewhere, which the action id makes harmless.
-    """
-
-    def __init__(self, queue: ReliablePriorityQueue, lease: Lease, *, seconds: float, interval: float) -> None:
-        if not (interval > 0 and seconds > interval):
-            raise InvalidArgument(f"need 0 < interval < seconds, got interval={interval}, seconds={seconds}")
-        self._queue, self._lease, self._seconds, self._interval = queue, lease, seconds, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"lease-{lease.item.action_id}", daemon=True)
-        self.lost = False
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                renewed = self._queue.extend(self._lease, self._seconds)
-            except ServiceUnavailable as exc:
-                log.warning("could not extend the lease of %s: %s", self._lease.item.action_id, exc)
-                continue
-            if renewed is None:
-                self.lost = True
-                log.warning("lease of %s was lost; the dispatcher may send it again", self._lease.item.action_id)
-                return
-
-    def __enter__(self) -> LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, text
 
 from autooptimize.config import Settings
-from autooptimize.errors import AutoOptimizeError
+from autooptimize.errors import AutoOptimizeError, InvalidArgument
 from autooptimize.services.observe import (
     ObserveReport,
     OnAttention,
@@ -31,10 +31,10 @@ from autooptimize.services.observe import (
 )
 from autooptimize.storage.db import get_engine
 from scheduler import service_settings, stop_on_signals
+from tasks.retry import backoff_delay
 
 log = logging.getLogger("autooptimize.listener")
 
-MAX_BACKOFF_SECONDS = 300.0
 DEFAULT_WORKERS = 4  # observations wait on PostgreSQL and files much of the time: a few overlap well
 
 
@@ -52,7 +52,7 @@ class _Backoff:
     def failed(self, name: str, now: float) -> float:
         count = self.failures.get(name, 0) + 1
         self.failures[name] = count
-        delay = min(MAX_BACKOFF_SECONDS, self.base * 2 ** (count - 1))
+        delay = backoff_delay(self.base, count - 1)
         self.until[name] = now + delay
         return delay
 
@@ -163,9 +163,9 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
     pause of ``interval`` seconds unless the pass found work (then the next pass starts at once).
     ``on_attention`` may be called from several threads at once."""
     if interval <= 0:
-        raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+        raise InvalidArgument(f"interval must be > 0 seconds, got {interval!r}")
     if workers < 1:
-        raise ValueError(f"workers must be ≥ 1, got {workers!r}")
+        raise InvalidArgument(f"workers must be ≥ 1, got {workers!r}")
     executor = ThreadPoolExecutor(workers, thread_name_prefix="ao-observe") if workers > 1 else None
     leadership = Leadership(settings)
     backoff = _Backoff(base=max(interval, 1.0))

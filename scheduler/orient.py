@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from autooptimize.config import Settings
-from scheduler.dispatcher import NAMESPACE, _client, build_queue
+from tasks.rpq import NAMESPACE, build_queue, queue_client
 
 SAMPLES = 30
 GROWING_SAMPLES = 4  # this many rising samples in a row, with every slot busy, means "add actors"
@@ -27,7 +27,7 @@ def queue_status(settings: Settings, namespace: str | None = None, *, sample_eve
         entry["tables"][table] = count
     total = sum(c["queued"] for c in classes.values())
 
-    client = _client(settings.redis_url)
+    client = queue_client(settings)
     key = f"{ns}:backlog-samples"
     now = time.time()
     newest = client.lindex(key, 0)

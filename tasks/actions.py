@@ -1,38 +1,56 @@
-"""Actor tasks: take an action id, call the service, map errors to retries."""
+"""Actor tasks, one per action kind (``autooptimize.<kind>``): take an action id, call the service, map
+errors to retries. Every kind runs the same service call; the name only tells Flower what runs."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Task
 
 from autooptimize.config import Settings, get_settings
 from autooptimize.errors import ActionNotFound, Retry, ServiceUnavailable
 from autooptimize.services import actions
+from autooptimize.services.kinds import KINDS
 from tasks.app import app
+from tasks.retry import MAX_RETRIES, backoff_delay
+from tasks.routing import task_name
+from tasks.rpq import LeaseKeeper, LeaseTicket, build_queue, wake
 
 log = logging.getLogger(__name__)
-MAX_RETRIES = 8
 
 
-@app.task(name="autooptimize.merge", bind=True, max_retries=MAX_RETRIES)
-def merge(self: Task, action_id: str, lease: str | None = None) -> dict:
-    """Execute merge action ``action_id`` (idempotent: re-running a finished action only reports it).
+def execute_action(task: Task, action_id: str, lease: str | None = None) -> dict:
+    """Execute action ``action_id`` (idempotent: re-running a finished action only reports it).
 
-    With ``lease`` (a :class:`scheduler.dispatcher.LeaseTicket` as JSON) the action came from the
-    reliable priority queue: see :func:`_merge_leased`.
+    With ``lease`` (a :class:`tasks.rpq.LeaseTicket` as JSON) the action came from the reliable priority
+    queue: see :func:`_execute_leased`. Otherwise a Retry becomes a Celery retry with backoff, and the
+    action fails for good after MAX_RETRIES.
     """
     settings = get_settings()
     if lease is not None:
-        return _merge_leased(settings, action_id, lease)
+        return _execute_leased(settings, action_id, lease)
     try:
         outcome = actions.execute(settings, action_id)
     except Retry as exc:
-        if self.request.retries >= MAX_RETRIES:
+        if task.request.retries >= MAX_RETRIES:
             return actions.fail_permanently(settings, action_id, str(exc))
-        raise self.retry(countdown=min(300, exc.delay * (2 ** self.request.retries)), exc=None) from None
+        raise task.retry(countdown=backoff_delay(exc.delay, task.request.retries), exc=None) from None
     log.info("action %s finished: %s %s", action_id, outcome["state"], outcome.get("reason") or "")
     return _summary(outcome)
+
+
+def _register(kind: str) -> Task:
+    def run(self: Task, action_id: str, lease: str | None = None) -> dict:
+        return execute_action(self, action_id, lease)
+
+    run.__name__ = run.__qualname__ = kind
+    run.__doc__ = f"Execute {kind} action ``action_id``: see :func:`execute_action`."
+    return app.task(name=task_name(kind), bind=True, max_retries=MAX_RETRIES)(run)
+
+
+# One task per kind, named by tasks.routing.task_name (the sender uses the same rule).
+ACTION_TASKS: dict[str, Task] = {kind: _register(kind) for kind in KINDS}
 
 
 def _summary(outcome: dict) -> dict:
@@ -40,13 +58,11 @@ def _summary(outcome: dict) -> dict:
                                     "snapshot_id")}
 
 
-def _merge_leased(settings: Settings, action_id: str, payload: str) -> dict:
+def _execute_leased(settings: Settings, action_id: str, payload: str) -> dict:
     """Execute under a lease: extended every third of its term while running, acked once the action is
     terminal (freeing the dispatcher's slot), nacked with a backoff on Retry (no Celery retry). If this
     process dies the lease expires and the dispatcher sends the item again. A lease already lost when the
     task starts (a stale or duplicate message) is not run: the queue or PostgreSQL still holds the item."""
-    from scheduler.dispatcher import LeaseKeeper, LeaseTicket, build_queue, wake
-
     ticket = LeaseTicket.from_json(payload)
     queue = build_queue(settings, ticket.namespace, lease_seconds=ticket.lease_seconds)
     lease = ticket.lease
@@ -58,10 +74,10 @@ def _merge_leased(settings: Settings, action_id: str, payload: str) -> dict:
         log.warning("action %s: cannot confirm the lease (%s); running", action_id, exc)
     with LeaseKeeper(queue, lease, seconds=ticket.lease_seconds, interval=ticket.lease_seconds / 3):
         try:
-            outcome = actions.execute(settings, action_id)
+            outcome: dict[str, Any] = actions.execute(settings, action_id)
         except Retry as exc:
             if lease.deliveries <= MAX_RETRIES:
-                delay = min(300.0, exc.delay * 2 ** (lease.deliveries - 1))
+                delay = backoff_delay(exc.delay, lease.deliveries - 1)
                 queue.nack(lease, delay)
                 wake(settings, ticket.namespace)
                 log.info("action %s: retry in %.0f s (%s)", action_id, delay, exc)
@@ -76,3 +92,4 @@ def _merge_leased(settings: Settings, action_id: str, payload: str) -> dict:
     wake(settings, ticket.namespace)
     log.info("action %s finished: %s %s", action_id, outcome["state"], outcome.get("reason") or "")
     return _summary(outcome)
+

@@ -1,4 +1,7 @@
-"""The Celery app: Redis broker, late acks, prefetch 1, reject on worker lost, priority queues."""
+"""The Celery app: Redis broker, late acks, prefetch 1, reject on worker lost, priority queues.
+
+Beat runs the same app with its schedule added: ``celery -A scheduler.beat beat`` (see :mod:`scheduler.beat`).
+"""
 
 from __future__ import annotations
 
@@ -34,21 +37,6 @@ def make_app() -> Celery:
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
         enable_utc=True,
-        beat_schedule={
-            # Recover partitions whose hand-off from the listener was lost (e.g. Redis restarted).
-            "attention-sweep": {"task": "autooptimize.sweep", "schedule": 300.0,
-                                "options": {"queue": CONTROL_QUEUE, "expires": 290}},
-            "auto-track": {"task": "autooptimize.auto_track", "schedule": 60.0,
-                           "options": {"queue": CONTROL_QUEUE, "expires": 55}},
-            "rescan-stale": {"task": "autooptimize.rescan_stale", "schedule": 600.0,
-                             "options": {"queue": CONTROL_QUEUE, "expires": 590}},
-            # Table hygiene: manifest rewrites, snapshot expiry and orphan removal per tracked table.
-            "hygiene-sweep": {"task": "autooptimize.hygiene_sweep", "schedule": float(settings.hygiene_sweep_seconds),
-                              "options": {"queue": CONTROL_QUEUE, "expires": settings.hygiene_sweep_seconds - 5}},
-            # Buffered writes: age rules, the watched folder, abandoned batches.
-            "buffer-tick": {"task": "autooptimize.buffer_tick", "schedule": settings.buffer_tick_seconds,
-                            "options": {"queue": CONTROL_QUEUE, "expires": settings.buffer_tick_seconds}},
-        },
     )
     return app
 

@@ -9,9 +9,9 @@ from celery import Task
 from autooptimize.config import get_settings
 from autooptimize.errors import Retry
 from tasks.app import app
+from tasks.retry import MAX_RETRIES, backoff_delay
 
 log = logging.getLogger(__name__)
-MAX_RETRIES = 8
 
 
 @app.task(name="autooptimize.consolidate", bind=True, max_retries=MAX_RETRIES)
@@ -22,7 +22,7 @@ def consolidate(self: Task, table: str, flush: bool = False) -> dict:
     try:
         result = consolidate_table(get_settings(), table, flush=flush)
     except Retry as exc:
-        raise self.retry(countdown=min(300, exc.delay * (2 ** self.request.retries)), exc=None) from None
+        raise self.retry(countdown=backoff_delay(exc.delay, self.request.retries), exc=None) from None
     log.info("consolidated %s: %d batch(es)%s", table, len(result["batches"]), " (busy)" if result["busy"] else "")
     return {"table": table, "busy": result["busy"],
             "batches": [{k: b[k] for k in ("batch", "state", "files", "rows_out", "snapshot_id")}

@@ -1,9 +1,122 @@
-"""The Dispatch port (autooptimize.services.ports) implemented on Celery and the reliable priority queue."""
+"""The one module that sends tasks (``send_task``): actions, leased actions and consolidations.
+
+:class:`CeleryDispatch` implements the services' Dispatch port (``autooptimize.services.ports``) on these.
+"""
 
 from __future__ import annotations
 
-from autooptimize.config import Settings
+import os
+import threading
+from typing import Any
+
+import redis
+
+from autooptimize.config import Settings, redact_url
+from autooptimize.errors import ServiceUnavailable
 from autooptimize.services.ports import ActionTicket
+from tasks.routing import BUFFER_QUEUE, actor_queue, task_name, task_priority
+from tasks.rpq import LeaseTicket, enqueue_action
+
+CONSOLIDATE_TASK = "autooptimize.consolidate"
+# At most one queued consolidation per table; the task clears the key when it starts.
+CONSOLIDATION_KEY = "ao:buffer:requested:{catalog}:{table}"
+# Short, so a lost message (Redis flushed, queue purged) delays the next request by half a minute at most.
+CONSOLIDATION_KEY_TTL = 30
+
+
+def _unreachable(settings: Settings, exc: redis.RedisError) -> ServiceUnavailable:
+    return ServiceUnavailable(f"cannot reach Redis at {redact_url(settings.redis_url)}: {exc}")
+
+
+def check_broker(settings: Settings) -> None:
+    """Raise ServiceUnavailable naming the URL (password masked) when Redis does not answer."""
+    try:
+        client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
+        client.ping()
+        client.close()
+    except redis.RedisError as exc:
+        raise _unreachable(settings, exc) from None
+
+
+def _send_action(settings: Settings, kind: str, priority_class: str, *, kwargs: dict[str, Any],
+                 label: dict[str, Any], task_id: str) -> None:
+    """Send the task of ``kind`` to its class's actor queue; Flower shows ``label`` as the arguments."""
+    from tasks.app import app
+
+    app.send_task(
+        task_name(kind),
+        kwargs=kwargs,
+        queue=actor_queue(priority_class),
+        priority=task_priority(priority_class, settings.priority_classes),
+        kwargsrepr=repr(label),
+        task_id=task_id,
+    )
+
+
+def send_action(settings: Settings, action_id: str, *, priority_class: str, label: dict[str, Any]) -> None:
+    """Queue an action on its class's actor queue, as the task of its kind (``label["kind"]``); Flower shows
+    ``label`` (table, partition, kind) beside the id."""
+    _send_action(settings, label["kind"], priority_class, kwargs={"action_id": action_id},
+                 label={"action_id": action_id, **label}, task_id=action_id)
+
+
+def send_leased_action(settings: Settings, ticket: LeaseTicket) -> None:
+    """Queue an action the dispatcher leased from the reliable priority queue, as the task of its kind.
+
+    The task gets ``action_id`` and ``lease`` (the ticket as JSON: the lease, its queue's namespace and
+    term) so the actor can extend, ack or nack it. A redelivery gets its own task id (``<id>.<n>``).
+    """
+    item, deliveries = ticket.lease.item, ticket.lease.deliveries
+    _send_action(
+        settings, item.kind, item.priority_class,
+        kwargs={"action_id": item.action_id, "lease": ticket.to_json()},
+        label={"action_id": item.action_id, "table": item.table, "partition": item.partition or None,
+               "kind": item.kind, "delivery": deliveries},
+        task_id=item.action_id if deliveries == 1 else f"{item.action_id}.{deliveries}",
+    )
+
+
+_clients: dict[tuple[int, str], redis.Redis] = {}
+# Landing may run in several threads of one process; sends are rare, so they go one at a time.
+_send_lock = threading.Lock()
+
+
+def _redis(settings: Settings) -> redis.Redis:
+    """The process's client (landing asks on every file: no new connection each time)."""
+    key = (os.getpid(), settings.redis_url)
+    client = _clients.get(key)
+    if client is None:
+        client = _clients[key] = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
+    return client
+
+
+def send_consolidation(settings: Settings, identifier: str, *, flush: bool = False) -> bool:
+    """Queue a consolidation of ``identifier`` on the buffer queue unless one is queued already (a flush
+    is always sent). Returns whether a task was sent."""
+    from tasks.app import app
+
+    key = CONSOLIDATION_KEY.format(catalog=settings.catalog, table=identifier)
+    try:
+        client = _redis(settings)
+        if not client.set(key, "1", nx=True, ex=CONSOLIDATION_KEY_TTL) and not flush:
+            return False
+        try:
+            with _send_lock:
+                app.send_task(CONSOLIDATE_TASK, kwargs={"table": identifier, "flush": flush}, queue=BUFFER_QUEUE)
+        except BaseException:
+            client.delete(key)  # not sent: the next landing or tick must be able to ask again
+            raise
+    except redis.RedisError as exc:
+        raise _unreachable(settings, exc) from None
+    return True
+
+
+def clear_consolidation_request(settings: Settings, identifier: str) -> None:
+    """Forget the queued request: landings from now on may queue another consolidation."""
+    try:
+        _redis(settings).delete(CONSOLIDATION_KEY.format(catalog=settings.catalog, table=identifier))
+    except redis.RedisError as exc:
+        raise _unreachable(settings, exc) from None
 
 
 class CeleryDispatch:
@@ -13,28 +126,18 @@ class CeleryDispatch:
         self.settings = settings
 
     def check(self) -> None:
-        from tasks.dispatch import check_broker
-
         check_broker(self.settings)
 
     def action(self, ticket: ActionTicket) -> None:
         if self.settings.dispatch == "rpq":
-            from scheduler.dispatcher import enqueue_action
-
             enqueue_action(self.settings, ticket.action_id, ticket.table, ticket.partition, ticket.kind,
                            ticket.priority_class)
             return
-        from tasks.dispatch import send_action
-
         send_action(self.settings, ticket.action_id, priority_class=ticket.priority_class,
                     label={"table": ticket.table, "partition": ticket.partition, "kind": ticket.kind})
 
     def consolidation(self, identifier: str, *, flush: bool = False) -> bool:
-        from tasks.dispatch import send_consolidation
-
         return send_consolidation(self.settings, identifier, flush=flush)
 
     def consolidation_started(self, identifier: str) -> None:
-        from tasks.dispatch import clear_consolidation_request
-
         clear_consolidation_request(self.settings, identifier)

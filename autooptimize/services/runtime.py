@@ -81,7 +81,7 @@ def run_service(settings: Settings, *, workers: int = 1, flower: bool = True, be
     if settings.dispatch == "rpq":
         spawn("dispatcher", [sys.executable, "-m", "autooptimize.cli", "dispatcher"])
     if beat:
-        spawn("beat", _celery("beat", "-s", str(settings.home_dir / "celerybeat-schedule"), "--loglevel", "INFO"))
+        spawn("beat", [sys.executable, "-m", "autooptimize.cli", "beat", "--loglevel", "INFO"])  # scheduler.beat
     if flower:
         user, password, path = flower_credentials(settings)
         # FLOWER_BASIC_AUTH keeps the password off the command line (ps) and out of the logs.

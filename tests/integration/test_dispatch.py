@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 import redis
 
-import scheduler.dispatcher as dispatcher_module
+import tasks.rpq as rpq_module
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
 from autooptimize.services import actions, tracking
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit_events
-from scheduler.dispatcher import LeaseTicket, build_queue, run_dispatcher
-from scheduler.rpq import Lease
-from tasks.dispatch import send_leased_action
+from scheduler.dispatcher import run_dispatcher
+from tasks.rpq import Lease, LeaseTicket, build_queue
+from tasks.send import send_leased_action
 from tests.integration.tables import DAY1, DAY2, identifier, make_table
 
 pytestmark = pytest.mark.spark
@@ -87,7 +87,7 @@ def rpq(settings, monkeypatch) -> Iterator[tuple[object, str]]:
     with session_scope(settings) as session:
         session.execute(text("UPDATE ao_actions SET state = 'failed', reason = 'test_isolation' "
                              "WHERE state IN ('queued', 'running')"))
-    monkeypatch.setattr(dispatcher_module, "NAMESPACE", ns)  # where submit() enqueues
+    monkeypatch.setattr(rpq_module, "NAMESPACE", ns)  # where submit() enqueues
     variant = settings.model_copy(update={"dispatch": "rpq", "lease_seconds": LEASE_SECONDS})
     yield variant, ns
     build_queue(variant, ns).clear()
@@ -163,7 +163,7 @@ CONSUMER = textwrap.dedent(
     from autooptimize.config import get_settings
     from autooptimize.services import actions
     from autooptimize.services.merge import Hooks
-    from scheduler.dispatcher import LeaseKeeper, build_queue
+    from tasks.rpq import LeaseKeeper, build_queue
 
     settings = get_settings()
     queue = build_queue(settings, sys.argv[1], lease_seconds=2.0)

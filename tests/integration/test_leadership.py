@@ -6,9 +6,9 @@ import threading
 import time
 import uuid
 
-from scheduler.dispatcher import build_queue, run_dispatcher
+from scheduler.dispatcher import run_dispatcher
 from scheduler.listener import Leadership
-from scheduler.rpq import Lease, QueueItem
+from tasks.rpq import Lease, QueueItem, build_queue
 
 
 def test_a_role_is_held_by_one_process_and_passes_on_when_released(settings):

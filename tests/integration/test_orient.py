@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from scheduler.dispatcher import build_queue
 from scheduler.orient import queue_status
-from scheduler.rpq import QueueItem
+from tasks.rpq import QueueItem, build_queue
 
 
 def test_backlog_per_class_and_table_and_advice_when_it_keeps_growing(settings):

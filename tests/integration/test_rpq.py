@@ -21,7 +21,8 @@ from redis.retry import Retry
 
 from autooptimize.domain.fairness import FairScheduler, PriorityClass
 from autooptimize.errors import InvalidArgument, ServiceUnavailable
-from scheduler.rpq import Dispatcher, Lease, QueueItem, ReliablePriorityQueue
+from scheduler.dispatcher import Dispatcher
+from tasks.rpq import Lease, QueueItem, ReliablePriorityQueue
 
 REDIS_URL = os.environ.get("AO_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 REPO = Path(__file__).resolve().parents[2]
@@ -195,7 +196,7 @@ def test_rebuild_after_redis_loses_its_data(client: redis.Redis, namespace: str)
 CONSUMER = textwrap.dedent(
     """
     import sys, time, redis
-    from scheduler.rpq import ReliablePriorityQueue
+    from tasks.rpq import ReliablePriorityQueue
     queue = ReliablePriorityQueue(redis.Redis.from_url(sys.argv[1]), sys.argv[2], lease_seconds=1.0)
     lease = queue.dequeue("normal", "db.t")
     print(lease.item.action_id if lease else "none", flush=True)
