@@ -58,11 +58,14 @@ class Settings(BaseSettings):
 
     # tracking: fnmatch patterns of identifiers tracked automatically with default tuning
     auto_track: str = ""
+    # how often the listener lists the catalog for new tables matching AO_AUTO_TRACK
+    auto_track_seconds: float = Field(default=2.0, gt=0)
     # beat's safety sweep: a table the listener has not observed for this long gets a scan
     rescan_after_seconds: int = Field(default=86400, ge=60)
 
-    # Celery worker
-    worker_concurrency: int = Field(default=1, ge=1)
+    # Celery worker: actions of independent partitions run side by side (each process has its own Spark
+    # Connect session on the shared server)
+    worker_concurrency: int = Field(default=2, ge=1)
     priority_classes: Annotated[tuple[str, ...], NoDecode] = ("high", "normal", "low")
 
     # defaults for newly tracked tables
@@ -86,7 +89,8 @@ class Settings(BaseSettings):
     # dispatch to the actors: "direct" sends each action to Celery at once; "rpq" keeps the backlog in the
     # reliable priority queue and a dispatcher feeds the actors only while they have free slots
     dispatch: str = "rpq"
-    dispatch_slots: int = Field(default=2, ge=1)
+    # leases in flight at once; unset: what the actor workers can run (AO_WORKER_CONCURRENCY per worker)
+    dispatch_slots: int | None = Field(default=None, ge=1)
     dispatch_per_table: int = Field(default=1, ge=1)
     lease_seconds: int = Field(default=300, ge=10)
     priority_weights: str = DEFAULT_PRIORITY_WEIGHTS
@@ -199,6 +203,11 @@ class Settings(BaseSettings):
         """Weight of every priority class (1 for a class AO_PRIORITY_WEIGHTS does not name)."""
         named = parse_weights(self.priority_weights)
         return {name: named.get(name, 1.0) for name in self.priority_classes}
+
+    @property
+    def slots(self) -> int:
+        """Actions the dispatcher keeps in flight: AO_DISPATCH_SLOTS, else the workers' concurrency."""
+        return self.dispatch_slots if self.dispatch_slots is not None else self.worker_concurrency
 
     @property
     def home_dir(self) -> Path:

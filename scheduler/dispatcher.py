@@ -218,13 +218,13 @@ def build_scheduler(settings: Settings, table_weights: dict[str, float] | None =
 def make_dispatcher(settings: Settings, *, namespace: str | None = None,
                     submit: Callable[[Lease], None] | None = None) -> Dispatcher:
     """A Dispatcher that sends each lease to Celery (``tasks.send.send_leased_action``) unless ``submit``
-    is given; ``settings.dispatch_slots`` leases at most, ``settings.dispatch_per_table`` per table."""
+    is given; ``settings.slots`` leases at most, ``settings.dispatch_per_table`` per table."""
     queue = build_queue(settings, namespace)
 
     def send(lease: Lease) -> None:
         send_leased_action(settings, LeaseTicket(lease, queue.namespace, queue.lease_seconds))
 
-    return Dispatcher(queue, build_scheduler(settings), submit or send, slots=settings.dispatch_slots,
+    return Dispatcher(queue, build_scheduler(settings), submit or send, slots=settings.slots,
                       per_table=settings.dispatch_per_table)
 
 

@@ -29,6 +29,7 @@ from autooptimize.services.observe import (
     observe_table,
     record_observe_error,
 )
+from autooptimize.services.tracking import auto_track
 from autooptimize.storage.db import get_engine
 from scheduler import service_settings, stop_on_signals
 from tasks.retry import backoff_delay
@@ -156,6 +157,30 @@ def run_once(settings: Settings, *, on_attention: OnAttention | None = None, pol
     return moved
 
 
+class AutoTracker:
+    """Tracks new tables matching AO_AUTO_TRACK from the listener's own loop, at most every
+    ``settings.auto_track_seconds``: a new table's first commits are observed within seconds, not on
+    the next beat."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._next = 0.0
+
+    def run_due(self, now: float | None = None) -> list[str]:
+        now = time.monotonic() if now is None else now
+        if not self._settings.auto_track_patterns or now < self._next:
+            return []
+        self._next = now + self._settings.auto_track_seconds
+        try:
+            added = auto_track(self._settings)
+        except Exception as exc:  # the catalog may be briefly unreachable; the next pass tries again
+            log.warning("auto-track failed (%s: %s)", type(exc).__name__, exc)
+            return []
+        for name in added:
+            log.info("table %s: tracked automatically (AO_AUTO_TRACK)", name)
+        return added
+
+
 def run_listener(settings: Settings, stop_event: threading.Event, interval: float = 1.0,
                  on_attention: OnAttention | None = None, *, poll: PollSchedule | None = None,
                  workers: int = DEFAULT_WORKERS) -> None:
@@ -171,6 +196,7 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
     backoff = _Backoff(base=max(interval, 1.0))
     poll = poll if poll is not None else PollSchedule(min_interval=max(interval, 30.0))
     standing_by = False
+    tracker = AutoTracker(settings)
     try:
         while not stop_event.is_set():
             if not leadership.hold():
@@ -180,6 +206,7 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
                 stop_event.wait(max(interval, 1.0))
                 continue
             standing_by = False
+            tracker.run_due()
             try:
                 moved = run_once(settings, on_attention=on_attention, poll=poll, backoff=backoff,
                                  stop_event=stop_event, executor=executor)

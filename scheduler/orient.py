@@ -38,17 +38,17 @@ def queue_status(settings: Settings, namespace: str | None = None, *, sample_eve
     samples.reverse()  # oldest first
     recent = [int(s[1]) for s in samples[-GROWING_SAMPLES:]]
     growing = len(recent) == GROWING_SAMPLES and all(b > a for a, b in zip(recent, recent[1:], strict=False))
-    saturated = backlog.leased >= settings.dispatch_slots
+    saturated = backlog.leased >= settings.slots
     recommendation = None
     if growing and saturated:
         span = samples[-1][0] - samples[-GROWING_SAMPLES][0]
         recommendation = (
             f"the backlog grew from {recent[0]} to {recent[-1]} items over {span:.0f} s with all "
-            f"{settings.dispatch_slots} slots busy: add actors (more workers, and raise AO_DISPATCH_SLOTS to match)"
+            f"{settings.slots} slots busy: add actors (more workers, and raise AO_DISPATCH_SLOTS to match)"
         )
     return {
         "dispatch": settings.dispatch,
-        "slots": settings.dispatch_slots,
+        "slots": settings.slots,
         "in_flight": backlog.leased,
         "in_flight_per_table": dict(sorted(backlog.in_flight.items())),
         "queued": total,

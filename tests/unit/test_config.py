@@ -33,7 +33,7 @@ def test_defaults_are_the_documented_ones(monkeypatch):
     assert s.spark_remote == "local" and s.catalog == "autooptimize"
     assert s.default_target_file_size == 128 * MiB and s.tolerance_default == 32 * MiB
     assert s.priority_classes == ("high", "normal", "low")
-    assert s.dispatch == "rpq" and s.dispatch_slots == 2
+    assert s.dispatch == "rpq" and s.dispatch_slots is None and s.slots == s.worker_concurrency == 2
 
 
 @pytest.mark.parametrize(
