@@ -14,7 +14,7 @@ from autooptimize.engines.digest import arrow_digest, spark_digest, spark_digest
 
 pytestmark = pytest.mark.spark
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _every_type() -> pa.Table:
