@@ -19,13 +19,12 @@ added columns, dropped columns left out); batches stream to rolling writers, so 
 not the group. Verification is the same as on the Spark path: rows and an order-independent content
 checksum of the inputs (observed while writing) must equal those of the outputs read back through
 pyiceberg, and each output must hold the table's schema with its field ids and physical types.
-The checksum hashes a canonical form of every row in Python: slower than Spark's, acceptable for the
-groups that need this path.
+The checksum is the one content digest of autooptimize/engines/digest.py (the same definition as
+the Spark path's, computed with pyarrow and numpy).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import uuid
 from collections.abc import Iterator
@@ -48,47 +47,9 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.typedef import Record
 
+from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.errors import ActionRefused, VerificationFailed
 from spark_actors.types import output_schema_problem, unsupported_reason
-
-
-@dataclass
-class _Digest:
-    rows: int = 0
-    h1: int = 0
-    h2: int = 0
-
-    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
-        types = [f.type for f in batch.schema]
-        columns = [c.to_pylist() for c in batch.columns]
-        for row in zip(*columns, strict=True) if columns else ():
-            canon = repr(tuple(_canonical(v, t) for v, t in zip(row, types, strict=True))).encode()
-            digest = hashlib.blake2b(canon, digest_size=16).digest()
-            self.h1 += int.from_bytes(digest[:8], "big")
-            self.h2 += int.from_bytes(digest[8:], "big")
-        self.rows += batch.num_rows
-
-    @property
-    def checksum(self) -> str:
-        return f"{self.rows}:{self.h1:x}:{self.h2:x}"
-
-
-def _canonical(value: Any, t: pa.DataType) -> Any:
-    """A value whose repr is the same for equal values whatever the order of map entries."""
-    if value is None:
-        return None
-    if isinstance(t, pa.ExtensionType):
-        return _canonical(value, t.storage_type) if not isinstance(value, uuid.UUID) else value.bytes
-    if pa.types.is_map(t):
-        entries = [(_canonical(k, t.key_type), _canonical(v, t.item_type)) for k, v in value]
-        return ("map", tuple(sorted(entries, key=repr)))
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return ("list", tuple(_canonical(v, t.value_type) for v in value))
-    if pa.types.is_struct(t):
-        return ("struct", tuple(_canonical(value.get(f.name), f.type) for f in t))
-    if isinstance(value, float) and math.isnan(value):
-        return "NaN"  # every NaN payload is one value, as in Spark's hash of a double
-    return value
 
 
 @dataclass(frozen=True)
@@ -197,7 +158,7 @@ def rewrite_group_arrow(
     expected_rows = sum(int(f.record_count) for f in inputs)
     rows_per_file = max(1, math.ceil(expected_rows / max(1, files_out)))
     writers = _Writers(table, arrow_schema, codec)
-    digest_in = _Digest()
+    digest_in = DigestAccumulator()
     try:
         for batch in scan(table, inputs):
             digest_in.add(batch)
@@ -221,7 +182,7 @@ def rewrite_group_arrow(
     return ArrowOutput(
         paths=tuple(paths),
         partitions=tuple(w.partition for w in written),
-        rows_in=digest_in.rows, checksum_in=digest_in.checksum,
+        rows_in=digest_in.rows, checksum_in=digest_in.digest.checksum,
         rows_out=rows_out, checksum_out=checksum_out,
     )
 
@@ -258,7 +219,7 @@ def read_back(table: Table, paths: list[str], partitions: list[tuple[int, Record
 
 def digest_files(table: Table, paths: list[str], partitions: list[tuple[int, Record]]) -> tuple[int, str]:
     """Rows and content checksum of files read back through pyiceberg (as the rewrite measures them)."""
-    digest = _Digest()
+    digest = DigestAccumulator()
     for batch in scan(table, [_plain_data_file(table, p, q) for p, q in zip(paths, partitions, strict=True)]):
         digest.add(batch)
-    return digest.rows, digest.checksum
+    return digest.rows, digest.digest.checksum

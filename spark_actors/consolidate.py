@@ -33,8 +33,9 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
 from autooptimize.errors import InvalidArgument
-from spark_actors.rewrite import ContentDigest, _digest_columns, _to_digest, content_digest, list_parquet
+from spark_actors.rewrite import content_digest, list_parquet
 from spark_actors.schema import FIELD_ID_KEY, spark_schema
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def consolidate_files(
     observation = Observation("ao_buffer_digest")
     any_null = functools.reduce(lambda a, b: a | b, [F.col(f"`{n}`").isNull() for n in required], F.lit(False))
     null_check = [F.sum(F.when(any_null, 1).otherwise(0)).alias("required_nulls")]
-    observed = frame.observe(observation, *_digest_columns(frame), *null_check)
+    observed = frame.observe(observation, *spark_digest_columns(frame), *null_check)
     part_cols = [PART_COL.format(i) for i in range(len(spec.fields))]
     for name, pfield in zip(part_cols, spec.fields, strict=True):
         source = schema.find_field(pfield.source_id).name
@@ -177,7 +178,7 @@ def consolidate_files(
         writer = writer.partitionBy(*part_cols)
     writer.parquet(output_dir)
     measured = observation.get
-    digest_in = _to_digest(measured)
+    digest_in = spark_digest(measured)
     paths = list_parquet(output_dir)
     by_values: dict[tuple[Any, ...], list[str]] = {}
     prefix = output_dir.rstrip("/") + "/"
@@ -190,7 +191,7 @@ def consolidate_files(
                 raise InvalidArgument(f"unexpected directory {part!r} in {output_dir}")
             values.append(_parse_value(text, pfield, schema))
         by_values.setdefault(tuple(values), []).append(path)
-    digest_out = content_digest(spark, schema, paths) if paths else ContentDigest(0, "0:0:0")
+    digest_out = content_digest(spark, schema, paths)
     return ConsolidateOutput(
         partitions=tuple(PartitionOutput(v, tuple(p)) for v, p in sorted(by_values.items(), key=lambda i: str(i[0]))),
         digest_in=digest_in,

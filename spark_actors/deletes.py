@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 from pyiceberg.schema import Schema
 from pyiceberg.types import PrimitiveType
 
+from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
 from autooptimize.errors import ActionRefused
-from spark_actors.rewrite import ContentDigest, _digest_columns, _to_digest, content_digest, list_parquet
+from spark_actors.rewrite import content_digest, list_parquet
 from spark_actors.schema import FIELD_ID_KEY, spark_schema
 
 if TYPE_CHECKING:
@@ -166,13 +167,13 @@ def compact_group(
 
     kept = data.select(*[F.col(f"`{c}`") for c in columns])
     kept_observation = Observation("ao_kept_digest")
-    kept = kept.observe(kept_observation, *_digest_columns(kept))
+    kept = kept.observe(kept_observation, *spark_digest_columns(kept))
     shaped = kept.coalesce(1) if files_out <= 1 else kept.repartition(files_out)
     shaped.write.mode("error").option("compression", codec).parquet(output_dir)
 
-    digest_kept = _to_digest(kept_observation.get)
+    digest_kept = spark_digest(kept_observation.get)
     paths = list_parquet(output_dir)
-    digest_out = content_digest(spark, schema, paths) if paths else ContentDigest(0, "0:0:0")
+    digest_out = content_digest(spark, schema, paths)
     return CompactionOutput(
         paths=tuple(paths),
         rows_read=int(read.get["rows"] or 0),

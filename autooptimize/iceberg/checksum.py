@@ -1,20 +1,20 @@
-"""An order-independent content checksum of a table as pyiceberg reads it (independent of Spark)."""
+"""The content checksum of a table as pyiceberg reads it (independent of Spark).
+
+The checksum is the one content digest of autooptimize/engines/digest.py, ``rows:h1:h2``: equal to
+what the Spark path measures on the same rows.
+"""
 
 from __future__ import annotations
 
-import pandas as pd
 import pyarrow as pa
 from pyiceberg.table import Table
 
+from autooptimize.engines.digest import arrow_digest
+
 
 def arrow_checksum(data: pa.Table) -> str:
-    """``rows:hash`` where hash is the sum mod 2**64 of a 64-bit hash of every row."""
-    if data.num_rows == 0:
-        return "0:0"
-    frame = data.to_pandas()
-    hashes = pd.util.hash_pandas_object(frame, index=False)
-    total = int(hashes.to_numpy().sum(dtype="uint64"))  # wraps mod 2**64: order-independent
-    return f"{data.num_rows}:{total:016x}"
+    """``rows:h1:h2`` of ``data`` (order-independent; nulls and column positions count)."""
+    return arrow_digest(data).checksum
 
 
 def table_checksum(table: Table) -> str:
