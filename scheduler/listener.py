@@ -17,8 +17,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, text
-
 from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError, InvalidArgument
 from autooptimize.services.observe import (
@@ -30,7 +28,7 @@ from autooptimize.services.observe import (
     record_observe_error,
 )
 from autooptimize.services.tracking import auto_track
-from autooptimize.storage.db import get_engine
+from autooptimize.storage.locks import AdvisoryLock
 from scheduler import service_settings, stop_on_signals
 from tasks.retry import backoff_delay
 
@@ -71,39 +69,34 @@ class Leadership:
 
     def __init__(self, settings: Settings, role: str | None = None) -> None:
         self._settings = settings
-        self._conn: Connection | None = None
+        self._lock: AdvisoryLock | None = None
         self._role = role or "listener"
         self._key = f"autooptimize.{self._role}:{settings.catalog}"
 
     def hold(self) -> bool:
-        """True while this process holds the role (re-checks the connection every call)."""
+        """True while this process holds the role (asks PostgreSQL on every call, so a lost connection
+        or a restarted server is noticed at once)."""
+        if self._lock is not None:
+            if self._lock.is_held():
+                return True
+            log.warning("%s lost its lock (database connection gone or server restarted)", self._role)
+            self._lock = None
+        lock = AdvisoryLock(self._settings, self._key)
         try:
-            if self._conn is not None:
-                self._conn.execute(text("SELECT 1"))
-                self._conn.commit()
-                return True
-            conn = get_engine(self._settings).connect()
-            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"),
-                                    {"k": self._key}).scalar())
-            conn.commit()
-            if got:
-                self._conn = conn
-                log.info("%s active (catalog %s)", self._role, self._settings.catalog)
-                return True
-            conn.close()
+            taken = lock.acquire()
+        except Exception as exc:  # the database went away: try again later
+            log.warning("%s cannot reach the database: %s", self._role, exc)
             return False
-        except Exception as exc:  # the database went away: drop the lock's connection and try again later
-            log.warning("%s lost its database connection: %s", self._role, exc)
-            self.release()
+        if not taken:
             return False
+        self._lock = lock
+        log.info("%s active (catalog %s)", self._role, self._settings.catalog)
+        return True
 
     def release(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.invalidate()  # never return a connection holding the lock to the pool
-            except Exception:  # already broken
-                pass
-            self._conn = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 def _observe_one(settings: Settings, name: str, on_attention: OnAttention | None) -> ObserveReport | BaseException:
