@@ -39,6 +39,6 @@ def rescan_stale() -> list[str]:
 @app.task(name="autooptimize.hygiene_sweep")
 def hygiene_sweep() -> dict[str, list[str]]:
     """Submit rewrite_manifests, expire_snapshots and remove_orphans where a tracked table needs them."""
-    from autooptimize.services.hygiene import sweep_hygiene
+    from autooptimize.services.hygiene.sweep import sweep_hygiene
 
     return sweep_hygiene(get_settings())
