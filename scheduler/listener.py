@@ -21,14 +21,9 @@ from sqlalchemy import Connection, text
 
 from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError
-from autooptimize.services.observe import (
-    ObserveReport,
-    OnAttention,
-    PollSchedule,
-    changed_tables,
-    observe_table,
-    record_observe_error,
-)
+from autooptimize.services.observe.changes import PollSchedule, changed_tables
+from autooptimize.services.observe.common import ObserveReport, OnAttention
+from autooptimize.services.observe.roll import observe_table, record_observe_error
 from autooptimize.storage.db import get_engine
 from scheduler import service_settings, stop_on_signals
 
