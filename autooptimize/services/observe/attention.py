@@ -10,15 +10,9 @@ from autooptimize.config import Settings
 from autooptimize.errors import InvalidArgument
 from autooptimize.services.observe.common import ObserveReport, OnAttention, TrackedSettings
 from autooptimize.storage.db import session_scope
+from autooptimize.storage.observe_work import AttentionRow, attention_rows, pending_partitions
 from autooptimize.storage.repositories import tracked_table
-from autooptimize.storage.stats import (
-    AttentionRow,
-    PartitionId,
-    attention_rows,
-    count_attention,
-    partition_figures,
-    pending_partitions,
-)
+from autooptimize.storage.stats import PartitionId, count_attention, partition_figures
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from autooptimize.config import Settings
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import get_catalog
 from autooptimize.storage.db import session_scope
+from autooptimize.storage.observe_work import changed_tables_from_locations, changed_tables_in_catalog_db
 from autooptimize.storage.repositories import tracked_tables
-from autooptimize.storage.stats import changed_tables_from_locations, changed_tables_in_catalog_db
 
 
 @dataclass
