@@ -11,7 +11,12 @@ from autooptimize.config import Settings
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY, ACTION_KIND_PROPERTY, find_action_snapshot
-from autooptimize.iceberg.manifests import commit_manifest_rewrite, data_manifests, manifest_target_size
+from autooptimize.iceberg.manifests import (
+    ManifestSet,
+    commit_manifest_rewrite,
+    data_manifests,
+    manifest_target_size,
+)
 from autooptimize.services.hygiene.common import SAMPLE, check_option_names, int_option
 from autooptimize.services.hygiene.digest import live_digest
 from autooptimize.services.merge import CheckpointWriter, Hooks, MergeOutcome, MergeRequest
@@ -52,13 +57,13 @@ def run_rewrite_manifests(settings: Settings, request: MergeRequest, spark: Any,
     if base is None:
         outcome.reason = "no_snapshot"
         return outcome
-    manifests = data_manifests(table, base)
+    manifests = ManifestSet.of(data_manifests(table, base))
     files, rows, digest = live_digest(table, base)
-    outcome.files_in, outcome.bytes_in = len(manifests), sum(int(m.manifest_length) for m in manifests)
+    outcome.files_in, outcome.bytes_in = manifests.count, manifests.total_bytes
     outcome.rows_in, outcome.checksum_in = rows, digest
-    outcome.plan = {"data_manifests": len(manifests), "manifest_threshold": threshold,
+    outcome.plan = {"data_manifests": manifests.count, "manifest_threshold": threshold,
                     "target_manifest_size": target, "live_files": files}
-    if len(manifests) <= threshold:
+    if manifests.count <= threshold:
         outcome.reason = "below_threshold"
         return outcome
     if request.dry_run:
@@ -82,8 +87,8 @@ def run_rewrite_manifests(settings: Settings, request: MergeRequest, spark: Any,
     outcome.state, outcome.reason = "succeeded", None
     outcome.committed_snapshot_id = snapshot.snapshot_id
     outcome.base_snapshot_id = snapshot.parent_snapshot_id
-    outcome.files_in, outcome.bytes_in = report.manifests_before, report.bytes_before
-    outcome.files_out, outcome.bytes_out = report.manifests_after, report.bytes_after
+    outcome.files_in, outcome.bytes_in = report.before.count, report.before.total_bytes
+    outcome.files_out, outcome.bytes_out = report.after.count, report.after.total_bytes
     outcome.rows_in, outcome.checksum_in = parent_rows, parent_digest
     outcome.rows_out, outcome.checksum_out = rows_out, digest_out
     outcome.plan.update(partitions=report.partitions, delete_manifests_kept=report.delete_manifests_kept,

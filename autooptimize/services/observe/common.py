@@ -50,6 +50,7 @@ class ObserveReport:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+
 @dataclass(frozen=True)
 class TrackedSettings:
     """A tracked table's id and the sizing its stats are computed for."""

@@ -8,6 +8,7 @@ import time
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
+from autooptimize.errors import AutoOptimizeError
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff, snapshots_since
 from autooptimize.services.observe.attention import attend
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 MAX_CHAIN = 1000  # more snapshots than this waiting: one scan reads less than following them
 
 
-class _Superseded(Exception):
+class _Superseded(AutoOptimizeError):
     """Another observer advanced the cursor (or asked for a scan) after this one read it."""
 
 
