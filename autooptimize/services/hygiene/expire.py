@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 
 def validate_expire_snapshots(table: Table, options: dict[str, Any]) -> dict[str, Any]:
+    """The checked options (older_than a duration ≥ 1 h unless allow_short_retention, retain_last ≥ 1);
+    InvalidArgument otherwise."""
     kind = "expire_snapshots"
     check_option_names(kind, options, ("older_than", "retain_last", "allow_short_retention"))
     out = age_options(kind, options, "older_than", "allow_short_retention")

@@ -23,6 +23,7 @@ from autooptimize.services.merge import CheckpointWriter, Hooks, MergeOutcome, M
 
 
 def validate_rewrite_manifests(table: Table, options: dict[str, Any]) -> dict[str, Any]:
+    """The checked options (manifest_threshold ≥ 1, target_manifest_size a size); InvalidArgument otherwise."""
     kind = "rewrite_manifests"
     check_option_names(kind, options, ("manifest_threshold", "target_manifest_size"))
     out: dict[str, Any] = {}

@@ -42,6 +42,7 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 
 
 def validate_remove_orphans(table: Table, options: dict[str, Any]) -> dict[str, Any]:
+    """The checked options (min_age a duration ≥ 1 h unless allow_short_min_age); InvalidArgument otherwise."""
     kind = "remove_orphans"
     check_option_names(kind, options, ("min_age", "allow_short_min_age"))
     return age_options(kind, options, "min_age", "allow_short_min_age")

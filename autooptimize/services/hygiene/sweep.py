@@ -27,6 +27,8 @@ HYGIENE_KINDS = ("rewrite_manifests", "expire_snapshots", "remove_orphans")
 
 @dataclass(frozen=True)
 class HygieneDecision:
+    """One hygiene action the sweep submits for a table, and why."""
+
     kind: str
     reason: str
 
