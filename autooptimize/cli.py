@@ -194,7 +194,7 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
 def cmd_scan(args: argparse.Namespace) -> int:
     from autooptimize.iceberg.catalog import load_table
     from autooptimize.iceberg.files import key_from_values, parse_partition
-    from autooptimize.services.observe import scan_table
+    from autooptimize.services.observe.scan import scan_table
     from autooptimize.services.tracking import ensure_tracked
 
     settings = _settings()

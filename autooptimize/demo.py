@@ -134,7 +134,7 @@ def _wait_until_optimized(settings: Settings, since: dt.datetime, timeout: float
     three polls in a row: a merge's own commit is observed too, and may be judged again)."""
     from autooptimize.iceberg.catalog import load_table
     from autooptimize.services.actions import outcome_of
-    from autooptimize.services.observe import observed_state
+    from autooptimize.services.observe.attention import observed_state
     from autooptimize.storage.db import session_scope
     from autooptimize.storage.repositories import recent_actions, tracked_table
 

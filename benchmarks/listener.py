@@ -50,7 +50,9 @@ from autooptimize.domain.entropy import squared_error
 from autooptimize.iceberg.catalog import _catalogs, get_catalog, load_table
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.services import tracking
-from autooptimize.services.observe import changed_tables, observe_table, scan_table
+from autooptimize.services.observe.changes import changed_tables
+from autooptimize.services.observe.roll import observe_table
+from autooptimize.services.observe.scan import scan_table
 from autooptimize.storage.db import _engines, get_engine, session_scope, upgrade
 from autooptimize.storage.repositories import tracked_table
 from autooptimize.storage.stats import partition_figures

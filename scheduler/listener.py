@@ -19,14 +19,9 @@ from dataclasses import dataclass, field
 
 from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError, InvalidArgument
-from autooptimize.services.observe import (
-    ObserveReport,
-    OnAttention,
-    PollSchedule,
-    changed_tables,
-    observe_table,
-    record_observe_error,
-)
+from autooptimize.services.observe.changes import PollSchedule, changed_tables
+from autooptimize.services.observe.common import ObserveReport, OnAttention
+from autooptimize.services.observe.roll import observe_table, record_observe_error
 from autooptimize.services.tracking import auto_track
 from autooptimize.storage.locks import AdvisoryLock
 from scheduler import service_settings, stop_on_signals

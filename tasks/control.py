@@ -10,7 +10,7 @@ from tasks.app import app
 def sweep() -> dict[str, int]:
     """Submit a merge for every partition at MSE ≥ T² with nothing pending (idempotent)."""
     from autooptimize.services.decide import on_attention_handler
-    from autooptimize.services.observe import sweep_attention
+    from autooptimize.services.observe.attention import sweep_attention
 
     settings = get_settings()
     return sweep_attention(settings, on_attention_handler(settings))
@@ -27,7 +27,8 @@ def auto_track() -> list[str]:
 @app.task(name="autooptimize.rescan_stale")
 def rescan_stale() -> list[str]:
     """Safety sweep: scan every tracked table the listener has not observed within AO_RESCAN_AFTER_SECONDS."""
-    from autooptimize.services.observe import scan_table, stale_tables
+    from autooptimize.services.observe.changes import stale_tables
+    from autooptimize.services.observe.scan import scan_table
 
     settings = get_settings()
     stale = stale_tables(settings)
@@ -39,6 +40,6 @@ def rescan_stale() -> list[str]:
 @app.task(name="autooptimize.hygiene_sweep")
 def hygiene_sweep() -> dict[str, list[str]]:
     """Submit rewrite_manifests, expire_snapshots and remove_orphans where a tracked table needs them."""
-    from autooptimize.services.hygiene import sweep_hygiene
+    from autooptimize.services.hygiene.sweep import sweep_hygiene
 
     return sweep_hygiene(get_settings())

@@ -14,7 +14,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
@@ -22,6 +21,7 @@ from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import EMPTY_DICT
 
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.iceberg.producer import commit_producer
 
 DEFAULT_MANIFEST_TARGET_SIZE = 8 * 1024 * 1024  # Iceberg's commit.manifest.target-size-bytes default
 
@@ -41,14 +41,24 @@ def manifest_target_size(table: Table) -> int:
         return DEFAULT_MANIFEST_TARGET_SIZE
 
 
+@dataclass(frozen=True)
+class ManifestSet:
+    """How many manifests, and their bytes."""
+
+    count: int = 0
+    total_bytes: int = 0
+
+    @classmethod
+    def of(cls, manifests: list[ManifestFile]) -> ManifestSet:
+        return cls(len(manifests), sum(int(m.manifest_length) for m in manifests))
+
+
 @dataclass
 class ManifestRewrite:
     """What one attempt rewrote (the last attempt is the one committed)."""
 
-    manifests_before: int = 0
-    manifests_after: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
+    before: ManifestSet = ManifestSet()  # the data manifests replaced
+    after: ManifestSet = ManifestSet()  # the data manifests written
     files: int = 0
     rows: int = 0
     delete_manifests_kept: int = 0
@@ -100,8 +110,7 @@ class _RewriteManifests(_SnapshotProducer["_RewriteManifests"]):
                 by_spec[manifest.partition_spec_id].append(entry)
         before = sorted(_fingerprint(e) for entries in by_spec.values() for e in entries)
         report = ManifestRewrite(
-            manifests_before=len(old), bytes_before=sum(int(m.manifest_length) for m in old),
-            files=len(before), rows=sum(f[1] for f in before), delete_manifests_kept=len(kept),
+            before=ManifestSet.of(old), files=len(before), rows=sum(f[1] for f in before), delete_manifests_kept=len(kept),
         )
         new: list[ManifestFile] = []
         for spec_id, entries in sorted(by_spec.items()):
@@ -113,8 +122,7 @@ class _RewriteManifests(_SnapshotProducer["_RewriteManifests"]):
                 f"rewritten manifests hold {len(after)} entries ({sum(f[1] for f in after)} rows), "
                 f"the originals {len(before)} ({report.rows} rows), or the entries differ"
             )
-        report.manifests_after = len(new)
-        report.bytes_after = sum(int(m.manifest_length) for m in new)
+        report.after = ManifestSet.of(new)
         self.report = report
         return new + kept
 
@@ -150,8 +158,8 @@ class _RewriteManifests(_SnapshotProducer["_RewriteManifests"]):
             operation=Operation.REPLACE,
             **summary.additional_properties,
             **{
-                "manifests-created": str(report.manifests_after),
-                "manifests-replaced": str(report.manifests_before),
+                "manifests-created": str(report.after.count),
+                "manifests-replaced": str(report.before.count),
                 "manifests-kept": str(report.delete_manifests_kept),
                 "entries-processed": str(report.files),
             },
@@ -173,16 +181,5 @@ def commit_manifest_rewrite(table: Table, properties: dict[str, str], target_siz
         )
     tx = table.transaction()
     producer = _RewriteManifests(tx, table.io, target_size, snapshot_properties=properties)
-    try:
-        producer.commit()
-        tx.commit_transaction()
-    except (VerificationFailed, ConflictAbort):
-        producer._clean_all_uncommitted()
-        raise
-    except ValidationException as exc:
-        raise ConflictAbort(str(exc)) from None
-    except CommitFailedException as exc:
-        raise ConflictAbort(f"commit kept failing on concurrent updates: {exc}") from None
-    snapshot = table.metadata.snapshot_by_id(producer.snapshot_id)
-    assert snapshot is not None
+    snapshot = commit_producer(table, tx, producer, on_abort=producer._clean_all_uncommitted)
     return snapshot, producer.report

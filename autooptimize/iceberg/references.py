@@ -19,6 +19,8 @@ from pyiceberg.manifest import DataFileContent, read_manifest_list
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from autooptimize.errors import InvalidArgument
+
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
 METADATA_KINDS = ("metadata", "manifest-list", "manifest", "statistics")
 
@@ -149,12 +151,14 @@ def list_files(directory: str) -> Iterator[StoredFile]:
 
 
 def delete_files(directory: str, uris: Iterable[str]) -> list[str]:
-    """Delete files (all inside ``directory``); returns those actually deleted (a missing file is skipped)."""
+    """Delete files (all inside ``directory``); returns those actually deleted (a missing file is skipped).
+
+    Raises InvalidArgument (before deleting that file) for a URI outside ``directory``."""
     fs, _ = pafs.FileSystem.from_uri(directory)
     deleted = []
     for uri in uris:
         if not is_within(directory, uri):
-            raise ValueError(f"refusing to delete {uri}: not inside {directory}")
+            raise InvalidArgument(f"refusing to delete {uri}: not inside {directory}")
         _, path = pafs.FileSystem.from_uri(uri)
         try:
             fs.delete_file(path)

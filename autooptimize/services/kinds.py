@@ -49,19 +49,19 @@ KINDS: dict[str, ActionKind] = {
     "sort": ActionKind("sort", "autooptimize.services.merge:run_merge", True, "partition",
                        "rewrite a partition ordered by the sort order into files of disjoint ranges",
                        validator="autooptimize.services.sort:validate_options"),
-    # table hygiene (services/hygiene.py): metadata work and deletions, no Spark
-    "rewrite_manifests": ActionKind("rewrite_manifests", "autooptimize.services.hygiene:run_rewrite_manifests",
+    # table hygiene (services/hygiene/): metadata work and deletions, no Spark
+    "rewrite_manifests": ActionKind("rewrite_manifests", "autooptimize.services.hygiene.manifests:run_rewrite_manifests",
                                     False, "table", "rewrite the data manifests clustered by partition when "
                                     "there are more than manifest_threshold",
-                                    "autooptimize.services.hygiene:validate_rewrite_manifests"),
-    "expire_snapshots": ActionKind("expire_snapshots", "autooptimize.services.hygiene:run_expire_snapshots",
+                                    "autooptimize.services.hygiene.manifests:validate_rewrite_manifests"),
+    "expire_snapshots": ActionKind("expire_snapshots", "autooptimize.services.hygiene.expire:run_expire_snapshots",
                                    False, "table", "expire snapshots older than older_than (keeping retain_last) "
                                    "and delete the files only they referenced",
-                                   "autooptimize.services.hygiene:validate_expire_snapshots"),
-    "remove_orphans": ActionKind("remove_orphans", "autooptimize.services.hygiene:run_remove_orphans",
+                                   "autooptimize.services.hygiene.expire:validate_expire_snapshots"),
+    "remove_orphans": ActionKind("remove_orphans", "autooptimize.services.hygiene.orphans:run_remove_orphans",
                                  False, "table", "delete files in the table location that no snapshot references "
                                  "and that are older than min_age",
-                                 "autooptimize.services.hygiene:validate_remove_orphans"),
+                                 "autooptimize.services.hygiene.orphans:validate_remove_orphans"),
     "compact_deletes": ActionKind("compact_deletes", "autooptimize.services.compact:run_compact_deletes", True,
                                   "partition", "rewrite data files with their position and equality deletes "
                                   "applied, and drop the delete files that no longer apply"),

@@ -69,7 +69,7 @@ def all_status(settings: Settings) -> list[dict[str, Any]]:
     or manifest reads, so this stays fast for many large tables); a table not observed yet, or marked
     for a rescan, is computed from its current snapshot (``source: snapshot``).
     """
-    from autooptimize.services.observe import observed_state
+    from autooptimize.services.observe.attention import observed_state
 
     with session_scope(settings) as session:
         names = [r.identifier for r in tracked_tables(session, settings.catalog)]

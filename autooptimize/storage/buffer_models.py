@@ -15,7 +15,6 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
-    UniqueConstraint,
     func,
     true,
 )
@@ -23,7 +22,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.types import TIMESTAMP
 
-from autooptimize.storage.models import Base
+from autooptimize.storage.models import Base, CatalogTableKey
 
 
 class FileState(str, enum.Enum):
@@ -41,15 +40,10 @@ class BatchState(str, enum.Enum):
     EMPTY = "empty"  # every file was quarantined; nothing to commit
 
 
-class BufferTable(Base):
+class BufferTable(CatalogTableKey, Base):
     """A table that takes buffered writes, with its consolidation rules (None: the service default)."""
 
     __tablename__ = "ao_buffer_tables"
-    __table_args__ = (UniqueConstraint("catalog", "identifier"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    catalog: Mapped[str] = mapped_column(String(200))
-    identifier: Mapped[str] = mapped_column(String(500))
     max_age_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
     min_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     max_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

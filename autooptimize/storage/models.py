@@ -23,7 +23,7 @@ from sqlalchemy import (
     func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 from sqlalchemy.types import TIMESTAMP
 
 NAMING_CONVENTION = {
@@ -37,6 +37,20 @@ NAMING_CONVENTION = {
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class CatalogTableKey:
+    """The key of a row that stands for one Iceberg table: an id, and (catalog, identifier) unique."""
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[Any, ...]:
+        # a fresh constraint per table: one constraint object cannot belong to two tables
+        return (UniqueConstraint("catalog", "identifier"),)
+
+    # sort_order: first in the table, as the migrations created them
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, sort_order=-3)
+    catalog: Mapped[str] = mapped_column(String(200), sort_order=-2)
+    identifier: Mapped[str] = mapped_column(String(500), sort_order=-1)
 
 
 def _now() -> Any:
@@ -63,13 +77,9 @@ class Trigger(str, enum.Enum):
     AD_HOC = "ad-hoc"
 
 
-class TrackedTable(Base):
+class TrackedTable(CatalogTableKey, Base):
     __tablename__ = "ao_tracked_tables"
-    __table_args__ = (UniqueConstraint("catalog", "identifier"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    catalog: Mapped[str] = mapped_column(String(200))
-    identifier: Mapped[str] = mapped_column(String(500))
     target_file_size: Mapped[int] = mapped_column(BigInteger)
     tolerance: Mapped[int] = mapped_column(BigInteger)
     min_input_files: Mapped[int] = mapped_column(Integer, default=2)

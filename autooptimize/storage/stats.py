@@ -2,7 +2,8 @@
 
 Every function takes a Session and never commits. The caller applies one snapshot (its stats deltas, its
 history rows and the cursor advance) in one transaction, after :func:`lock_table`, so a crash never
-half-applies a snapshot and two observers of one table take turns.
+half-applies a snapshot and two observers of one table take turns. Finding work (changed tables,
+partitions needing attention) is in :mod:`autooptimize.storage.observe_work`.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Numeric, cast, delete, func, literal_column, select, text, tuple_
+from sqlalchemy import delete, func, literal_column, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autooptimize.domain.entropy import squared_error
 from autooptimize.errors import AutoOptimizeError
-from autooptimize.storage.models import Action, ActionState, EntropyHistory, PartitionStats, TrackedTable
+from autooptimize.storage.models import EntropyHistory, PartitionStats
 from autooptimize.storage.observe_models import TableCursor
 from autooptimize.storage.repositories import now
 
@@ -30,8 +31,20 @@ class StatsDrift(AutoOptimizeError):
     counted twice, totals disagree): the stored stats cannot be trusted and the table needs a scan."""
 
 
+class MeanSquaredErrorMixin:
+    """The ``mse`` of a frozen dataclass holding a partition's ``sse`` and ``n_files``."""
+
+    sse: int
+    n_files: int
+
+    @property
+    def mse(self) -> float:
+        """SSE / N in bytes²; 0.0 for an empty partition."""
+        return self.sse / self.n_files if self.n_files else 0.0
+
+
 @dataclass(frozen=True)
-class PartitionFigures:
+class PartitionFigures(MeanSquaredErrorMixin):
     """Stored File Size Entropy of one partition."""
 
     spec_id: int
@@ -40,10 +53,6 @@ class PartitionFigures:
     sse: int
     total_bytes: int
     small_files: int
-
-    @property
-    def mse(self) -> float:
-        return self.sse / self.n_files if self.n_files else 0.0
 
 
 @dataclass(frozen=True)
@@ -69,21 +78,6 @@ class Cursor:
     target_file_size: int | None
     needs_scan: bool
     scan_reason: str | None
-
-
-@dataclass(frozen=True)
-class AttentionRow:
-    table_id: int
-    identifier: str
-    spec_id: int
-    partition_key: str
-    n_files: int
-    sse: int
-    tolerance: int
-
-    @property
-    def mse(self) -> float:
-        return self.sse / self.n_files if self.n_files else 0.0
 
 
 def exact_partition(spec_id: int, key: str, values: dict[str, Any], sizes: Sequence[int],
@@ -323,81 +317,3 @@ def table_file_count(session: Session, table_id: int) -> int:
     c = PartitionStats.__table__.c
     return int(session.execute(select(func.coalesce(func.sum(c.n_files), 0)).where(c.table_id == table_id)).scalar_one())
 
-
-# --- finding work -----------------------------------------------------------------------------------------
-
-_CHANGED_SQL = text(
-    """
-    SELECT t.identifier
-    FROM ao_tracked_tables t
-    JOIN iceberg_tables i
-      ON i.catalog_name = t.catalog AND i.table_namespace || '.' || i.table_name = t.identifier
-    LEFT JOIN ao_table_cursors c ON c.table_id = t.id
-    WHERE t.catalog = :catalog
-      AND (c.table_id IS NULL OR c.needs_scan OR c.metadata_location IS DISTINCT FROM i.metadata_location)
-    ORDER BY t.identifier
-    """
-)
-
-
-def changed_tables_in_catalog_db(session: Session, catalog: str) -> list[str]:
-    """Tracked tables whose catalog entry (pyiceberg's SqlCatalog ``iceberg_tables``, in the same database)
-    names another metadata file than their cursor, never seen, or flagged for a scan. One query."""
-    return [r.identifier for r in session.execute(_CHANGED_SQL, {"catalog": catalog})]
-
-
-def changed_tables_from_locations(session: Session, catalog: str, locations: dict[str, str | None]) -> list[str]:
-    """Like :func:`changed_tables_in_catalog_db`, for a catalog database elsewhere: ``locations`` maps
-    ``namespace.table`` to its current metadata location."""
-    rows = session.execute(
-        select(TrackedTable.identifier, TableCursor.table_id, TableCursor.metadata_location, TableCursor.needs_scan)
-        .outerjoin(TableCursor, TableCursor.table_id == TrackedTable.id)
-        .where(TrackedTable.catalog == catalog)
-        .order_by(TrackedTable.identifier)
-    )
-    return [
-        r.identifier for r in rows
-        if r.identifier in locations
-        and (r.table_id is None or r.needs_scan or r.metadata_location != locations[r.identifier])
-    ]
-
-
-def attention_rows(session: Session, catalog: str, *, table_id: int | None = None,
-                   partitions: set[PartitionId] | None = None) -> list[AttentionRow]:
-    """Partitions of enabled tables whose MSE ≥ tolerance², decided exactly (SSE ≥ T²·N, N > 0)."""
-    p = PartitionStats.__table__.c
-    t = TrackedTable.__table__.c
-    stmt = (
-        select(t.id, t.identifier, t.tolerance, p.spec_id, p.partition_key, p.n_files, p.sse)
-        .join_from(PartitionStats, TrackedTable, p.table_id == t.id)
-        .where(t.catalog == catalog, t.enabled.is_(True), p.n_files > 0,
-               p.sse >= cast(t.tolerance, Numeric(40, 0)) * t.tolerance * p.n_files)
-        .order_by(t.identifier, p.spec_id, p.partition_key)
-    )
-    if table_id is not None:
-        stmt = stmt.where(t.id == table_id)
-    if partitions is not None:
-        if not partitions:
-            return []
-        stmt = stmt.where(tuple_(p.spec_id, p.partition_key).in_(sorted(partitions)))
-    return [
-        AttentionRow(r.id, r.identifier, r.spec_id, r.partition_key, int(r.n_files), int(r.sse), int(r.tolerance))
-        for r in session.execute(stmt)
-    ]
-
-
-def pending_partitions(session: Session, table_ids: Iterable[int]) -> dict[int, set[PartitionId | None]]:
-    """Per table, the partitions with a queued or running action (``None``: one covers the whole table)."""
-    ids = sorted(set(table_ids))
-    if not ids:
-        return {}
-    result: dict[int, set[PartitionId | None]] = {i: set() for i in ids}
-    rows = session.execute(
-        select(Action.table_id, Action.spec_id, Action.partition_key).where(
-            Action.table_id.in_(ids),
-            Action.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value]),
-        )
-    )
-    for r in rows:
-        result[r.table_id].add(None if r.partition_key is None else (r.spec_id, r.partition_key))
-    return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from autooptimize.services import actions, tracking
 from autooptimize.services.decide import submit_for_partition
-from autooptimize.services.observe import scan_table
+from autooptimize.services.observe.scan import scan_table
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
 from tests.integration.tables import DAY1, batch, identifier, make_table
@@ -75,7 +75,7 @@ def test_auto_tracking_by_namespace_pattern_is_opt_in(settings, catalog):
 
 
 def test_tables_not_observed_recently_are_stale(settings, catalog):
-    from autooptimize.services.observe import stale_tables
+    from autooptimize.services.observe.changes import stale_tables
 
     table = make_table(catalog, {DAY1: 2})
     ident = identifier(table)
@@ -202,7 +202,7 @@ def test_a_budget_too_small_for_any_group_is_reported(settings, catalog):
 
 
 def test_the_listener_hands_over_a_partition_that_received_delete_files(settings, catalog):
-    from autooptimize.services.observe import observe_table
+    from autooptimize.services.observe.roll import observe_table
     from tests.integration.deletes import data_files, delete_positions
 
     table = make_table(catalog, {DAY1: 1}, rows=50)

@@ -16,6 +16,8 @@ from sqlalchemy import func, select
 from autooptimize.errors import InvalidArgument, TableNotFound
 from autooptimize.iceberg.checksum import arrow_checksum, table_checksum
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
+from autooptimize.iceberg.manifests import data_manifests
+from autooptimize.iceberg.references import ReferenceReader
 from autooptimize.services import actions, hygiene, tracking
 from autooptimize.services.merge import Hooks
 from autooptimize.storage.db import session_scope
@@ -97,7 +99,7 @@ def test_rewrite_manifests_clusters_by_partition_and_keeps_every_file(settings, 
     before = both_readers(table)
     assert before[0] == before[1]
     files_before, entries_before = sorted(live_files(table)), _entries(table)
-    assert len(hygiene.data_manifests(table)) == 8
+    assert len(data_manifests(table)) == 8
 
     # one byte of target size: every partition starts a new manifest, so the clustering shows
     out = _run(settings, table, "rewrite_manifests", manifest_threshold=3, target_manifest_size=1)
@@ -110,7 +112,7 @@ def test_rewrite_manifests_clusters_by_partition_and_keeps_every_file(settings, 
     snapshot = table.current_snapshot()
     assert snapshot.summary.operation.value == "replace"
     assert snapshot.summary[ACTION_ID_PROPERTY] == out["id"]
-    manifests = hygiene.data_manifests(table)
+    manifests = data_manifests(table)
     assert len(manifests) == 2
     for manifest in manifests:  # one partition per manifest: tight bounds
         (summary,) = manifest.partitions
@@ -198,7 +200,7 @@ def test_expire_snapshots_keeps_current_and_tags_and_deletes_only_unreferenced_f
     assert table.scan(snapshot_id=first.snapshot_id).to_arrow().num_rows == 10
     # every file any remaining snapshot references is still on disk
     on_disk = {_local(p) for p in files_on_disk(table)}
-    reader = hygiene.ReferenceReader(table)
+    reader = ReferenceReader(table)
     assert {_local(p) for p in reader.table_references(table)} <= on_disk
     with session_scope(settings) as s:
         events = [e.event for e in audit_events(s, out["id"])]
@@ -257,7 +259,7 @@ def test_remove_orphans_deletes_only_old_unreferenced_files_and_dry_run_lists_th
     table.overwrite(batch(500, 10, DAY1))  # earlier files: referenced only by older snapshots now
     ident = identifier(table)
     before = both_readers(table)
-    referenced_before = sorted(hygiene.ReferenceReader(table).table_references(table))
+    referenced_before = sorted(ReferenceReader(table).table_references(table))
     data = table.location().removeprefix("file://") + "/data"
     tracking.track(settings, ident)
 
@@ -289,7 +291,7 @@ def test_remove_orphans_deletes_only_old_unreferenced_files_and_dry_run_lists_th
     assert files_on_disk(table) == on_disk - {stray, leftover}
     for kept in (in_flight, unknown, hidden, young):
         assert os.path.exists(kept)
-    assert sorted(hygiene.ReferenceReader(table).table_references(table)) == referenced_before
+    assert sorted(ReferenceReader(table).table_references(table)) == referenced_before
     assert {_local(p) for p in referenced_before} <= files_on_disk(table)
     assert both_readers(table) == before
     assert table.scan(snapshot_id=first.snapshot_id).to_arrow().num_rows == 10  # time travel still reads

@@ -29,16 +29,14 @@ from autooptimize.iceberg.commit import commit_replace, data_file_from_footer
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff, snapshots_since
 from autooptimize.services import tracking
-from autooptimize.services.observe import (
-    PollSchedule,
-    changed_tables,
-    mark_for_scan,
-    observe_table,
+from autooptimize.services.observe.attention import (
     observed_state,
     partitions_needing_attention,
-    scan_table,
     sweep_attention,
 )
+from autooptimize.services.observe.changes import PollSchedule, changed_tables
+from autooptimize.services.observe.roll import observe_table
+from autooptimize.services.observe.scan import mark_for_scan, scan_table
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, EntropyHistory, PartitionStats
 from autooptimize.storage.observe_models import TableCursor
@@ -518,7 +516,7 @@ class Crash(BaseException):
 
 
 def test_a_crash_inside_a_snapshot_transaction_applies_nothing_of_it(settings, catalog, monkeypatch):
-    import autooptimize.services.observe as observe
+    import autooptimize.services.observe.roll as observe
 
     table = make_table(catalog, {DAY1: 2}, name="crash")
     table_id = _track(settings, table)
@@ -593,7 +591,8 @@ def test_listener_once_from_the_command_line(settings, catalog):
 
 def test_the_overview_reads_observed_tables_from_the_listeners_stats(settings, catalog):
     from autooptimize.services import tracking
-    from autooptimize.services.observe import mark_for_scan, observe_table
+    from autooptimize.services.observe.roll import observe_table
+    from autooptimize.services.observe.scan import mark_for_scan
     from autooptimize.services.status import all_status, table_status
     from tests.integration.tables import DAY1, DAY2, identifier, make_table
 
