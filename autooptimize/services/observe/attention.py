@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autooptimize.config import Settings
+from autooptimize.domain.entropy import needs_attention
 from autooptimize.errors import InvalidArgument
 from autooptimize.services.observe.common import ObserveReport, OnAttention, TrackedSettings
 from autooptimize.storage.db import session_scope
@@ -146,8 +147,7 @@ def observed_state(settings: Settings, identifier: str) -> dict[str, Any]:
             "sse": f.sse,
             "mse": f.mse,
             "rmse_bytes": int(f.mse ** 0.5),
-            # ATTENTION-RULE: becomes autooptimize.domain.entropy.needs_attention(f.sse, f.n_files, tolerance)
-            "needs_attention": f.n_files > 0 and f.sse >= tolerance * tolerance * f.n_files,
+            "needs_attention": needs_attention(f.sse, f.n_files, tolerance),
             "bytes": f.total_bytes,
             "small_files": f.small_files,
         }
