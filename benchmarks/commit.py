@@ -5,7 +5,9 @@
 Builds a table partitioned by identity on 8 values with one append commit (one file, one manifest)
 per snapshot, then alternates: one REPLACE of a partition's live files by one merged file through
 autooptimize's commit (autooptimize.iceberg.commit.commit_replace), and one plain ``Table.append`` of a
-small batch. Both are timed end to end (staging, manifest list, catalog swap). The Parquet output of
+small batch. Each REPLACE takes the 4 oldest live files of one partition, so the table keeps about as
+many manifests as snapshots (the table is built with 2 × rounds extra commits to stay ≥ --snapshots).
+Both are timed end to end (staging, manifest list, catalog swap). The Parquet output of
 the REPLACE is written before its timer starts: this measures the commit, not the rewrite.
 Prints p50/p95 of each and their ratio.
 """
@@ -71,7 +73,7 @@ def run(snapshots: int, rounds: int) -> dict:
         catalog.create_namespace("bench")
         table = catalog.create_table("bench.commits", SCHEMA, partition_spec=SPEC)
         started = time.monotonic()
-        for i in range(snapshots):
+        for i in range(snapshots + 2 * rounds):
             table.append(_batch(i * 10, 10, i % 8))
         build_seconds = time.monotonic() - started
         replace_s: list[float] = []
@@ -81,7 +83,7 @@ def run(snapshots: int, rounds: int) -> dict:
         for r in range(rounds):
             p = r % 8
             table.refresh()
-            inputs = _partition_files(table, p)
+            inputs = _partition_files(table, p)[:4]
             data = pa.concat_tables([pq.read_table(f.file_path.removeprefix("file://")).cast(ARROW) for f in inputs])
             path = f"{table.location()}/data/p={p}/merged-{uuid.uuid4().hex}.parquet"
             import os
@@ -122,7 +124,7 @@ def run(snapshots: int, rounds: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--snapshots", type=int, default=500)
+    parser.add_argument("--snapshots", type=int, default=500, help="at least this many snapshots and manifests")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
