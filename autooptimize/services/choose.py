@@ -12,11 +12,13 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from autooptimize.domain.actions import MergeRequest
 from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, PartitionFacts, SortFacts, decide
 from autooptimize.domain.planning import Plan
 from autooptimize.errors import ActionRefused, InvalidArgument
 from autooptimize.iceberg.files import PartitionFiles
-from autooptimize.services.merge import MergeRequest, _plan_files, _plan_partition, refusal, sort_spec
+from autooptimize.services.rewrite.merge import plan_files, plan_partition, refusal
+from autooptimize.services.rewrite.sort import sort_spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +57,13 @@ def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
     largest upper bound before it, and a later one iff its upper bound reaches the next lower bound.
     Files without bounds (only nulls, or no statistics) count as overlapping.
     """
-    from autooptimize.services.sort import _bound
+    from autooptimize.services.sort import bound
 
     spans = []
     unknown = 0
     for f in pf.data_files:
-        lo = _bound(f.data_file, column, table, "lower_bounds")
-        hi = _bound(f.data_file, column, table, "upper_bounds")
+        lo = bound(f.data_file, column, table, "lower_bounds")
+        hi = bound(f.data_file, column, table, "upper_bounds")
         if lo is None or hi is None:
             unknown += f.size
         else:
@@ -84,18 +86,18 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
     merge_plan = None
     merge = None
     if problem is None or problem.reason == "has_delete_files":
-        merge_plan = _plan_partition(table, pf, request)
+        merge_plan = plan_partition(table, pf, request)
         if merge_plan.is_empty:
             merge_plan = None
             if request.max_bytes is not None:  # nothing fits the budget: say so when something would help
-                unlimited = _plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
+                unlimited = plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
                 if not unlimited.is_empty:
                     merge = MergeFacts(unlimited.bytes_rewritten, unlimited.files_in, unlimited.files_out,
                                        unlimited.mse_before, unlimited.mse_after, limited_by_budget=True)
     if merge_plan is not None:
         limited = False
         if request.max_bytes is not None and merge_plan.mse_after >= float(request.tolerance) ** 2:
-            unlimited = _plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
+            unlimited = plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
             limited = unlimited.bytes_rewritten > request.max_bytes
         merge = MergeFacts(merge_plan.bytes_rewritten, merge_plan.files_in, merge_plan.files_out,
                            merge_plan.mse_before, merge_plan.mse_after, limited)
@@ -109,7 +111,7 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
         if order is not None:
             from autooptimize.services.sort import plan_sort
 
-            sort_plan, _ = plan_sort(_plan_files(pf, request.sizing), [f.data_file for f in pf.data_files], table,
+            sort_plan, _ = plan_sort(plan_files(pf, request.sizing), [f.data_file for f in pf.data_files], table,
                                      order[0], request.target_file_size, request.tolerance,
                                      request.min_input_files, request.max_bytes,
                                      max_group_bytes=request.max_group_bytes)

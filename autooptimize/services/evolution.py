@@ -1,4 +1,5 @@
-"""Schema and partition evolution for the merge action.
+"""Schema and partition evolution for the merge action (its planning; the pyarrow rewrite path is
+services/rewrite/evolution.py).
 
 * Files without Parquet field ids (``add_files`` under a name mapping) are planned in their own
   groups, never with files that carry ids: they are read by name, the others by id.
@@ -23,7 +24,7 @@ from pyiceberg.typedef import Record
 from autooptimize.domain.checks import bool_option
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, expected_outputs, output_sizes
-from autooptimize.errors import InvalidArgument, VerificationFailed
+from autooptimize.errors import InvalidArgument
 
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 
@@ -118,94 +119,3 @@ def decode_partition(spec: PartitionSpec, table: Table, encoded: list[str | None
         raise InvalidArgument(f"partition {encoded!r} does not match spec {spec.spec_id}")
     return Record(*[None if v is None else from_bytes(f.field_type, bytes.fromhex(v))
                     for v, f in zip(encoded, partition_type.fields, strict=True)])
-
-
-def evolution_rewrite(table: Table, pf: Any, inputs: list[str], directory: str, files_out: int, codec: str,
-                      by_path: dict[str, Any], hooks: Any, respec: bool) -> dict[str, Any]:
-    """Rewrite one group on the pyarrow path and verify it; returns the merge's checkpoint entry.
-
-    Raises VerificationFailed unless rows and content checksum of the outputs (read back through
-    pyiceberg) equal those of the inputs, the footers hold those rows, and every respec output holds
-    only rows of the partition it is recorded under.
-    """
-    from autooptimize.iceberg.commit import data_file_from_footer
-    from spark_actors.arrow_rewrite import digest_files, rewrite_group_arrow
-
-    spec = table.spec() if respec else None
-    result = rewrite_group_arrow(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,
-                                 spec=spec, input_partition=None if respec else (pf.spec_id, pf.record))
-    rows_out, checksum_out = result.rows_out, result.checksum_out
-    if hooks.after_write:
-        hooks.after_write(list(result.paths))
-        rows_out, checksum_out = digest_files(table, list(result.paths), list(result.partitions))
-    metadata_rows = sum(by_path[p].record_count for p in inputs)
-    if result.rows_in != metadata_rows:
-        raise VerificationFailed(
-            f"pyiceberg read {result.rows_in} rows from {len(inputs)} inputs but their metadata says {metadata_rows}"
-        )
-    if (rows_out, checksum_out) != (result.rows_in, result.checksum_in):
-        raise VerificationFailed(
-            f"output of {directory} differs from its inputs: rows {result.rows_in} → {rows_out}, "
-            f"checksum {result.checksum_in} → {checksum_out}"
-        )
-    partitions = list(result.partitions)
-    if respec:
-        assert spec is not None
-        for path, partition in zip(result.paths, partitions, strict=True):
-            check_partition(table, spec, path, partition)
-    outputs = [data_file_from_footer(table, p, sid, record) for p, (sid, record) in zip(result.paths, partitions,
-                                                                                        strict=True)]
-    footer_rows = sum(int(o.record_count) for o in outputs)
-    if footer_rows != rows_out:
-        raise VerificationFailed(f"output footers of {directory} hold {footer_rows} rows, expected {rows_out}")
-    entry: dict[str, Any] = {
-        "spec_id": pf.spec_id,
-        "partition": pf.key,
-        "inputs": inputs,
-        "outputs": list(result.paths),
-        "bytes_in": sum(by_path[p].size for p in inputs),
-        "bytes_out": sum(int(o.file_size_in_bytes) for o in outputs),
-        "rows_in": result.rows_in,
-        "rows_out": rows_out,
-        "checksum_in": result.checksum_in,
-        "checksum_out": checksum_out,
-        "output_sizes": [int(o.file_size_in_bytes) for o in outputs],
-        "engine": "arrow",
-    }
-    if respec:
-        assert spec is not None
-        entry["output_partitions"] = [[sid, encode_partition(spec, table, record)] for sid, record in partitions]
-    return entry
-
-
-def check_partition(table: Table, spec: PartitionSpec, path: str, partition: tuple[int, Record]) -> None:
-    """Raise VerificationFailed unless every row of the output at ``path`` maps to ``record`` under ``spec``."""
-    import pyarrow.compute as pc
-    from pyiceberg.io.pyarrow import _get_field_from_arrow_table
-
-    from spark_actors.arrow_rewrite import read_back
-
-    record = partition[1]
-    data = read_back(table, [path], [partition])
-    schema = table.schema()
-    for pos, pfield in enumerate(spec.fields):
-        source = schema.find_field(pfield.source_id)
-        column = _get_field_from_arrow_table(data, schema.find_column_name(pfield.source_id))
-        values = pfield.transform.pyarrow_transform(source.field_type)(column)
-        distinct = pc.unique(values).to_pylist()
-        if distinct != [record[pos]]:
-            raise VerificationFailed(
-                f"output {path} holds {pfield.name} values {distinct[:5]} but is recorded under {record[pos]!r}"
-            )
-
-
-def evolution_data_files(table: Table, entry: dict[str, Any]) -> list[Any]:
-    """DataFiles of a respec entry, each with the spec and partition its rewrite recorded."""
-    from autooptimize.iceberg.commit import data_file_from_footer
-
-    specs = table.specs()
-    files = []
-    for path, (spec_id, encoded) in zip(entry["outputs"], entry["output_partitions"], strict=True):
-        spec = specs[int(spec_id)]
-        files.append(data_file_from_footer(table, path, spec.spec_id, decode_partition(spec, table, encoded)))
-    return files

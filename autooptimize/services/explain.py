@@ -9,7 +9,7 @@ from autooptimize.domain.entropy import EntropyStats
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import key_from_values, parse_partition
 from autooptimize.services.choose import choose, planning_request
-from autooptimize.services.merge import plan_to_dict, select_partitions
+from autooptimize.services.rewrite.merge import plan_to_dict, select_partitions
 from autooptimize.services.tracking import ACTION_KINDS, size_arg, tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table

@@ -1,7 +1,7 @@
 """The action kinds the executor knows: what runs each one and what it needs.
 
 ``services/actions.execute`` looks the kind up here; each runner has the signature of
-``services.merge.run_merge``: ``(settings, request, spark, save_checkpoint, hooks) -> MergeOutcome``.
+``services.rewrite.merge.run_merge``: ``(settings, request, spark, save_checkpoint, hooks) -> MergeOutcome``.
 Runners are named as "module:function" and imported on first use, so this module imports nothing.
 """
 
@@ -43,10 +43,10 @@ def _load(ref: str) -> Callable[..., Any]:
 
 
 KINDS: dict[str, ActionKind] = {
-    "merge": ActionKind("merge", "autooptimize.services.merge:run_merge", True, "partition",
+    "merge": ActionKind("merge", "autooptimize.services.rewrite.merge:run_merge", True, "partition",
                         "merge small files into target-size files (fewest replacements)",
                         validator="autooptimize.services.evolution:validate_merge_options"),
-    "sort": ActionKind("sort", "autooptimize.services.merge:run_merge", True, "partition",
+    "sort": ActionKind("sort", "autooptimize.services.rewrite.merge:run_merge", True, "partition",
                        "rewrite a partition ordered by the sort order into files of disjoint ranges",
                        validator="autooptimize.services.sort:validate_options"),
     # table hygiene (services/hygiene/): metadata work and deletions, no Spark
@@ -62,7 +62,7 @@ KINDS: dict[str, ActionKind] = {
                                  False, "table", "delete files in the table location that no snapshot references "
                                  "and that are older than min_age",
                                  "autooptimize.services.hygiene.orphans:validate_remove_orphans"),
-    "compact_deletes": ActionKind("compact_deletes", "autooptimize.services.compact:run_compact_deletes", True,
+    "compact_deletes": ActionKind("compact_deletes", "autooptimize.services.rewrite.compact:run_compact_deletes", True,
                                   "partition", "rewrite data files with their position and equality deletes "
                                   "applied, and drop the delete files that no longer apply"),
 }

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from autooptimize.domain.checks import bool_option
 from autooptimize.errors import InvalidArgument
@@ -68,11 +68,11 @@ def validate_progress_options(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-Job = Callable[[], dict[str, Any]]
+R = TypeVar("R")
 
 
-def write_groups(jobs: list[Job], concurrency: int, on_done: Callable[[int, dict[str, Any]], None],
-                 interrupt: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+def write_groups(jobs: list[Callable[[], R]], concurrency: int, on_done: Callable[[int, R], None],
+                 interrupt: Callable[[], None] | None = None) -> list[R]:
     """Run ``jobs`` with at most ``concurrency`` in flight; returns their results in job order.
 
     ``on_done(index, result)`` runs in the calling thread as each job finishes (partial commits happen
@@ -80,14 +80,14 @@ def write_groups(jobs: list[Job], concurrency: int, on_done: Callable[[int, dict
     too), no further job starts, ``interrupt`` is asked to stop the running ones, and every running job
     is waited for before the first error is raised: nobody cleans output a job is still writing.
     """
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[int, R] = {}
     if concurrency <= 1:  # no pool: the caller's thread runs each job in turn
         for i, job in enumerate(jobs):
             results[i] = job()
             on_done(i, results[i])
         return [results[i] for i in range(len(jobs))]
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ao-rewrite")
-    futures: dict[Future[dict[str, Any]], int] = {}
+    futures: dict[Future[R], int] = {}
     try:
         futures = {pool.submit(job): i for i, job in enumerate(jobs)}
         pending = set(futures)

@@ -19,12 +19,12 @@ Where the figure comes from, in order:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 
 from autooptimize.config import Settings
+from autooptimize.domain.actions import NO_SIZING, Sizing
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
 
@@ -37,22 +37,7 @@ CALIBRATION_TARGETS = 4
 #: … and never more than this many raw bytes.
 CALIBRATION_MAX_BYTES = 256 * 1024 * 1024
 
-
-@dataclass(frozen=True)
-class Sizing:
-    bytes_per_row: float | None
-    source: str  # history | calibration | none
-
-    def out_size(self, record_count: int) -> int | None:
-        if self.bytes_per_row is None:
-            return None
-        return max(1, round(record_count * self.bytes_per_row))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"bytes_per_row": self.bytes_per_row, "source": self.source}
-
-
-NO_SIZING = Sizing(None, "none")
+__all__ = ["NO_SIZING", "REWRITE_KINDS", "Sizing", "calibrate", "calibration_sample", "learned"]
 
 
 def learned(settings: Settings, identifier: str) -> Sizing:

@@ -125,7 +125,8 @@ def validate_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _bound(data_file: Any, column: SortColumn, table: Table, which: str) -> Any:
+def bound(data_file: Any, column: SortColumn, table: Table, which: str) -> Any:
+    """The file's ``lower_bounds``/``upper_bounds`` (``which``) value of ``column``, or None."""
     bounds = getattr(data_file, which) or {}
     raw = bounds.get(column.field_id)
     if raw is None:
@@ -137,7 +138,7 @@ def ranges(table: Table, data_files: list[Any], column: SortColumn) -> list[tupl
     """``(lower, upper)`` of ``column`` per file, or None if a file lacks bounds (e.g. nulls only)."""
     result = []
     for df in data_files:
-        lo, hi = _bound(df, column, table, "lower_bounds"), _bound(df, column, table, "upper_bounds")
+        lo, hi = bound(df, column, table, "lower_bounds"), bound(df, column, table, "upper_bounds")
         if lo is None or hi is None or (df.null_value_counts or {}).get(column.field_id):
             return None
         result.append((lo, hi))

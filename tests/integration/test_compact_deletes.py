@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 
+from autooptimize.domain.actions import Hooks
 from autooptimize.iceberg.checksum import arrow_checksum, table_checksum
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
 from autooptimize.iceberg.deletes import (
@@ -27,7 +28,6 @@ from autooptimize.iceberg.deletes import (
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.iceberg.snapshots import snapshot_diff
 from autooptimize.services import actions, tracking
-from autooptimize.services.merge import Hooks
 from tests.integration.deletes import (
     data_files,
     delete_equal,

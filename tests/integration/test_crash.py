@@ -30,7 +30,7 @@ CHILD = r"""
 import os, sys
 from autooptimize.config import get_settings
 from autooptimize.services import actions
-from autooptimize.services.merge import Hooks
+from autooptimize.domain.actions import Hooks
 
 def die(*_):
     os.kill(os.getpid(), 9)

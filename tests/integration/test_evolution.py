@@ -265,7 +265,7 @@ def test_arrow_path_rewrites_uuid_fixed_list_map_and_evolved_columns(settings, s
 
 
 def test_tampered_arrow_output_blocks_the_commit(settings, spark, catalog):
-    from autooptimize.services.merge import Hooks
+    from autooptimize.domain.actions import Hooks
 
     table = _new_table(catalog, ARROW_SCHEMA)
     for start in (0, 30):

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import func, select
 
+from autooptimize.domain.actions import Hooks
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.checksum import table_checksum
 from autooptimize.iceberg.commit import (
@@ -19,7 +20,6 @@ from autooptimize.iceberg.commit import (
     find_action_snapshot,
 )
 from autooptimize.services import actions, tracking
-from autooptimize.services.merge import Hooks
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action
 from tests.integration.tables import (

@@ -7,10 +7,10 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
 
+from autooptimize.domain.actions import Hooks
 from autooptimize.iceberg.checksum import arrow_checksum, table_checksum
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
 from autooptimize.services import actions, tracking
-from autooptimize.services.merge import Hooks
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit_events
 from tests.integration.tables import (

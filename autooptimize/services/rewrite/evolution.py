@@ -1,0 +1,86 @@
+"""The pyarrow rewrite path of merge/respec groups (files without field ids, types Spark cannot write
+faithfully, older-spec partitions moved to the current spec), and the DataFiles of a respec group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.table import Table
+from pyiceberg.typedef import Record
+
+from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks
+from autooptimize.errors import VerificationFailed
+from autooptimize.iceberg.commit import data_file_from_footer
+from autooptimize.iceberg.files import LiveFile, PartitionFiles
+from autooptimize.services.evolution import decode_partition, encode_partition
+from autooptimize.services.rewrite.kind import group_result
+from autooptimize.services.rewrite.verify import observed_digest, verify_group
+
+
+def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory: str, files_out: int,
+                      codec: str, by_path: dict[str, LiveFile], hooks: Hooks, respec: bool) -> GroupResult:
+    """Rewrite one group on the pyarrow path and verify it; returns the group's checkpoint record.
+
+    Raises VerificationFailed unless rows and content checksum of the outputs (read back through
+    pyiceberg) equal those of the inputs, the footers hold those rows, and every respec output holds
+    only rows of the partition it is recorded under.
+    """
+    from spark_actors.arrow_rewrite import digest_files, rewrite_group_arrow
+
+    spec = table.spec() if respec else None
+    result = rewrite_group_arrow(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,
+                                 spec=spec, input_partition=None if respec else (pf.spec_id, pf.record))
+    partitions = list(result.partitions)
+    digest_in = Digest(result.rows_in, result.checksum_in)
+    digest_out = observed_digest(hooks, list(result.paths), Digest(result.rows_out, result.checksum_out),
+                                 lambda: Digest(*digest_files(table, list(result.paths), partitions)))
+    outputs: list[Any] = []
+
+    def footer_rows() -> int:
+        if spec is not None:  # a respec: every output holds only rows of the partition it is recorded under
+            for path, partition in zip(result.paths, partitions, strict=True):
+                check_partition(table, spec, path, partition)
+        outputs.extend(data_file_from_footer(table, p, sid, record)
+                       for p, (sid, record) in zip(result.paths, partitions, strict=True))
+        return sum(int(o.record_count) for o in outputs)
+
+    verify_group(directory, reader="pyiceberg", files_in=len(inputs),
+                 metadata_rows=sum(by_path[p].record_count for p in inputs), rows_read=digest_in.rows,
+                 expected_out=digest_in, digest_out=digest_out, footer_rows=footer_rows)
+    encoded = None if spec is None else tuple((int(sid), tuple(encode_partition(spec, table, record)))
+                                              for sid, record in partitions)
+    return group_result(pf, inputs, sum(by_path[p].size for p in inputs), list(result.paths), outputs,
+                        digest_in.rows, digest_in.checksum, digest_out, engine=Engine.ARROW.value,
+                        output_partitions=encoded)
+
+
+def check_partition(table: Table, spec: PartitionSpec, path: str, partition: tuple[int, Record]) -> None:
+    """Raise VerificationFailed unless every row of the output at ``path`` maps to ``record`` under ``spec``."""
+    import pyarrow.compute as pc
+    from pyiceberg.io.pyarrow import _get_field_from_arrow_table
+
+    from spark_actors.arrow_rewrite import read_back
+
+    record = partition[1]
+    data = read_back(table, [path], [partition])
+    schema = table.schema()
+    for pos, pfield in enumerate(spec.fields):
+        source = schema.find_field(pfield.source_id)
+        column = _get_field_from_arrow_table(data, schema.find_column_name(pfield.source_id))
+        values = pfield.transform.pyarrow_transform(source.field_type)(column)
+        distinct = pc.unique(values).to_pylist()
+        if distinct != [record[pos]]:
+            raise VerificationFailed(
+                f"output {path} holds {pfield.name} values {distinct[:5]} but is recorded under {record[pos]!r}"
+            )
+
+
+def evolution_data_files(table: Table, group: GroupResult) -> list[Any]:
+    """DataFiles of a respec group, each with the spec and partition its rewrite recorded."""
+    specs = table.specs()
+    files = []
+    for path, (spec_id, encoded) in zip(group.outputs, group.output_partitions or (), strict=True):
+        spec = specs[int(spec_id)]
+        files.append(data_file_from_footer(table, path, spec.spec_id, decode_partition(spec, table, list(encoded))))
+    return files

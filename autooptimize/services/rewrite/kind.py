@@ -1,0 +1,77 @@
+"""What a rewrite kind (merge/sort, compact_deletes) supplies to the one lifecycle: its planning, its
+rewrite of one group, and its commit of verified groups."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pyiceberg.table import Table
+
+from autooptimize.domain.actions import GroupResult, Hooks, MergeRequest
+from autooptimize.iceberg.files import PartitionFiles
+
+CheckpointWriter = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One group to rewrite: its partition, its index there (names its directory) and the kind's plan."""
+
+    partition: PartitionFiles
+    index: int
+    work: Any
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A kind's plan of an action: the groups to rewrite, the partitions left alone and why, the plan
+    as the outcome records it, the MSE before, and the MSE after (given the written groups, or None
+    for the planned estimate; None when the kind has no estimate)."""
+
+    units: tuple[Unit, ...]
+    skipped: dict[str, str]
+    summary: dict[str, Any]
+    mse_before: float
+    mse_after: Callable[[list[GroupResult] | None], float | None]
+    request: MergeRequest  # the request the groups are rewritten with (e.g. calibrated sizing)
+
+
+@dataclass(frozen=True)
+class Committed:
+    snapshot_id: int
+    plan_facts: dict[str, Any] = field(default_factory=dict)  # added to the outcome's plan
+
+
+class RewriteKind(Protocol):
+    #: the reason when nothing was planned and partitions were skipped for different reasons
+    nothing_reason: str
+    #: whether a resumed checkpoint whose commit conflicts is rewritten (True) or fails the attempt
+    rewrite_on_resume_conflict: bool
+
+    def plan(self, table: Table, request: MergeRequest, spark: Any) -> Planned | None:
+        """The plan on the current snapshot, or None when no partition has live files."""
+
+    def check_writable(self, table: Table, planned: Planned) -> None:
+        """Raise ActionRefused when the planned groups cannot be rewritten (checked after a dry run)."""
+
+    def concurrency(self, request: MergeRequest) -> int:
+        """Group jobs in flight."""
+
+    def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
+                request: MergeRequest) -> GroupResult:
+        """Rewrite one group into ``directory`` and verify it (services/rewrite/verify.verify_group)."""
+
+    def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
+               parts: int | None = None) -> Committed:
+        """One REPLACE snapshot of whole ``groups``; ConflictAbort when an input is no longer live."""
+
+
+def group_result(pf: PartitionFiles, inputs: list[str], bytes_in: int, paths: list[str], outputs: list[Any],
+                 rows_in: int, checksum_in: str, digest_out: Any, **facts: Any) -> GroupResult:
+    """A verified group's record: ``outputs`` are the written DataFiles (read from their footers)."""
+    sizes = tuple(int(o.file_size_in_bytes) for o in outputs)
+    return GroupResult(spec_id=pf.spec_id, partition=pf.key, inputs=tuple(inputs), outputs=tuple(paths),
+                       bytes_in=bytes_in, bytes_out=sum(sizes), rows_in=rows_in, rows_out=digest_out.rows,
+                       checksum_in=checksum_in, checksum_out=digest_out.checksum, output_sizes=sizes, **facts)

@@ -1,0 +1,246 @@
+"""The one lifecycle of every rewrite action: plan → rewrite → verify → checkpoint → commit → bookkeeping.
+
+Exactly once (DESIGN.md): the action id goes into the snapshot summary. Before working, an action
+already in the table's history only records its result; a checkpointed, verified output whose inputs
+are still live is committed without rewriting; otherwise the groups are rewritten. A killed earlier
+attempt's Spark job is fenced before its output is touched. Output that is not committed is removed,
+and never a file that a snapshot references. With partial progress, groups commit in parts
+(services/rewrite/parts.py) and a failure keeps the parts already committed.
+
+A kind (services/rewrite/kind.RewriteKind) supplies only its planning, its rewrite of one group and
+its commit; everything else lives here.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from autooptimize.config import Settings
+from autooptimize.domain.actions import (
+    Checkpoint,
+    GroupResult,
+    Hooks,
+    MergeOutcome,
+    MergeRequest,
+    OutcomeState,
+)
+from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.commit import action_parts, find_action_snapshot
+from autooptimize.services.progress import Progress, write_groups
+from autooptimize.services.rewrite.kind import CheckpointWriter, RewriteKind
+from autooptimize.services.rewrite.outputs import (
+    WRITER_WAIT_SECONDS,
+    action_dir,
+    action_dirs,
+    fence_earlier_writer,
+    remove_uncommitted,
+    writing,
+)
+from autooptimize.services.rewrite.parts import Parts, inputs_live_outputs_exist, resume_parts
+
+log = logging.getLogger(__name__)
+
+
+def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, spark: Any,
+                save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> MergeOutcome:
+    """Execute (or finish) one rewrite action of ``kind``; see the module docstring for the guarantees."""
+    hooks = hooks or Hooks()
+    started = time.monotonic()
+    table = load_table(settings, request.identifier)
+
+    committed = find_action_snapshot(table, request.action_id)
+    if committed is not None:
+        return committed_outcome(request, committed.snapshot_id)
+
+    progress = Progress.of(request.options)
+    done: list[GroupResult] = []  # groups committed by earlier parts of this action (partial progress)
+    if request.checkpoint and not request.dry_run:
+        if progress.partial:
+            done = resume_parts(kind, settings, table, request, hooks, save_checkpoint)
+        else:
+            resumed = _resume_from_checkpoint(kind, table, request, hooks)
+            if resumed is not None:
+                return resumed
+
+    base = table.current_snapshot()
+    outcome = MergeOutcome(state=OutcomeState.SKIPPED.value, base_snapshot_id=base.snapshot_id if base else None)
+    planned = kind.plan(table, request, spark)
+    if planned is None:
+        outcome.reason = "no_live_files"
+        return outcome
+    request = planned.request
+    outcome.mse_before = planned.mse_before
+    outcome.plan = planned.summary
+    outcome.timings["plan"] = time.monotonic() - started
+    if not planned.units and done:  # earlier parts did everything still needed
+        return _parts_outcome(request, done, "completed_in_parts")
+    if not planned.units:
+        reasons = set(planned.skipped.values())
+        outcome.reason = reasons.pop() if len(reasons) == 1 else kind.nothing_reason
+        return outcome
+    if request.dry_run:
+        outcome.reason = "dry_run"
+        outcome.mse_after = planned.mse_after(None)
+        return outcome
+    kind.check_writable(table, planned)
+
+    write_started = time.monotonic()
+    codec = table.properties.get("write.parquet.compression-codec", "zstd")
+    written_dirs = sorted({action_dir(table, u.partition, request.action_id) for u in planned.units})
+    fence_earlier_writer(settings, table, request)  # a killed attempt's Spark job must not land files later
+    # leftovers of an earlier attempt of this action (never the output of its committed parts)
+    remove_uncommitted(table, written_dirs, request.action_id)
+    state = Checkpoint(base_snapshot_id=outcome.base_snapshot_id, writer_session_id=getattr(spark, "session_id", None),
+                       dirs=tuple(sorted({*written_dirs, *request.resume_point.dirs})), partial=progress.partial)
+    save_checkpoint(state.with_groups(done).to_dict())  # no new groups: nothing to resume yet
+    # partial progress: directories unique to this attempt (an earlier part's g0 is committed output)
+    suffix = f"-{uuid.uuid4().hex[:8]}" if progress.partial else ""
+    jobs = [functools.partial(kind.rewrite, spark, table, unit,
+                              f"{action_dir(table, unit.partition, request.action_id)}/g{unit.index}{suffix}",
+                              codec, hooks, request)
+            for unit in planned.units]
+    parts = Parts(kind, settings, request, hooks, save_checkpoint, state, done, len(jobs), progress)
+    tag = f"ao-{request.action_id}"
+    plan_facts: dict[str, Any] = {}
+    try:
+        groups = write_groups([_tagged(spark, tag, job) for job in jobs], kind.concurrency(request),
+                              parts.finished, interrupt=lambda: _interrupt(spark, tag, written_dirs))
+        outcome.timings["rewrite"] = time.monotonic() - write_started
+        commit_started = time.monotonic()
+        if progress.partial:
+            snapshot_id = parts.commit_rest()
+            groups = parts.done
+        else:
+            save_checkpoint(state.with_groups(groups).to_dict())
+            if hooks.before_commit:
+                hooks.before_commit()
+            result = kind.commit(table, request, groups)
+            snapshot_id, plan_facts = result.snapshot_id, result.plan_facts
+        outcome.timings["commit"] = time.monotonic() - commit_started
+    except (ConflictAbort, VerificationFailed, ActionRefused) as exc:
+        remove_uncommitted(table, written_dirs, request.action_id)
+        if parts.done:  # what earlier parts committed stays committed: the failure record says so
+            exc.outcome = _parts_outcome(request, parts.done, "partially_committed")  # type: ignore[attr-defined]
+        raise
+    # any other error (crash, lost connection) leaves the outcome unknown: the output stays, the retry
+    # decides from the table's history
+    if hooks.after_commit and not progress.partial:
+        hooks.after_commit(snapshot_id)
+    stale = [d for d in action_dirs(table, request.action_id) if d not in written_dirs]
+    remove_uncommitted(table, stale, request.action_id)  # an earlier attempt's output elsewhere
+    outcome.add_figures(groups)
+    outcome.state = OutcomeState.SUCCEEDED.value
+    outcome.committed_snapshot_id = snapshot_id
+    outcome.checkpoint = state.with_groups(groups).to_dict()
+    outcome.plan = {**outcome.plan, **plan_facts}
+    outcome.mse_after = planned.mse_after(groups if not progress.partial else parts.this_attempt)
+    outcome.timings["total"] = time.monotonic() - started
+    return outcome
+
+
+def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: MergeRequest, hooks: Hooks
+                            ) -> MergeOutcome | None:
+    """Commit a verified checkpoint when its inputs are still live and its outputs exist; None to rewrite."""
+    checkpoint = request.resume_point
+    if not checkpoint.groups:
+        return None
+    if not inputs_live_outputs_exist(table, checkpoint.groups):
+        remove_uncommitted(table, checkpoint.dirs, request.action_id)
+        return None
+    if hooks.before_commit:
+        hooks.before_commit()
+    try:
+        result = kind.commit(table, request, list(checkpoint.groups))
+    except ConflictAbort:
+        remove_uncommitted(table, checkpoint.dirs, request.action_id)
+        if kind.rewrite_on_resume_conflict:  # e.g. an applied delete file is gone: rewrite from the table
+            return None
+        raise
+    if hooks.after_commit:
+        hooks.after_commit(result.snapshot_id)
+    outcome = MergeOutcome(state=OutcomeState.SUCCEEDED.value, reason="resumed_from_checkpoint",
+                           base_snapshot_id=checkpoint.base_snapshot_id, committed_snapshot_id=result.snapshot_id,
+                           checkpoint=request.checkpoint, plan=result.plan_facts or None)
+    outcome.add_figures(checkpoint.groups)
+    return outcome
+
+
+def _parts_outcome(request: MergeRequest, done: list[GroupResult], reason: str) -> MergeOutcome:
+    """The outcome of an action's committed parts: figures summed over them, the last part's snapshot."""
+    checkpoint = replace(request.resume_point, groups=tuple(done), partial=True)
+    outcome = MergeOutcome(state=OutcomeState.SUCCEEDED.value, reason=reason, checkpoint=checkpoint.to_dict(),
+                           base_snapshot_id=checkpoint.base_snapshot_id)
+    outcome.add_figures(done)
+    return outcome
+
+
+def committed_parts(settings: Settings, request: MergeRequest) -> MergeOutcome | None:
+    """For an action given up on: the figures of its parts already in the table's history, or None."""
+    checkpoint = request.resume_point
+    if not checkpoint.partial:
+        return None
+    table = load_table(settings, request.identifier)
+    history = action_parts(table, request.action_id)
+    done = [g for g in checkpoint.groups if g.part in history]
+    if not done:
+        return None
+    outcome = _parts_outcome(request, done, "partially_committed")
+    outcome.committed_snapshot_id = history[max(history)].snapshot_id
+    return outcome
+
+
+def committed_outcome(request: MergeRequest, snapshot_id: int) -> MergeOutcome:
+    """The outcome of an action found in the table's history: its checkpoint's figures."""
+    outcome = MergeOutcome(state=OutcomeState.SUCCEEDED.value, reason="already_committed",
+                           committed_snapshot_id=snapshot_id, checkpoint=request.checkpoint)
+    outcome.add_figures(request.resume_point.groups)
+    if request.checkpoint:
+        outcome.base_snapshot_id = request.resume_point.base_snapshot_id
+    return outcome
+
+
+def abandon(settings: Settings, request: MergeRequest) -> int | None:
+    """Give an action up: returns the snapshot id if it was in fact committed, else removes its
+    uncommitted output (never a file the table references) and returns None."""
+    table = load_table(settings, request.identifier)
+    committed = find_action_snapshot(table, request.action_id)
+    if committed is not None:
+        return committed.snapshot_id
+    try:
+        fence_earlier_writer(settings, table, request, wait=30.0)
+    except Exception as exc:  # unreachable server or a slow abort: clean what can be cleaned, orphan removal does the rest
+        log.warning("action %s: could not fence its earlier writer: %s", request.action_id, exc)
+    # output may exist without a checkpoint (crash during the write): look for the action's directories
+    dirs = list(request.resume_point.dirs) + action_dirs(table, request.action_id)
+    remove_uncommitted(table, sorted(set(dirs)), request.action_id)
+    return None
+
+
+def _tagged(spark: Any, tag: str, job: Callable[[], GroupResult]) -> Callable[[], GroupResult]:
+    """``job`` with the Spark operations it starts tagged (tags are per thread), so a failure can stop them."""
+    def run() -> GroupResult:
+        if spark is None or not hasattr(spark, "addTag"):
+            return job()
+        spark.addTag(tag)
+        try:
+            return job()
+        finally:
+            spark.removeTag(tag)
+    return run
+
+
+def _interrupt(spark: Any, tag: str, directories: list[str]) -> None:
+    """Stop this action's running group jobs and wait until Spark has removed their ``_temporary``."""
+    if spark is None or not hasattr(spark, "interruptTag"):
+        return
+    spark.interruptTag(tag)
+    deadline = time.monotonic() + WRITER_WAIT_SECONDS
+    while writing(directories) and time.monotonic() < deadline:
+        time.sleep(0.2)

@@ -1,0 +1,284 @@
+"""The merge kind (and sort, its ordered variant, and respec): which groups of which partitions to
+rewrite, the rewrite of one group on Spark (or the pyarrow path), and the commit of verified groups.
+
+The lifecycle around them (exactly once, fencing, checkpoint, cleanup, partial progress) is
+services/rewrite/lifecycle.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from pyiceberg.table import Table
+
+from autooptimize.config import Settings
+from autooptimize.domain.actions import Engine, GroupResult, Hooks, MergeOutcome, MergeRequest, Sizing
+from autooptimize.domain.entropy import EntropyStats
+from autooptimize.domain.job_groups import cap_groups
+from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_bin_pack
+from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.iceberg.commit import (
+    ACTION_ID_PROPERTY,
+    ACTION_KIND_PROPERTY,
+    ACTION_PART_PROPERTY,
+    ACTION_PARTS_PROPERTY,
+    commit_replace,
+    data_file_from_footer,
+)
+from autooptimize.iceberg.files import PartitionFiles, live_partitions
+from autooptimize.services import evolution
+from autooptimize.services.rewrite.evolution import evolution_data_files, evolution_rewrite
+from autooptimize.services.rewrite.kind import CheckpointWriter, Committed, Planned, Unit, group_result
+from autooptimize.services.rewrite.lifecycle import run_rewrite
+from autooptimize.services.rewrite.outputs import action_dir
+from autooptimize.services.rewrite.sort import (
+    check_sorted_group,
+    plan_sorted_partition,
+    sort_spec,
+    spark_sort,
+)
+from autooptimize.services.rewrite.verify import as_digest, observed_digest, verify_group
+from autooptimize.services.sizing import NO_SIZING, calibrate, calibration_sample
+
+log = logging.getLogger(__name__)
+
+
+def plan_files(pf: PartitionFiles, sizing: Sizing = NO_SIZING) -> list[PlanFile]:
+    """The partition's data files as the planners take them (with their sized output estimate)."""
+    return [PlanFile(path=f.path, size=f.size, record_count=f.record_count, out_size=sizing.out_size(f.record_count))
+            for f in pf.data_files]
+
+
+def plan_to_dict(pf: PartitionFiles, plan: Plan) -> dict[str, Any]:
+    return {
+        "spec_id": pf.spec_id,
+        "partition": pf.key,
+        "partition_values": pf.values,
+        "mse_before": plan.mse_before,
+        "mse_after": plan.mse_after,
+        "files_in": plan.files_in,
+        "files_out": plan.files_out,
+        "bytes_rewritten": plan.bytes_rewritten,
+        "groups": [
+            {"files": [f.path for f in g.files], "bytes_in": g.bytes_in, "files_out": g.files_out,
+             "bytes_out_estimate": g.bytes_out}
+            for g in plan.groups
+        ],
+    }
+
+
+def select_partitions(table: Table, spec_id: int | None, key: str | None) -> list[PartitionFiles]:
+    parts = live_partitions(table)
+    if key is not None:
+        pf = parts.get((spec_id if spec_id is not None else table.spec().spec_id, key))
+        return [pf] if pf is not None else []
+    # every spec: an older-spec partition merges within itself, or moves to the current spec (respec)
+    return [pf for _, pf in sorted(parts.items())]
+
+
+def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
+    """Why this partition cannot be merged safely by this version, or None."""
+    if pf.delete_files:
+        return ActionRefused(
+            "has_delete_files",
+            f"partition {pf.key or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
+            "fold them into the data first with the compact_deletes action, then merge",
+        )
+    from spark_actors.types import unsupported_reason
+
+    reason = unsupported_reason(table.schema())
+    if reason is not None:
+        return ActionRefused("unsupported_type", reason)
+    return None
+
+
+def plan_partitions(
+    table: Table, partitions: list[PartitionFiles], request: MergeRequest
+) -> tuple[list[tuple[PartitionFiles, Plan]], dict[str, str]]:
+    """The merge plan of each partition, and a reason for each partition left alone.
+
+    Pure planning on the current snapshot's metadata: ``explain`` and the action call this same
+    function, so an explained plan is what the action executes while the table is unchanged.
+    """
+    plans: list[tuple[PartitionFiles, Plan]] = []
+    skipped: dict[str, str] = {}
+    order = sort_spec(table, request)
+    for pf in partitions:
+        problem = refusal(table, pf)
+        if problem is not None:
+            skipped[pf.key] = problem.reason
+            continue
+        if order is not None:
+            plan, reason = plan_sorted_partition(table, pf, plan_files(pf, request.sizing), order[0], request)
+        else:
+            plan = plan_partition(table, pf, request)
+            reason = None if not plan.is_empty else (
+                "below_threshold" if plan.mse_before < request.tolerance**2 else "nothing_to_merge")
+        if reason is not None:
+            skipped[pf.key] = reason
+        else:
+            plans.append((pf, plan))
+    return plans, skipped
+
+
+def plan_partition(table: Table, pf: PartitionFiles, request: MergeRequest) -> Plan:
+    """The merge plan of one partition (respec, or bin packing apart by field ids), capped per group."""
+    files = plan_files(pf, request.sizing)
+    if pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options):
+        # a respec moves single files too; one alone larger than the cap stays in its older spec
+        return cap_groups(evolution.plan_respec(files, request.target_file_size, request.tolerance), files,
+                          request.max_group_bytes, min_input_files=1)
+    with_ids, without_ids = evolution.split_by_field_ids(table, files)
+    subsets = [s for s in (with_ids, without_ids) if s]  # read by id and by name: never one group
+    plans = [balance_outputs(plan_bin_pack(s, request.target_file_size, request.tolerance,
+                                           min_input_files=request.min_input_files, max_bytes=request.max_bytes),
+                             s, min_input_files=request.min_input_files)
+             for s in subsets]
+    plan = plans[0] if len(plans) == 1 else evolution.combine_plans(files, plans, request.target_file_size,
+                                                                      request.tolerance)
+    return cap_groups(plan, files, request.max_group_bytes, request.min_input_files)
+
+
+def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], request: MergeRequest) -> MergeRequest:
+    """The request with output bytes per row measured by a Spark sample, when sizing can matter.
+
+    Only partitions this version may merge count, and only when one holds at least a target's worth
+    of candidate files (smaller partitions write one file whatever the estimate). The sample is
+    written under the action's own directory and removed.
+    """
+    target = request.target_file_size
+    for pf in partitions:
+        if refusal(table, pf) is not None:
+            continue
+        candidates = [(f.size, f.path) for f in pf.data_files if f.size < target]
+        if sum(size for size, _ in candidates) < target or len(candidates) < request.min_input_files:
+            continue
+        sample = calibration_sample(candidates, target)
+        if not all(evolution.has_field_ids(table, p) for p in sample):
+            return request
+        codec = table.properties.get("write.parquet.compression-codec", "zstd")
+        sizing = calibrate(spark, table, sample, f"{action_dir(table, pf, request.action_id)}/calibration", codec)
+        log.info("action %s: calibrated output at %.2f bytes/row from %d files", request.action_id,
+                 sizing.bytes_per_row or 0, len(sample))
+        return dataclasses.replace(request, sizing=sizing)
+    return request
+
+
+def _mse_after(partitions: list[PartitionFiles], plans: list[tuple[PartitionFiles, Plan]], target: int,
+               groups: list[GroupResult] | None = None) -> float:
+    """MSE over the chosen partitions after the rewrite: measured output sizes when known, else planned."""
+    replaced = {p for _, plan in plans for g in plan.groups for p in (f.path for f in g.files)}
+    sizes = [f.size for pf in partitions for f in pf.data_files if f.path not in replaced]
+    if groups is not None:
+        sizes += [s for g in groups for s in g.output_sizes]
+        return EntropyStats.from_sizes(sizes, target).mse
+    planned = sum((plan.mse_after * len(pf.data_files) for pf, plan in plans), 0.0)
+    return planned / max(1, sum(len(pf.data_files) for pf, _ in plans))
+
+
+class MergeKind:
+    """Merge, sort (``request.kind == "sort"``) and respec (option ``respec``) groups."""
+
+    nothing_reason = "nothing_to_merge"
+    rewrite_on_resume_conflict = False
+
+    def plan(self, table: Table, request: MergeRequest, spark: Any) -> Planned | None:
+        partitions = select_partitions(table, request.spec_id, request.partition_key)
+        if not partitions:
+            return None
+        if request.sizing.bytes_per_row is None and not request.dry_run and spark is not None:
+            request = calibrated(spark, table, partitions, request)
+        plans, skipped = plan_partitions(table, partitions, request)
+        if request.partition_key is not None and skipped:
+            problem = refusal(table, partitions[0])
+            if problem is not None:
+                raise problem
+        total = EntropyStats.empty()
+        for pf in partitions:
+            total = total.merge(EntropyStats.from_sizes([f.size for f in pf.data_files], request.target_file_size))
+        units = tuple(Unit(pf, index, group) for pf, plan in plans for index, group in enumerate(plan.groups))
+        summary = {"partitions": [plan_to_dict(pf, plan) for pf, plan in plans], "skipped": skipped,
+                   "sizing": request.sizing.as_dict()}
+        target = request.target_file_size
+        return Planned(units, skipped, summary, total.mse,
+                       lambda groups: _mse_after(partitions, plans, target, groups), request)
+
+    def check_writable(self, table: Table, planned: Planned) -> None:
+        return None  # each group decides its path (Spark or pyarrow) or refuses as it is rewritten
+
+    def concurrency(self, request: MergeRequest) -> int:
+        return request.concurrency
+
+    def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
+                request: MergeRequest) -> GroupResult:
+        from spark_actors.rewrite import content_digest, rewrite_group
+        from spark_actors.types import SPARK, engine_for
+
+        pf, group = unit.partition, unit.work
+        by_path = {f.path: f for f in pf.data_files}
+        inputs = [f.path for f in group.files]
+        order = sort_spec(table, request)
+        respec = pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options)
+        with_ids = {evolution.has_field_ids(table, p) for p in inputs}
+        if len(with_ids) != 1:
+            raise VerificationFailed(f"group {directory} mixes files with and without field ids")
+        spark_can = engine_for(table.schema(), field_ids=with_ids.pop()) == SPARK
+        if order is not None and (respec or not spark_can):
+            raise ActionRefused("sort_not_supported",
+                                "sorting needs the Spark path: this group has types or files without field ids "
+                                "that only the pyarrow path rewrites faithfully; merge it instead")
+        if respec or not spark_can:
+            return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec)
+        columns = order[0] if order else None
+        result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
+                               sort=spark_sort(columns), io=table.io)
+        paths = list(result.paths)
+        digest_in = as_digest(result.digest_in)
+        digest_out = observed_digest(hooks, paths, as_digest(result.digest_out),
+                                     lambda: as_digest(content_digest(spark, table.schema(), paths)))
+        sort_order_id = order[1] if order else None
+        outputs: list[Any] = []
+
+        def footer_rows() -> int:
+            outputs.extend(data_file_from_footer(table, p, pf.spec_id, pf.record, sort_order_id) for p in paths)
+            return sum(int(o.record_count) for o in outputs)
+
+        verify_group(directory, reader="Spark", files_in=len(inputs),
+                     metadata_rows=sum(by_path[p].record_count for p in inputs), rows_read=digest_in.rows,
+                     expected_out=digest_in, digest_out=digest_out, footer_rows=footer_rows)
+        check_sorted_group(table, outputs, columns)
+        return group_result(pf, inputs, sum(by_path[p].size for p in inputs), paths, outputs, digest_in.rows,
+                            digest_in.checksum, digest_out, engine=Engine.SPARK.value, sort_order_id=sort_order_id)
+
+    def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
+               parts: int | None = None) -> Committed:
+        """One REPLACE snapshot of ``groups`` (whole groups); ``part``/``parts`` mark a partial-progress part."""
+        table.refresh()
+        live = {f.path: f for pf in live_partitions(table).values() for f in pf.data_files}
+        inputs = [p for g in groups for p in g.inputs]
+        gone = [p for p in inputs if p not in live]
+        if gone:
+            raise ConflictAbort(f"{len(gone)} input file(s) are no longer live, e.g. {gone[0]}")
+        added: list[Any] = []
+        for g in groups:
+            if g.output_partitions is not None:  # rewritten into another spec: each output has its own partition
+                added.extend(evolution_data_files(table, g))
+                continue
+            first = live[g.inputs[0]].data_file
+            added.extend(data_file_from_footer(table, p, first.spec_id, first.partition, g.sort_order_id)
+                         for p in g.outputs)
+        properties = {ACTION_ID_PROPERTY: request.action_id, ACTION_KIND_PROPERTY: request.kind}
+        if part is not None:
+            properties[ACTION_PART_PROPERTY] = str(part)
+        if parts is not None:
+            properties[ACTION_PARTS_PROPERTY] = str(parts)
+        snapshot = commit_replace(table, [live[p].data_file for p in inputs], added, properties)
+        return Committed(snapshot.snapshot_id)
+
+
+def run_merge(settings: Settings, request: MergeRequest, spark: Any, save_checkpoint: CheckpointWriter,
+              hooks: Hooks | None = None) -> MergeOutcome:
+    """Execute (or finish) one merge or sort action (services/rewrite/lifecycle.run_rewrite)."""
+    return run_rewrite(MergeKind(), settings, request, spark, save_checkpoint, hooks)

@@ -1,0 +1,140 @@
+"""Where a rewrite action writes, and how its output is fenced and removed.
+
+An action owns the ``ao-<action id>`` directories under the table's data location. Output that is not
+committed is removed, and never a file the table references.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyiceberg.table import Table
+
+from autooptimize.config import Settings
+from autooptimize.domain.actions import MergeRequest
+from autooptimize.errors import ActionRefused, Retry, VerificationFailed
+from autooptimize.iceberg.commit import action_added_paths, live_data_paths
+from autooptimize.iceberg.files import PartitionFiles
+
+log = logging.getLogger(__name__)
+
+#: How long a retry waits for an interrupted earlier write of its action to clean up after itself.
+WRITER_WAIT_SECONDS = 120.0
+#: Once nothing of the earlier attempt runs, how long to wait for its job's _temporary to go.
+WRITER_GRACE_SECONDS = 10.0
+
+
+def data_location(table: Table) -> str:
+    """Where rewritten files go; refuses a data path outside the table's location."""
+    location = table.location().rstrip("/")
+    data_path = table.properties.get("write.data.path", f"{location}/data").rstrip("/")
+    if not (data_path + "/").startswith(location + "/"):
+        raise ActionRefused(
+            "data_path_outside_location",
+            f"write.data.path {data_path} is outside the table location {location}; autooptimize never writes there",
+        )
+    return data_path
+
+
+def action_dir(table: Table, pf: PartitionFiles, action_id: str) -> str:
+    """The directory an action writes a partition's output to; owned by that action alone."""
+    base = data_location(table)
+    part = f"/{pf.key}" if pf.key else ""
+    return f"{base}{part}/ao-{action_id}"
+
+
+def action_dirs(table: Table, action_id: str) -> list[str]:
+    """Every ``ao-<action_id>`` directory under the table's data location."""
+    import pyarrow.fs as pafs
+
+    location = data_location(table)
+    fs, root = pafs.FileSystem.from_uri(location)
+    prefix = location.split("://", 1)[0] + "://" if "://" in location else ""
+    return sorted(
+        prefix + info.path
+        for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        if info.type == pafs.FileType.Directory and info.base_name == f"ao-{action_id}"
+    )
+
+
+def writing(directories: list[str]) -> bool:
+    """True while a Spark job's ``_temporary`` directory exists below one of ``directories``."""
+    import pyarrow.fs as pafs
+
+    for directory in directories:
+        fs, root = pafs.FileSystem.from_uri(directory)
+        for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
+            if info.type == pafs.FileType.Directory and info.base_name == "_temporary":
+                return True
+    return False
+
+
+def remove_uncommitted(table: Table, directories: list[str] | tuple[str, ...], action_id: str | None = None) -> None:
+    """Delete our output directories, never a file the table references.
+
+    A file is referenced when it is live, or (given ``action_id``) when a snapshot of that action added
+    it: parts committed under partial progress may since have been replaced, yet history keeps them. A
+    directory holding referenced files is descended into, and only its unreferenced subdirectories go.
+    """
+    if not directories:
+        return
+    table.refresh()
+    keep = live_data_paths(table) | (action_added_paths(table, action_id) if action_id else set())
+    location = table.location().rstrip("/") + "/"
+    for directory in directories:
+        if not directory.startswith(location) or "/ao-" not in directory:
+            raise VerificationFailed(f"refusing to delete {directory}: not an autooptimize output in the table")
+        _prune(directory, keep)
+
+
+def _prune(directory: str, keep: set[str]) -> None:
+    import pyarrow.fs as pafs
+
+    from spark_actors.rewrite import delete_dir, list_parquet
+
+    if not any(p in keep for p in list_parquet(directory)):
+        delete_dir(directory)
+        return
+    fs, root = pafs.FileSystem.from_uri(directory)
+    prefix = directory.split("://", 1)[0] + "://" if "://" in directory else ""
+    children = [prefix + info.path for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+                if info.type == pafs.FileType.Directory]
+    if not children:
+        log.info("keeping %s: it holds files the table references", directory)
+    for child in children:
+        _prune(child, keep)
+
+
+def fence_earlier_writer(settings: Settings, table: Table, request: MergeRequest,
+                         wait: float = WRITER_WAIT_SECONDS) -> None:
+    """Stop a killed attempt's Spark job before touching its output (see spark_actors.session.fence).
+
+    Raises Retry when the interrupted job has not cleaned up within ``wait`` seconds: the action is
+    tried again later rather than racing a writer.
+    """
+    from spark_actors.session import fence
+
+    previous = request.resume_point.writer_session_id
+    if not previous:
+        return
+    interrupted = fence(settings, previous)
+    if not interrupted:
+        return  # nothing of it runs (it finished, or its server died): leftovers are inert
+    log.warning("action %s: interrupted %d operation(s) of an earlier attempt", request.action_id, interrupted)
+    deadline = time.monotonic() + wait
+    quiet_since: float | None = None
+    while True:
+        time.sleep(0.5)
+        # interrupting again until nothing runs; then give the aborted job a moment to remove its
+        # _temporary directory (it usually does at once; if not, the leftovers are inert)
+        now_ = time.monotonic()
+        if fence(settings, previous):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now_
+        if quiet_since is not None and (not writing(action_dirs(table, request.action_id))
+                                        or now_ - quiet_since >= WRITER_GRACE_SECONDS):
+            return
+        if now_ >= deadline:
+            raise Retry(f"an earlier write of action {request.action_id} is still running", delay=60)
