@@ -21,29 +21,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.manifest import (
-    DataFile,
-    DataFileContent,
-    ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
     ManifestFile,
-    ManifestWriterV2,
-    write_manifest,
     write_manifest_list,
 )
-from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import (
     Operation,
     Snapshot,
-    SnapshotSummaryCollector,
     Summary,
     update_snapshot_summaries,
 )
@@ -54,7 +44,16 @@ from pyiceberg.table.update import (
     SetSnapshotRefUpdate,
 )
 
-from autooptimize.errors import ConflictAbort, Retry, VerificationFailed
+from autooptimize.errors import ConflictAbort, Retry
+from autooptimize.iceberg.staging import (
+    DeleteManifestWriter,
+    StagedAppend,
+    StagedReplace,
+    avro_codec,
+)
+
+__all__ = ["CommitPolicy", "CommitStats", "DeleteManifestWriter", "Staged", "StagedAppend", "StagedReplace",
+           "apply_with_retry"]
 
 log = logging.getLogger(__name__)
 
@@ -219,13 +218,9 @@ def _write_manifest_list(table: Table, metadata: TableMetadata, staged: Staged, 
                              snapshot_id=staged.snapshot_id,
                              parent_snapshot_id=head.snapshot_id if head else None,
                              sequence_number=metadata.next_sequence_number(),
-                             avro_compression=_avro_codec(metadata)) as writer:
+                             avro_compression=avro_codec(metadata)) as writer:
         writer.add_manifests(staged.manifests(metadata, table))
     return path
-
-
-def _avro_codec(metadata: TableMetadata) -> Any:
-    return metadata.properties.get("write.avro.compression-codec", "gzip")
 
 
 def _remove(table: Table, paths: Iterable[str]) -> None:
@@ -236,230 +231,3 @@ def _remove(table: Table, paths: Iterable[str]) -> None:
             pass
         except Exception as exc:  # orphan removal finds what could not be deleted here
             log.warning("could not remove uncommitted metadata file %s: %s", path, exc)
-
-
-# --- staging ------------------------------------------------------------------------------------
-
-
-class DeleteManifestWriter(ManifestWriterV2):
-    """A v2 manifest of delete files (pyiceberg 0.12 only writes data manifests)."""
-
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
-
-
-class _ManifestFactory:
-    """Writes the manifests of one snapshot id (data or delete content, any spec)."""
-
-    def __init__(self, table: Table, snapshot_id: int) -> None:
-        self.table = table
-        self.snapshot_id = snapshot_id
-        self.prefix = uuid.uuid4()
-        self.count = 0
-        self.paths: list[str] = []
-
-    def writer(self, spec: PartitionSpec, content: ManifestContent) -> Any:
-        metadata = self.table.metadata
-        path = self.table.location_provider().new_metadata_location(f"{self.prefix}-m{self.count}.avro")
-        self.count += 1
-        self.paths.append(path)
-        output = self.table.io.new_output(path)
-        if content == ManifestContent.DATA:
-            return write_manifest(format_version=metadata.format_version, spec=spec, schema=metadata.schema(),
-                                  output_file=output, snapshot_id=self.snapshot_id,
-                                  avro_compression=_avro_codec(metadata))
-        if metadata.format_version < 2:
-            raise VerificationFailed("delete manifests need a format-version 2 table")
-        return DeleteManifestWriter(spec, metadata.schema(), output, self.snapshot_id, _avro_codec(metadata))
-
-    def added(self, files: list[DataFile]) -> list[ManifestFile]:
-        """One manifest of ADDED entries per (spec, content)."""
-        groups: dict[tuple[int, ManifestContent], list[DataFile]] = {}
-        for f in files:
-            content = ManifestContent.DATA if f.content == DataFileContent.DATA else ManifestContent.DELETES
-            groups.setdefault((f.spec_id, content), []).append(f)
-        manifests = []
-        specs = self.table.metadata.specs()
-        for (spec_id, content), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
-            with self.writer(specs[spec_id], content) as writer:
-                for data_file in group:
-                    writer.add_entry(ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED, snapshot_id=self.snapshot_id, sequence_number=None,
-                        file_sequence_number=None, data_file=data_file))
-            manifests.append(writer.to_manifest_file())
-        return manifests
-
-
-def _collector(table: Table, added: list[DataFile], removed: list[DataFile]) -> dict[str, str]:
-    metadata = table.metadata
-    limit = int(metadata.properties.get("write.summary.partition-limit", 0))
-    collector = SnapshotSummaryCollector(partition_summary_limit=limit)
-    specs, schema = metadata.specs(), metadata.schema()
-    for f in added:
-        collector.add_file(f, schema=schema, partition_spec=specs[f.spec_id])
-    for f in removed:
-        collector.remove_file(f, schema=schema, partition_spec=specs[f.spec_id])
-    return collector.build()
-
-
-class StagedAppend:
-    """Files added in one snapshot; applies on any head. ``check`` may refuse a head (exactly-once).
-
-    Data files make an APPEND; delete files alone make a DELETE snapshot (a row delta of deletes).
-    """
-
-    def __init__(self, table: Table, added: list[DataFile],
-                 check: Callable[[TableMetadata], None] | None = None) -> None:
-        if not added:
-            raise VerificationFailed("an append must add at least one file")
-        deletes_only = all(f.content != DataFileContent.DATA for f in added)
-        self.operation = Operation.DELETE if deletes_only else Operation.APPEND
-        self.snapshot_id = table.metadata.new_snapshot_id()
-        self._factory = _ManifestFactory(table, self.snapshot_id)
-        self._added = self._factory.added(added)
-        self._summary = _collector(table, added, [])
-        self._check = check
-
-    def validate(self, head: TableMetadata, table: Table) -> None:
-        if self._check is not None:
-            self._check(head)
-
-    def manifests(self, head: TableMetadata, table: Table) -> list[ManifestFile]:
-        snapshot = head.snapshot_by_name(MAIN_BRANCH)
-        return self._added + (snapshot.manifests(table.io) if snapshot is not None else [])
-
-    def summary(self) -> dict[str, str]:
-        return dict(self._summary)
-
-    def written(self) -> list[str]:
-        return list(self._factory.paths)
-
-
-class StagedReplace:
-    """A REPLACE: inputs (data and applied delete files) out, outputs in, as Iceberg's RewriteFiles.
-
-    The manifests holding the inputs are rewritten once, with the inputs DELETED; on a new head they
-    are reused as long as the head still lists the manifests they replace. ``allowed_deletes`` are
-    delete files the rewrite applied to its output: they may stay live beside it.
-    """
-
-    operation = Operation.REPLACE
-
-    def __init__(self, table: Table, removed: list[DataFile], added: list[DataFile],
-                 allowed_deletes: frozenset[str] = frozenset()) -> None:
-        self.snapshot_id = table.metadata.new_snapshot_id()
-        self._table = table
-        self._removed = {str(f.file_path): f for f in removed}
-        self._allowed_deletes = allowed_deletes
-        self._factory = _ManifestFactory(table, self.snapshot_id)
-        self._added = self._factory.added(added)
-        self._summary = _collector(table, added, removed)
-        self._removed_partitions = {(f.spec_id, f.partition) for f in removed if f.content == DataFileContent.DATA}
-        base = table.metadata.snapshot_by_name(MAIN_BRANCH)
-        self._seen: set[str] = {m.manifest_path for m in base.manifests(table.io)} if base is not None else set()
-        self._replaced: dict[str, ManifestFile] = {}  # head manifest path → its rewrite
-        self.rewrites_on_retry = 0
-        self._rewrite_against(table.metadata, first=True)
-
-    def _rewrite_against(self, metadata: TableMetadata, first: bool = False) -> None:
-        """(Re)write the manifests that hold the inputs in ``metadata``'s head; ConflictAbort on a missing one."""
-        head = metadata.snapshot_by_name(MAIN_BRANCH)
-        manifests = head.manifests(self._table.io) if head is not None else []
-        specs = metadata.specs()
-        wanted = set(self._removed)
-        found: set[str] = set()
-        replaced: dict[str, ManifestFile] = {}
-        for manifest in manifests:
-            if not _may_hold(manifest, specs, metadata, self._removed.values()):
-                continue
-            entries = manifest.fetch_manifest_entry(self._table.io, discard_deleted=True)
-            hits = [e for e in entries if str(e.data_file.file_path) in wanted]
-            if not hits:
-                continue
-            found.update(str(e.data_file.file_path) for e in hits)
-            with self._factory.writer(specs[manifest.partition_spec_id], manifest.content) as writer:
-                for entry in entries:
-                    gone = str(entry.data_file.file_path) in wanted
-                    writer.add_entry(ManifestEntry.from_args(
-                        status=ManifestEntryStatus.DELETED if gone else ManifestEntryStatus.EXISTING,
-                        snapshot_id=self.snapshot_id if gone else entry.snapshot_id,
-                        sequence_number=entry.sequence_number,
-                        file_sequence_number=entry.file_sequence_number,
-                        data_file=entry.data_file))
-            replaced[manifest.manifest_path] = writer.to_manifest_file()
-        missing = sorted(wanted - found)
-        if missing:
-            raise ConflictAbort(f"{len(missing)} input file(s) are no longer live, e.g. {missing[0]}")
-        if not first:
-            self.rewrites_on_retry += len(replaced)
-        self._replaced = replaced
-
-    def validate(self, head: TableMetadata, table: Table) -> None:
-        snapshot = head.snapshot_by_name(MAIN_BRANCH)
-        listed = {m.manifest_path: m for m in snapshot.manifests(table.io)} if snapshot is not None else {}
-        if not all(path in listed for path in self._replaced):
-            # someone rewrote the manifests that held the inputs: find them again (no data rewritten)
-            self._rewrite_against(head)
-        fresh = [m for path, m in listed.items() if path not in self._seen]
-        self._check_new_deletes(fresh, head, table)
-        self._seen.update(m.manifest_path for m in fresh)
-
-    def _check_new_deletes(self, manifests: list[ManifestFile], head: TableMetadata, table: Table) -> None:
-        if not self._removed_partitions:
-            return
-        specs = head.specs()
-        for manifest in manifests:
-            if manifest.content != ManifestContent.DELETES:
-                continue
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                df = entry.data_file
-                if str(df.file_path) in self._allowed_deletes:
-                    continue
-                if (df.spec_id, df.partition) in self._removed_partitions or not specs[df.spec_id].fields:
-                    raise ConflictAbort(f"a delete file now applies to the rewritten partition: {df.file_path}")
-
-    def manifests(self, head: TableMetadata, table: Table) -> list[ManifestFile]:
-        snapshot = head.snapshot_by_name(MAIN_BRANCH)
-        kept = [m for m in (snapshot.manifests(table.io) if snapshot is not None else [])
-                if m.manifest_path not in self._replaced]
-        return self._added + list(self._replaced.values()) + kept
-
-    def summary(self) -> dict[str, str]:
-        return dict(self._summary)
-
-    def written(self) -> list[str]:
-        return list(self._factory.paths)
-
-
-def _may_hold(manifest: ManifestFile, specs: dict[int, PartitionSpec], metadata: TableMetadata,
-              files: Iterable[DataFile]) -> bool:
-    """Whether the manifest's partition summaries admit any of ``files`` (False only when certain)."""
-    spec = specs.get(manifest.partition_spec_id)
-    if spec is None or not spec.fields or not manifest.partitions:
-        return True
-    candidates = [f for f in files if f.spec_id == manifest.partition_spec_id]
-    if not candidates:
-        return False
-    types = [field.field_type for field in spec.partition_type(metadata.schema()).fields]
-    for f in candidates:
-        if all(_in_summary(summary, ftype, f.partition[i]) for i, (summary, ftype)
-               in enumerate(zip(manifest.partitions, types, strict=False))):
-            return True
-    return False
-
-
-def _in_summary(summary: Any, field_type: Any, value: Any) -> bool:
-    if value is None:
-        return bool(summary.contains_null)
-    if summary.lower_bound is None or summary.upper_bound is None:
-        return True
-    try:
-        lower = from_bytes(field_type, summary.lower_bound)
-        upper = from_bytes(field_type, summary.upper_bound)
-        return bool(lower <= value <= upper)
-    except Exception:  # an unexpected bound encoding: read the manifest rather than guess
-        return True
