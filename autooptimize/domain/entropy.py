@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from autooptimize.domain.checks import non_negative_int, positive_int
 from autooptimize.errors import InvalidArgument
 
-__all__ = ["EntropyStats", "file_error", "mse_needs_attention", "needs_attention", "squared_error"]
+__all__ = [
+    "EntropyStats",
+    "best_layout",
+    "excess_needs_attention",
+    "excess_over_best",
+    "file_error",
+    "mse_needs_attention",
+    "needs_attention",
+    "squared_error",
+]
 
 
 def _check_target(target: int) -> int:
@@ -171,3 +180,51 @@ class EntropyStats:
         The partition's form of :func:`needs_attention`.
         """
         return needs_attention(self.sse, self.n, tolerance)
+
+
+def best_layout(total_bytes: int, target: int) -> tuple[int, int]:
+    """``(n_best, sse_best)`` of the best layout ``total_bytes`` allow: what a writer rolling at the target makes.
+
+    ``⌊B/S⌋`` full files plus one remainder file of ``r = B mod S`` bytes when ``r > 0``, so
+    ``sse_best = (S − r)²`` (0 when ``r`` is 0) and ``n_best = ⌊B/S⌋ + (r > 0)``. An even split of the
+    same bytes (the planners' output model) carries at most this error, so a full merge always reaches
+    it. Raises :class:`~autooptimize.errors.InvalidArgument` for negative bytes or a non-positive target.
+    """
+    b = non_negative_int("total_bytes", total_bytes)
+    t = _check_target(target)
+    full, r = divmod(b, t)
+    return (full + 1, (t - r) * (t - r)) if r else (full, 0)
+
+
+def excess_over_best(sse: int, total_bytes: int, target: int) -> int:
+    """``sse − sse_best``: the squared error the partition carries beyond its best layout (may be < 0).
+
+    Negative when files over the target absorb what a rolled writer would leave as a remainder.
+    """
+    return non_negative_int("sse", sse) - best_layout(total_bytes, target)[1]
+
+
+def excess_needs_attention(sse: int, n_files: int, total_bytes: int, target: int, tolerance: int) -> bool:
+    """The attention rule judged against the best layout: ``sse − sse_best ≥ tolerance² · n_files`` (and > 0).
+
+    Uses only what the listener keeps per partition in O(1) per file: ``N``, ``SSE`` and ``B = Σ s``.
+    A partition too small to ever reach ``MSE < T²`` (10 MB at S = 128 MiB: one perfect file still has
+    MSE ≈ 13,900 MiB²) is no longer punished for its size: once merged into its best layout it is quiet,
+    however small. What still counts is every file beyond that layout: each one adds roughly ``S²`` of
+    error against ``T²`` allowed per file, so any extra small file in a small partition fires (one file
+    more is one more open for every reader, whatever the bytes). Weighting by bytes instead (comparing
+    MSE excess) would let a thousand 1 KB files pass; counting per file never does.
+
+    It never fires where :func:`needs_attention` does not (``sse − sse_best ≤ sse``), so it only ever
+    quiets partitions. It does fire for a merged 10 MB hour beside one late 100 KB file: that layout
+    *is* one file too many. Whether to rewrite the 10 MB for it is the merge policy's call
+    (:mod:`autooptimize.domain.policy`), which refuses until the small files weigh a ``1/fan_in`` share
+    of the big one, so the big file's bytes are rewritten at most once per such growth.
+    With ``tolerance`` 0 it fires on any positive excess. False when there are no files.
+    """
+    n = non_negative_int("n_files", n_files)
+    if n == 0:
+        return False
+    t = _check_tolerance(tolerance)
+    excess = excess_over_best(sse, total_bytes, target)
+    return excess > 0 and excess >= t * t * n

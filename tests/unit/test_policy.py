@@ -1,0 +1,161 @@
+"""The merge policy for live partitions and the excess rule: invariants, the late-file case, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autooptimize.domain.entropy import (
+    EntropyStats,
+    best_layout,
+    excess_needs_attention,
+    excess_over_best,
+    needs_attention,
+)
+from autooptimize.domain.planning import PlanFile
+from autooptimize.domain.policy import LIVE_LARGE_DIVISOR, PolicyPlan, capped_bytes, is_live, plan_partition
+from autooptimize.errors import InvalidArgument
+
+MiB = 1 << 20
+KB = 1000
+S = 128 * MiB
+T = S // 4
+FAST = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+
+
+def files_of(sizes: Sequence[int]) -> list[PlanFile]:
+    return [PlanFile(f"s3://b/t/data/f{i:04d}.parquet", s) for i, s in enumerate(sizes)]
+
+
+def excess_attention_of(sizes: Sequence[int], target: int, tolerance: int) -> bool:
+    stats = EntropyStats.from_sizes(sizes, target)
+    return excess_needs_attention(stats.sse, stats.n, capped_bytes(sizes, target), target, tolerance)
+
+
+def sizes_after(result: PolicyPlan, files: Sequence[PlanFile]) -> list[int]:
+    grouped = {f.path for g in result.plan.groups for f in g.files}
+    return [f.size for f in files if f.path not in grouped] + [
+        s for g in result.plan.groups for s in g.output_sizes()
+    ]
+
+
+def test_best_layout() -> None:
+    assert best_layout(0, 100) == (0, 0)
+    assert best_layout(100, 100) == (1, 0)
+    assert best_layout(250, 100) == (3, 50 * 50)
+    assert best_layout(30, 100) == (1, 70 * 70)
+    with pytest.raises(InvalidArgument, match="total_bytes"):
+        best_layout(-1, 100)
+    with pytest.raises(InvalidArgument, match="target"):
+        best_layout(10, 0)
+
+
+def test_a_small_merged_hour_is_quiet_but_a_late_file_beside_it_is_not() -> None:
+    hour = 10 * 1000 * KB
+    assert needs_attention(*_sse_n([hour]), T)  # the old rule punishes it forever
+    assert not excess_attention_of([hour], S, T)
+    assert excess_attention_of([hour, 100 * KB], S, T)  # one file too many
+    assert excess_over_best(0, 3 * S // 2, S) < 0  # an oversized file absorbs the remainder
+
+
+def _sse_n(sizes: Sequence[int]) -> tuple[int, int]:
+    stats = EntropyStats.from_sizes(sizes, S)
+    return stats.sse, stats.n
+
+
+@pytest.mark.parametrize("live", [True, False])
+@pytest.mark.parametrize("fan_in", [2, 4, 8, 16])
+def test_one_late_file_never_rewrites_the_merged_hour(live: bool, fan_in: int) -> None:
+    files = files_of([10 * 1000 * KB, 100 * KB])
+    result = plan_partition(files, S, T, live=live, fan_in=fan_in)
+    assert result.attention
+    assert result.plan.is_empty
+    assert result.rule == ("live_wait" if live else "nothing_to_merge")
+
+
+def test_live_merges_a_full_tier_and_leaves_merged_files_alone() -> None:
+    sizes = [200 * KB + i for i in range(8)] + [1600 * KB, 1650 * KB, 100 * MiB]
+    result = plan_partition(files_of(sizes), S, T, live=True, fan_in=8)
+    assert result.rule == "tiered"
+    assert [sorted(f.size for f in g.files) for g in result.plan.groups] == [sizes[:8]]
+    assert plan_partition(files_of(sizes[:7] + sizes[8:]), S, T, live=True, fan_in=8).rule == "live_wait"
+
+
+def test_settled_merges_tiers_and_stragglers_into_one_group() -> None:
+    sizes = [1600 * KB] * 7 + [200 * KB] * 4
+    result = plan_partition(files_of(sizes), S, T, live=False)
+    assert result.rule == "settled_full"
+    assert result.plan.files_in == 11 and result.plan.files_after == 1
+    assert not excess_attention_of(sizes_after(result, files_of(sizes)), S, T)
+
+
+def test_a_best_layout_partition_is_left_alone() -> None:
+    for live in (True, False):
+        result = plan_partition(files_of([S, 2 * S, 5 * MiB]), S, T, live=live)
+        assert (result.rule, result.attention, result.plan.is_empty) == ("below_excess", False, True)
+
+
+def test_bad_arguments_are_named() -> None:
+    files = files_of([1, 2])
+    with pytest.raises(InvalidArgument, match="fan_in"):
+        plan_partition(files, S, T, live=True, fan_in=1)
+    with pytest.raises(InvalidArgument, match="fan_in"):
+        plan_partition(files, S, T, live=True, fan_in=3, min_input_files=4)
+    with pytest.raises(InvalidArgument, match="live"):
+        plan_partition(files, S, T, live=1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="min_input_files"):
+        plan_partition(files, S, T, live=True, min_input_files=1)
+    with pytest.raises(InvalidArgument, match="tolerance"):
+        plan_partition(files, S, -1, live=True)
+    with pytest.raises(InvalidArgument, match="rule"):
+        PolicyPlan(plan_partition(files, S, T, live=True).plan, "sometimes", False)
+    with pytest.raises(InvalidArgument, match="settle_seconds"):
+        is_live(1.0, -1)
+
+
+def test_is_live() -> None:
+    assert is_live(0.5, 3.0) and not is_live(3.0, 3.0)
+
+
+small = 1000  # target in the random worlds
+sizes_st = st.lists(
+    st.one_of(st.integers(1, small // 20), st.integers(1, small), st.integers(small, 3 * small)),
+    min_size=0,
+    max_size=40,
+)
+
+
+@FAST
+@given(sizes_st, st.integers(0, small), st.integers(0, 2 * small), st.integers(0, 5 * small))
+def test_excess_rule_only_quiets(sizes: list[int], tolerance: int, sse_extra: int, b: int) -> None:
+    stats = EntropyStats.from_sizes(sizes, small)
+    if excess_needs_attention(stats.sse, stats.n, b, small, tolerance):
+        assert needs_attention(stats.sse, stats.n, tolerance)
+    assert not excess_needs_attention(*best_layout(b, small)[::-1], b, small, tolerance) or tolerance == 0
+
+
+@FAST
+@given(sizes_st, st.integers(0, small), st.booleans(), st.integers(2, 12), st.integers(2, 4))
+def test_policy_invariants(sizes: list[int], tolerance: int, live: bool, fan_in: int, min_input: int) -> None:
+    fan_in = max(fan_in, min_input)
+    files = files_of(sizes)
+    result = plan_partition(files, small, tolerance, live=live, fan_in=fan_in, min_input_files=min_input)
+    paths = [f.path for g in result.plan.groups for f in g.files]
+    assert len(paths) == len(set(paths)) and set(paths) <= {f.path for f in files}
+    assert result.attention == excess_attention_of(sizes, small, tolerance)
+    assert result.plan.is_empty or result.attention
+    assert result.plan.is_empty == (result.rule in {"below_excess", "live_wait", "nothing_to_merge"})
+    for g in result.plan.groups:
+        assert len(g.files) >= min_input
+        members = sorted(f.size for f in g.files)
+        assert members[-1] < small, "a file at or above the target is never rewritten"
+        if live:
+            assert members[-1] < small // LIVE_LARGE_DIVISOR
+            assert members[-1] <= sum(members[:-1]), "live: no file above the rest of its group"
+        else:
+            assert all(s <= fan_in * sum(members[:k]) for k, s in enumerate(members) if k)
+    if result.rule == "settled_full":
+        assert not excess_attention_of(sizes_after(result, files), small, tolerance)
