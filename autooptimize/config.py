@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     max_group_bytes: int = Field(default=8 * 1024 * MiB, gt=0)
     rewrite_concurrency: int = Field(default=2, ge=1)
 
+    # how automatic merges choose files: "tiered" keeps live partitions bounded without rewriting merged
+    # bytes again (autooptimize.domain.policy); "binpack" merges every file that needs it each time
+    merge_policy: str = "tiered"
+    settle_seconds: float = Field(default=3.0, ge=0)
+    merge_fan_in: int = Field(default=8, ge=2, le=1000)
+
     # dispatch to the actors: "direct" sends each action to Celery at once; "rpq" keeps the backlog in the
     # reliable priority queue and a dispatcher feeds the actors only while they have free slots
     dispatch: str = "rpq"
@@ -147,6 +153,13 @@ class Settings(BaseSettings):
     def _catalog_name(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", value):
             raise ValueError("must be a catalog name of letters, digits, '_' or '-'")
+        return value
+
+    @field_validator("merge_policy")
+    @classmethod
+    def _merge_policy(cls, value: str) -> str:
+        if value not in ("tiered", "binpack"):
+            raise ValueError("must be 'tiered' or 'binpack'")
         return value
 
     @field_validator("auto_track")

@@ -79,6 +79,12 @@ class MergeRequest:
     sizing: Sizing = NO_SIZING  # output bytes per row learned from the table's rewrites (services/sizing)
     max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES  # no group reads more (AO_MAX_GROUP_BYTES)
     concurrency: int = 2  # group jobs in flight (AO_REWRITE_CONCURRENCY)
+    # how a merge chooses its groups: "tiered" (the live-partition policy, autooptimize.domain.policy)
+    # or "binpack" (First Fit Decreasing over every file that needs it); AO_MERGE_POLICY
+    policy: str = "tiered"
+    settle_seconds: float = 3.0  # a partition written to more recently than this is live (AO_SETTLE_SECONDS)
+    fan_in: int = 8  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
+    now_ms: int | None = None  # the clock live-ness is judged by (None: now)
 
     @property
     def resume_point(self) -> Checkpoint:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,15 +11,10 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
-from pyiceberg.types import (
-    DateType,
-    IntegerType,
-    LongType,
-    PrimitiveType,
-    StringType,
-)
 
+from autooptimize.domain.partitions import PartitionRef
 from autooptimize.errors import InvalidArgument
+from autooptimize.iceberg.partitions import human, human_values, parse_human, ref_of
 
 
 @dataclass(frozen=True)
@@ -31,6 +24,7 @@ class LiveFile:
     data_file: DataFile
     sequence_number: int | None
     file_sequence_number: int | None
+    added_ms: int | None = None  # when the snapshot that added it was committed (None: no longer known)
 
     @property
     def path(self) -> str:
@@ -67,18 +61,31 @@ class DeleteStats:
 
 @dataclass
 class PartitionFiles:
-    """The live data and delete files of one partition of one spec."""
+    """The live data and delete files of one partition of one spec.
+
+    ``key`` is the partition's identity inside the service (JSON of its Iceberg values, see
+    autooptimize.domain.partitions); ``path`` is Iceberg's partition path, used for directories;
+    ``human`` is what people read and type (``ts_hour=2024-06-01-12``).
+    """
 
     spec_id: int
-    key: str  # the partition path, e.g. "day=2024-01-01/region=eu"; "" when unpartitioned
-    values: dict[str, Any]  # human-readable values per partition field
+    key: str  # canonical JSON of the Iceberg values, e.g. '[473184]'; "" when unpartitioned
+    values: dict[str, Any]  # human-readable values per partition field (None for null)
     record: Any  # the pyiceberg partition Record, copied onto rewritten files
+    path: str = ""  # Iceberg's partition path, e.g. "ts_hour=2024-06-01-12"; "" when unpartitioned
+    human: str = ""  # the human form, parsed back by autooptimize.iceberg.partitions.parse_human
     data_files: list[LiveFile] = field(default_factory=list)
     delete_files: list[LiveFile] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
         return sum(f.size for f in self.data_files)
+
+    @property
+    def newest_ms(self) -> int | None:
+        """When the newest data file was committed, if any file's snapshot is still known."""
+        known = [f.added_ms for f in self.data_files if f.added_ms is not None]
+        return max(known) if known else None
 
     @property
     def delete_stats(self) -> DeleteStats:
@@ -94,16 +101,20 @@ class PartitionFiles:
 
 
 def partition_key(spec: PartitionSpec, schema: Schema, record: Any) -> str:
-    return spec.partition_to_path(record, schema) if spec.fields else ""
+    """The partition's identity inside the service: JSON of its Iceberg values ("" when unpartitioned)."""
+    return ref_of(spec, schema, record).key if spec.fields else ""
 
 
 def partition_values(spec: PartitionSpec, schema: Schema, record: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for pos, pfield in enumerate(spec.fields):
-        source_type = schema.find_field(pfield.source_id).field_type
-        result_type = pfield.transform.result_type(source_type)
-        values[pfield.name] = pfield.transform.to_human_string(result_type, record[pos])
-    return values
+    """Human-readable value per field (None for null), as Iceberg prints them."""
+    if not spec.fields:
+        return {}
+    return dict(human_values(spec, schema, ref_of(spec, schema, record)))
+
+
+def partition_path(spec: PartitionSpec, schema: Schema, record: Any) -> str:
+    """Iceberg's partition path (directories of rewritten files); "" when unpartitioned."""
+    return spec.partition_to_path(record, schema) if spec.fields else ""
 
 
 def live_entries(table: Table, snapshot: Snapshot | None) -> Iterable[ManifestEntry]:
@@ -119,90 +130,32 @@ def live_partitions(table: Table, snapshot: Snapshot | None = None) -> dict[tupl
     schema = table.schema()
     specs = table.specs()
     parts: dict[tuple[int, str], PartitionFiles] = {}
+    committed_ms = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
     for entry in live_entries(table, snapshot):
         df = entry.data_file
         spec = specs[df.spec_id]
         key = partition_key(spec, schema, df.partition)
         pf = parts.get((df.spec_id, key))
         if pf is None:
+            ref = ref_of(spec, schema, df.partition) if spec.fields else None
             pf = PartitionFiles(
                 spec_id=df.spec_id,
                 key=key,
                 values=partition_values(spec, schema, df.partition),
                 record=df.partition,
+                path=partition_path(spec, schema, df.partition),
+                human=human(spec, schema, ref) if ref is not None else "",
             )
             parts[(df.spec_id, key)] = pf
-        live = LiveFile(df, entry.sequence_number, entry.file_sequence_number)
+        live = LiveFile(df, entry.sequence_number, entry.file_sequence_number, committed_ms.get(entry.snapshot_id))
         (pf.data_files if df.content == DataFileContent.DATA else pf.delete_files).append(live)
     return parts
 
 
-def _canonical(value: str, result_type: Any, field_name: str) -> str:
-    """Normalise a user-typed partition value so it compares equal to pyiceberg's human string."""
-    try:
-        if isinstance(result_type, IntegerType | LongType):
-            return str(int(value))
-        if isinstance(result_type, DateType):
-            return dt.date.fromisoformat(value).isoformat()
-        if isinstance(result_type, StringType):
-            return value
-        if str(result_type) == "uuid":
-            return str(uuid.UUID(value))
-    except ValueError:
-        raise InvalidArgument(
-            f"partition value {value!r} for {field_name!r} is not a valid {result_type}"
-        ) from None
-    if not isinstance(result_type, PrimitiveType):
-        raise InvalidArgument(f"partition field {field_name!r} has unsupported type {result_type}")
-    return value
-
-
-def parse_partition(table: Table, expression: str) -> dict[str, str]:
-    """Parse ``col=value[,col2=value2]`` (``/`` also separates) against the table's current spec.
-
-    Returns canonical human-readable values per partition field. Raises InvalidArgument naming the
-    problem and the valid field names when the expression does not describe exactly one partition.
-    """
-    spec = table.spec()
-    schema = table.schema()
-    names = [f.name for f in spec.fields]
-    if not names:
+def parse_partition(table: Table, expression: str) -> PartitionRef:
+    """The partition of the table's current spec that ``expression`` names, in the human form ``status``
+    prints (``ts_hour=2024-06-01-12``, ``,`` or ``/`` between fields). Raises InvalidArgument naming the
+    problem and what would be valid."""
+    if not table.spec().fields:
         raise InvalidArgument(f"table {'.'.join(table.name())} is unpartitioned; omit --partition")
-    if not isinstance(expression, str) or not expression.strip():
-        raise InvalidArgument(f"partition expression is empty; use {','.join(n + '=…' for n in names)}")
-    pairs: dict[str, str] = {}
-    for item in expression.replace("/", ",").split(","):
-        item = item.strip()
-        if "=" not in item:
-            raise InvalidArgument(
-                f"partition expression {expression!r} is malformed at {item!r}; "
-                f"use {','.join(n + '=value' for n in names)}"
-            )
-        name, value = (s.strip() for s in item.split("=", 1))
-        if name not in names:
-            raise InvalidArgument(
-                f"partition field {name!r} is not in the table's partition spec; valid fields: {', '.join(names)}"
-            )
-        if name in pairs:
-            raise InvalidArgument(f"partition field {name!r} is given twice in {expression!r}")
-        pfield = next(f for f in spec.fields if f.name == name)
-        result_type = pfield.transform.result_type(schema.find_field(pfield.source_id).field_type)
-        pairs[name] = value if value == "null" else _canonical(value, result_type, name)
-    missing = [n for n in names if n not in pairs]
-    if missing:
-        raise InvalidArgument(
-            f"partition expression {expression!r} misses field(s) {', '.join(missing)}; "
-            f"a partition is {','.join(n + '=value' for n in names)}"
-        )
-    return {n: pairs[n] for n in names}
-
-
-def matches(pf: PartitionFiles, spec_id: int, values: dict[str, str]) -> bool:
-    return pf.spec_id == spec_id and {k: str(v) for k, v in pf.values.items()} == values
-
-
-def key_from_values(values: dict[str, str]) -> str:
-    """The partition path pyiceberg's ``partition_to_path`` gives for these human-readable values."""
-    from urllib.parse import quote_plus
-
-    return "/".join(f"{quote_plus(k, safe='')}={quote_plus(str(v), safe='')}" for k, v in values.items())
+    return parse_human(table.spec(), table.schema(), expression)

@@ -17,7 +17,7 @@ from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, Part
 from autooptimize.domain.planning import Plan
 from autooptimize.errors import ActionRefused, InvalidArgument
 from autooptimize.iceberg.files import PartitionFiles
-from autooptimize.services.rewrite.merge import plan_files, plan_partition, refusal
+from autooptimize.services.rewrite.merge import plan_files, plan_partition, plan_partition_with_rule, refusal
 from autooptimize.services.rewrite.sort import sort_spec
 
 
@@ -26,6 +26,7 @@ class Choice:
     decision: Decision
     merge_plan: Plan | None
     sort_plan: Plan | None
+    rule: str | None = None  # the merge planning rule (binpack, tiered, live_wait, settled_full, …)
 
     @property
     def plan(self) -> Plan | None:
@@ -46,7 +47,8 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
         min_input_files=tuning.min_input_files if tuning else 2,
         max_bytes=tuning.max_bytes_per_action if tuning else None, checkpoint=None, dry_run=True,
         sort_order=tuning.sort_order if tuning else None, sizing=learned(settings, identifier),
-        max_group_bytes=settings.max_group_bytes,
+        max_group_bytes=settings.max_group_bytes, policy=settings.merge_policy,
+        settle_seconds=settings.settle_seconds, fan_in=settings.merge_fan_in,
     )
 
 
@@ -85,8 +87,9 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
     problem = refusal(table, pf)
     merge_plan = None
     merge = None
+    rule = None
     if problem is None or problem.reason == "has_delete_files":
-        merge_plan = plan_partition(table, pf, request)
+        merge_plan, rule = plan_partition_with_rule(table, pf, request)
         if merge_plan.is_empty:
             merge_plan = None
             if request.max_bytes is not None:  # nothing fits the budget: say so when something would help
@@ -96,7 +99,7 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
                                        unlimited.mse_before, unlimited.mse_after, limited_by_budget=True)
     if merge_plan is not None:
         limited = False
-        if request.max_bytes is not None and merge_plan.mse_after >= float(request.tolerance) ** 2:
+        if request.max_bytes is not None and merge_plan.needs_attention_after:
             unlimited = plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
             limited = unlimited.bytes_rewritten > request.max_bytes
         merge = MergeFacts(merge_plan.bytes_rewritten, merge_plan.files_in, merge_plan.files_out,
@@ -128,4 +131,4 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
     decision = decide(facts)
     if problem is not None and problem.reason not in ("has_delete_files",):
         decision = Decision(None, problem.reason, decision.candidates)
-    return Choice(decision, merge_plan, sort_plan)
+    return Choice(decision, merge_plan, sort_plan, rule)

@@ -178,7 +178,7 @@ def compaction_refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None
     if pf.spec_id != table.spec().spec_id:
         return ActionRefused(
             "older_spec",
-            f"partition {pf.key} belongs to partition spec {pf.spec_id}, not the current spec "
+            f"partition {pf.human} belongs to partition spec {pf.spec_id}, not the current spec "
             f"{table.spec().spec_id}; rewriting older specs is not supported yet",
         )
     return None

@@ -7,7 +7,7 @@ from typing import Any
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.iceberg.catalog import load_table
-from autooptimize.iceberg.files import key_from_values, parse_partition
+from autooptimize.iceberg.files import parse_partition
 from autooptimize.services.choose import choose, planning_request
 from autooptimize.services.rewrite.merge import plan_to_dict, select_partitions
 from autooptimize.services.tracking import ACTION_KINDS, size_arg, tuning_of
@@ -21,7 +21,7 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     ``none``) and its reason code, the groups (input file paths, bytes in, files out), bytes
     rewritten, files replaced, MSE before and after, and every candidate's value and cost."""
     table = load_table(settings, identifier)
-    key = key_from_values(parse_partition(table, partition)) if partition is not None else None
+    key = parse_partition(table, partition).key if partition is not None else None
     with session_scope(settings) as session:
         row = tracked_table(session, settings.catalog, identifier)
         tuning = tuning_of(row) if row is not None else None
@@ -38,7 +38,8 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
         choice = choose(table, pf, request, allowed)
         decision = choice.decision
         mse = EntropyStats.from_sizes([f.size for f in pf.data_files], target).mse
-        row: dict[str, Any] = {"partition": pf.key, "action": decision.kind or "none", "reason": decision.reason,
+        row: dict[str, Any] = {"partition": pf.human, "partition_key": pf.key, "action": decision.kind or "none", "reason": decision.reason,
+                               "rule": choice.rule,
                                "groups": [], "bytes_rewritten": 0, "files_replaced": 0, "files_out": 0,
                                "mse_before": mse, "mse_after": mse,
                                "candidates": [c.as_dict() for c in decision.candidates]}

@@ -176,6 +176,11 @@ class Plan:
         return not self.groups
 
     @property
+    def needs_attention_before(self) -> bool:
+        """True when the partition has ``MSE ≥ tolerance²`` now (the one rule, on ``mse_before``)."""
+        return mse_needs_attention(self.mse_before, self.files_before, self.tolerance)
+
+    @property
     def needs_attention_after(self) -> bool:
         """True when the partition would still have ``MSE ≥ tolerance²`` after the plan (the one rule,
         :func:`~autooptimize.domain.entropy.needs_attention`, on ``mse_after``)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 from pyiceberg.table import Table
@@ -18,6 +19,8 @@ from autooptimize.domain.actions import Engine, GroupResult, Hooks, MergeOutcome
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.job_groups import cap_groups
 from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_bin_pack
+from autooptimize.domain.policy import is_live
+from autooptimize.domain.policy import plan_partition as plan_by_policy
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg.commit import (
     ACTION_ID_PROPERTY,
@@ -51,10 +54,12 @@ def plan_files(pf: PartitionFiles, sizing: Sizing = NO_SIZING) -> list[PlanFile]
             for f in pf.data_files]
 
 
-def plan_to_dict(pf: PartitionFiles, plan: Plan) -> dict[str, Any]:
+def plan_to_dict(pf: PartitionFiles, plan: Plan, rule: str | None = None) -> dict[str, Any]:
     return {
+        "rule": rule,
         "spec_id": pf.spec_id,
         "partition": pf.key,
+        "partition_human": pf.human,
         "partition_values": pf.values,
         "mse_before": plan.mse_before,
         "mse_after": plan.mse_after,
@@ -83,7 +88,7 @@ def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
     if pf.delete_files:
         return ActionRefused(
             "has_delete_files",
-            f"partition {pf.key or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
+            f"partition {pf.human or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
             "fold them into the data first with the compact_deletes action, then merge",
         )
     from spark_actors.types import unsupported_reason
@@ -96,14 +101,16 @@ def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
 
 def plan_partitions(
     table: Table, partitions: list[PartitionFiles], request: MergeRequest
-) -> tuple[list[tuple[PartitionFiles, Plan]], dict[str, str]]:
-    """The merge plan of each partition, and a reason for each partition left alone.
+) -> tuple[list[tuple[PartitionFiles, Plan]], dict[str, str], dict[str, str]]:
+    """The merge plan of each partition, a reason for each partition left alone, and the planning rule
+    of each partition planned (``binpack``, ``tiered``, ``settled_full``, …).
 
     Pure planning on the current snapshot's metadata: ``explain`` and the action call this same
     function, so an explained plan is what the action executes while the table is unchanged.
     """
     plans: list[tuple[PartitionFiles, Plan]] = []
     skipped: dict[str, str] = {}
+    rules: dict[str, str] = {}  # partition key → the planning rule that produced its plan
     order = sort_spec(table, request)
     for pf in partitions:
         problem = refusal(table, pf)
@@ -113,24 +120,41 @@ def plan_partitions(
         if order is not None:
             plan, reason = plan_sorted_partition(table, pf, plan_files(pf, request.sizing), order[0], request)
         else:
-            plan = plan_partition(table, pf, request)
+            plan, rule = plan_partition_with_rule(table, pf, request)
+            rules[pf.key] = rule
             reason = None if not plan.is_empty else (
-                "below_threshold" if plan.mse_before < request.tolerance**2 else "nothing_to_merge")
+                rule if rule not in ("binpack", "respec", "tiered", "settled_full", "settled_partial")
+                else "below_threshold" if not plan.needs_attention_before else "nothing_to_merge")
         if reason is not None:
             skipped[pf.key] = reason
         else:
             plans.append((pf, plan))
-    return plans, skipped
+    return plans, skipped, rules
 
 
 def plan_partition(table: Table, pf: PartitionFiles, request: MergeRequest) -> Plan:
-    """The merge plan of one partition (respec, or bin packing apart by field ids), capped per group."""
+    """The merge plan of one partition (respec, the live-partition policy, or bin packing apart by
+    field ids), capped per group."""
+    return plan_partition_with_rule(table, pf, request)[0]
+
+
+def plan_partition_with_rule(table: Table, pf: PartitionFiles, request: MergeRequest) -> tuple[Plan, str]:
+    """The merge plan of one partition and the rule that made it: ``respec``, ``binpack``, or one of
+    :data:`autooptimize.domain.policy.RULES` (``tiered``, ``live_wait``, ``settled_full``, …)."""
     files = plan_files(pf, request.sizing)
     if pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options):
         # a respec moves single files too; one alone larger than the cap stays in its older spec
         return cap_groups(evolution.plan_respec(files, request.target_file_size, request.tolerance), files,
-                          request.max_group_bytes, min_input_files=1)
+                          request.max_group_bytes, min_input_files=1), "respec"
     with_ids, without_ids = evolution.split_by_field_ids(table, files)
+    if request.policy == "tiered" and not without_ids and request.max_bytes is None:
+        now_ms = request.now_ms if request.now_ms is not None else int(time.time() * 1000)
+        newest = pf.newest_ms
+        live = newest is not None and is_live((now_ms - newest) / 1000, request.settle_seconds)
+        chosen = plan_by_policy(files, request.target_file_size, request.tolerance, live=live,
+                                fan_in=request.fan_in, min_input_files=request.min_input_files)
+        plan = balance_outputs(chosen.plan, files, min_input_files=request.min_input_files)
+        return cap_groups(plan, files, request.max_group_bytes, request.min_input_files), chosen.rule
     subsets = [s for s in (with_ids, without_ids) if s]  # read by id and by name: never one group
     plans = [balance_outputs(plan_bin_pack(s, request.target_file_size, request.tolerance,
                                            min_input_files=request.min_input_files, max_bytes=request.max_bytes),
@@ -138,7 +162,7 @@ def plan_partition(table: Table, pf: PartitionFiles, request: MergeRequest) -> P
              for s in subsets]
     plan = plans[0] if len(plans) == 1 else evolution.combine_plans(files, plans, request.target_file_size,
                                                                       request.tolerance)
-    return cap_groups(plan, files, request.max_group_bytes, request.min_input_files)
+    return cap_groups(plan, files, request.max_group_bytes, request.min_input_files), "binpack"
 
 
 def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], request: MergeRequest) -> MergeRequest:
@@ -190,7 +214,7 @@ class MergeKind:
             return None
         if request.sizing.bytes_per_row is None and not request.dry_run and spark is not None:
             request = calibrated(spark, table, partitions, request)
-        plans, skipped = plan_partitions(table, partitions, request)
+        plans, skipped, rules = plan_partitions(table, partitions, request)
         if request.partition_key is not None and skipped:
             problem = refusal(table, partitions[0])
             if problem is not None:
@@ -199,7 +223,8 @@ class MergeKind:
         for pf in partitions:
             total = total.merge(EntropyStats.from_sizes([f.size for f in pf.data_files], request.target_file_size))
         units = tuple(Unit(pf, index, group) for pf, plan in plans for index, group in enumerate(plan.groups))
-        summary = {"partitions": [plan_to_dict(pf, plan) for pf, plan in plans], "skipped": skipped,
+        summary = {"partitions": [plan_to_dict(pf, plan, rules.get(pf.key)) for pf, plan in plans],
+                   "skipped": skipped,
                    "sizing": request.sizing.as_dict()}
         target = request.target_file_size
         return Planned(units, skipped, summary, total.mse,

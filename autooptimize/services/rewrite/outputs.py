@@ -40,7 +40,7 @@ def data_location(table: Table) -> str:
 def action_dir(table: Table, pf: PartitionFiles, action_id: str) -> str:
     """The directory an action writes a partition's output to; owned by that action alone."""
     base = data_location(table)
-    part = f"/{pf.key}" if pf.key else ""
+    part = f"/{pf.path}" if pf.path else ""
     return f"{base}{part}/ao-{action_id}"
 
 
