@@ -12,12 +12,16 @@ def actor_queue(priority_class: str) -> str:
     return f"ao.actor.{priority_class}"
 
 
+def queue_names(priority_classes: tuple[str, ...]) -> list[str]:
+    """Every queue's name: control, buffer, then one actor queue per priority class."""
+    return [CONTROL_QUEUE, BUFFER_QUEUE] + [actor_queue(p) for p in priority_classes]
+
+
 def queues(priority_classes: tuple[str, ...]) -> list[Queue]:
     # Every queue has its own routing key. Without one Celery binds each queue to the default exchange
     # with the default key (ao.control), and on Redis a message is then copied to every queue bound
     # with that key: each merge would reach every actor queue and the control queue.
-    names = [CONTROL_QUEUE, BUFFER_QUEUE] + [actor_queue(p) for p in priority_classes]
-    return [Queue(name, routing_key=name) for name in names]
+    return [Queue(name, routing_key=name) for name in queue_names(priority_classes)]
 
 
 def task_priority(priority_class: str, priority_classes: tuple[str, ...]) -> int:

@@ -23,6 +23,7 @@ from autooptimize.errors import (
     Retry,
     ServiceUnavailable,
     VerificationFailed,
+    WaitTimeout,
 )
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import key_from_values, parse_partition
@@ -35,6 +36,7 @@ from autooptimize.services.merge import (
     committed_outcome,
     committed_parts,
 )
+from autooptimize.services.ports import ActionTicket, Dispatch
 from autooptimize.services.sizing import learned
 from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
 from autooptimize.storage.db import get_engine, session_scope
@@ -93,15 +95,17 @@ def submit(
     trigger: Trigger = Trigger.AD_HOC,
     dry_run: bool = False,
     target_file_size: Any = None,
-    dispatch: bool = True,
+    dispatch: Dispatch | None = None,
     options: dict[str, Any] | None = None,
 ) -> str:
-    """Record an action and send it to the actors; returns its id.
+    """Record an action and hand it to ``dispatch`` for the actors; returns its id.
 
-    Everything is validated (table, partition, kind, priority, sizes, Redis reachable) before anything
+    Everything is validated (table, partition, kind, priority, sizes, the broker reachable) before anything
     is written. A queued or running action on the same partition and kind is returned instead of a
-    duplicate. A dry run is planned inline, recorded, and never dispatched.
+    duplicate. A dry run is planned inline, recorded, and never dispatched. Without ``dispatch`` (None, or
+    False as older callers pass) the action is only recorded, for the caller to execute.
     """
+    dispatch = dispatch or None
     if kind not in ACTION_KINDS:
         raise InvalidArgument(f"action {kind!r} is not supported; valid actions: {', '.join(ACTION_KINDS)}")
     if priority is not None and priority not in settings.priority_classes:
@@ -116,10 +120,8 @@ def submit(
     if partition is not None:
         values = parse_partition(table, partition)
         spec_id, key = table.spec().spec_id, key_from_values(values)
-    if dispatch and not dry_run:
-        from tasks.dispatch import check_broker
-
-        check_broker(settings)
+    if dispatch is not None and not dry_run:
+        dispatch.check()
     table_id = ensure_tracked(settings, identifier)
     with session_scope(settings) as session:
         tracked = session.get(TrackedTable, table_id)
@@ -150,15 +152,8 @@ def submit(
         action_id, priority_class = action.id, action.priority_class
     if dry_run:
         execute(settings, action_id, spark=None)
-    elif dispatch and settings.dispatch == "rpq":
-        from scheduler.dispatcher import enqueue_action
-
-        enqueue_action(settings, action_id, identifier, key, kind, priority_class)
-    elif dispatch:
-        from tasks.dispatch import send_action
-
-        send_action(settings, action_id, priority_class=priority_class,
-                    label={"table": identifier, "partition": key, "kind": kind})
+    elif dispatch is not None:
+        dispatch.action(ActionTicket(action_id, identifier, key, kind, priority_class))
     return action_id
 
 
@@ -373,12 +368,12 @@ def get_outcome(settings: Settings, action_id: str) -> dict[str, Any]:
 
 
 def wait(settings: Settings, action_id: str, timeout: float | None = None, poll: float = 0.5) -> dict[str, Any]:
-    """Poll PostgreSQL until the action is terminal; TimeoutError after ``timeout`` seconds."""
+    """Poll PostgreSQL until the action is terminal; WaitTimeout (a TimeoutError) after ``timeout`` seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         outcome = get_outcome(settings, action_id)
         if ActionState(outcome["state"]).terminal:
             return outcome
         if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"action {action_id} is still {outcome['state']} after {timeout} s")
+            raise WaitTimeout(f"action {action_id} is still {outcome['state']} after {timeout} s")
         time.sleep(poll)

@@ -50,6 +50,7 @@ from autooptimize.iceberg.references import (
     table_directories,
 )
 from autooptimize.services.merge import CheckpointWriter, Hooks, MergeOutcome, MergeRequest
+from autooptimize.services.ports import Dispatch
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, Trigger
 from autooptimize.storage.repositories import audit, tracked_tables
@@ -630,7 +631,8 @@ def hygiene_decisions(settings: Settings, table: Table, allowed: Iterable[str],
     return decisions
 
 
-def sweep_hygiene(settings: Settings, *, dispatch: bool = True, now: datetime | None = None) -> dict[str, list[str]]:
+def sweep_hygiene(settings: Settings, *, dispatch: Dispatch | None = None,
+                  now: datetime | None = None) -> dict[str, list[str]]:
     """Submit the hygiene actions every enabled tracked table needs (trigger: schedule); returns the kinds
     submitted per table. Idempotent: a queued or running action of the same kind is not duplicated."""
     from autooptimize.services.actions import submit

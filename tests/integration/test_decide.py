@@ -4,7 +4,7 @@ a partition judged and unchanged since is not measured again."""
 from __future__ import annotations
 
 from autooptimize.services import actions, tracking
-from autooptimize.services.decide import submit_for_partition
+from autooptimize.services.submit_decided import submit_for_partition
 from autooptimize.services.observe import scan_table
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
