@@ -13,6 +13,7 @@ Buffered files are removed only after the commit and its bookkeeping are durable
 read, or whose rows break the table's schema, is quarantined with its reason and the rest of its batch
 goes on without it. One consolidator per table at a time (a PostgreSQL advisory lock), so a batch found
 unfinished by the lock holder was abandoned by a dead worker and is resumed, oldest first.
+Writing a batch lives in batch_write, its commit and bookkeeping in batch_commit.
 """
 
 from __future__ import annotations
