@@ -17,6 +17,7 @@ from autooptimize.services import actions as _actions
 from autooptimize.services import status as _status
 from autooptimize.services import tracking as _tracking
 from autooptimize.storage.models import ActionState, Trigger
+from tasks.send import CeleryDispatch
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def optimize(
     settings = settings or get_settings()
     action_id = _actions.submit(
         settings, table, partition=partition, kind=action, priority=priority, trigger=Trigger.AD_HOC,
-        dry_run=dry_run, target_file_size=target_file_size, options=options,
+        dry_run=dry_run, target_file_size=target_file_size, options=options, dispatch=CeleryDispatch(settings),
     )
     return ActionHandle(action_id, settings)
 
@@ -85,33 +86,33 @@ def land(table: str, files: list[Any], *, move: bool = False, settings: Settings
     Returns ``landed`` (with rows, bytes, partitions) and ``rejected`` (file and reason) lists; a rejected
     file is left where it was. When a rule fires, a consolidation is queued.
     """
-    from autooptimize.services import buffer as _buffer
+    from autooptimize.services.buffer.landing import land as land_files
 
-    return _buffer.land(settings or get_settings(), table, files, move=move)
+    settings = settings or get_settings()
+    return land_files(settings, table, files, move=move, dispatch=CeleryDispatch(settings))
 
 
 def buffer_status(table: str | None = None, *, settings: Settings | None = None) -> list[dict[str, Any]]:
     """Per buffered table: files, bytes, oldest age, and which rule fires next."""
-    from autooptimize.services import buffer as _buffer
+    from autooptimize.services.buffer.rules import status as buffered_status
 
-    return _buffer.status(settings or get_settings(), table)
+    return buffered_status(settings or get_settings(), table)
 
 
 def buffer_rules(table: str, *, settings: Settings | None = None, **rules: Any) -> dict[str, Any]:
     """Set ``table``'s rules: ``max_age`` ("15m"), ``min_bytes``, ``max_bytes``, ``max_files``, ``combinable``,
     ``callback_url``; returns the rules in force."""
-    from autooptimize.services import buffer as _buffer
+    from autooptimize.services.buffer.rules import set_rules
 
-    return _buffer.set_rules(settings or get_settings(), table, **rules)
+    return set_rules(settings or get_settings(), table, **rules)
 
 
 def flush(table: str, *, wait: bool = True, settings: Settings | None = None) -> dict[str, Any]:
     """Consolidate what ``table`` has buffered now, whatever the rules say: here (``wait``) or on a worker."""
+    from autooptimize.services.buffer.consolidate import consolidate_table
+
     settings = settings or get_settings()
+    dispatch = CeleryDispatch(settings)
     if not wait:
-        from tasks.dispatch import send_consolidation
-
-        return {"table": table, "queued": send_consolidation(settings, table, flush=True)}
-    from autooptimize.services.consolidate import consolidate_table
-
-    return consolidate_table(settings, table, flush=True, wait=600.0)
+        return {"table": table, "queued": dispatch.consolidation(table, flush=True)}
+    return consolidate_table(settings, table, flush=True, wait=600.0, dispatch=dispatch)

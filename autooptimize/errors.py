@@ -49,3 +49,11 @@ class Retry(AutoOptimizeError):
     def __init__(self, message: str, delay: float = 5.0) -> None:
         super().__init__(message)
         self.delay = delay
+
+
+class FileRejected(AutoOptimizeError):
+    """A file offered to a table's buffer does not fit it (the message says why); nothing was landed."""
+
+
+class WaitTimeout(AutoOptimizeError, TimeoutError):
+    """An action was not finished when the caller's wait ran out; it may still finish later."""

@@ -4,7 +4,7 @@ file: the commits-per-minute ceiling of the direct approach on this machine).
 
     python -m benchmarks.buffer [--rate 55] [--minutes 3] [--rows 20] [--max-age 20] [--baseline-seconds 60]
 
-Everything is real: files are written by a producer and landed through ``services.buffer.land`` (footer
+Everything is real: files are written by a producer and landed through ``services.buffer.landing.land`` (footer
 check, move into the buffer zone, one INSERT, rules); rules queue ``autooptimize.consolidate`` on Redis;
 a Celery worker on the ``ao.buffer`` queue consolidates through Spark Connect and commits one append
 snapshot per batch; a tick thread stands in for beat (age rule). Uses the AO_* environment (database,
@@ -147,11 +147,12 @@ def main() -> int:
 def run(args: argparse.Namespace, settings, catalog) -> int:  # type: ignore[no-untyped-def]
     from sqlalchemy import func, select
 
-    from autooptimize.services import buffer
-    from autooptimize.services.consolidate import tick
+    from autooptimize.services.buffer import landing
+    from autooptimize.services.buffer import rules as buffer_rules
+    from autooptimize.services.buffer.consolidate import tick
     from autooptimize.storage.buffer_models import BufferBatch, BufferFile
     from autooptimize.storage.db import session_scope
-    from tasks.dispatch import send_consolidation
+    from tasks.send import CeleryDispatch
 
     print(f"baseline: one pyiceberg append commit per file for {args.baseline_seconds:.0f}s …", file=sys.stderr,
           flush=True)
@@ -165,8 +166,9 @@ def run(args: argparse.Namespace, settings, catalog) -> int:  # type: ignore[no-
     for i in range(20):
         pq.write_table(producer_file(i * args.rows, args.rows), warm_dir / f"w{i}.parquet")
         warm_files.append(warm_dir / f"w{i}.parquet")
-    buffer.land(settings, "bench.warmup", warm_files, move=True, notify=False)
-    send_consolidation(settings, "bench.warmup", flush=True)
+    dispatch = CeleryDispatch(settings)
+    landing.land(settings, "bench.warmup", warm_files, move=True, notify=False)
+    dispatch.consolidation("bench.warmup", flush=True)
     deadline = time.monotonic() + 300
     while warm.refresh().current_snapshot() is None and time.monotonic() < deadline:
         time.sleep(1)
@@ -174,14 +176,14 @@ def run(args: argparse.Namespace, settings, catalog) -> int:  # type: ignore[no-
 
     table = create(catalog, "buffered")
     ident = "bench.buffered"
-    buffer.set_rules(settings, ident, max_age=args.max_age, max_files=args.max_files)
-    table_id = buffer.ensure_buffer_table(settings, ident)
+    buffer_rules.set_rules(settings, ident, max_age=args.max_age, max_files=args.max_files)
+    table_id = buffer_rules.ensure_buffer_table(settings, ident)
     stop = threading.Event()
 
     def ticker() -> None:  # beat's buffer_tick, every 5 s
         while not stop.wait(5.0):
             try:
-                tick(settings)
+                tick(settings, dispatch)
             except Exception as exc:  # keep ticking; the run's figures will show the damage
                 print(f"tick failed: {exc}", file=sys.stderr)
 
@@ -275,7 +277,8 @@ def run(args: argparse.Namespace, settings, catalog) -> int:  # type: ignore[no-
 def lander(k: int, count: int, interval: float, rows: int, staging: str, ident: str) -> tuple[list[float], int]:
     """One producer process: write a small file, land it (moved), at a fixed pace; returns land() times."""
     from autooptimize.config import get_settings
-    from autooptimize.services import buffer
+    from autooptimize.services.buffer.landing import land
+    from tasks.send import CeleryDispatch
 
     settings = get_settings()
     durations: list[float] = []
@@ -289,7 +292,7 @@ def lander(k: int, count: int, interval: float, rows: int, staging: str, ident: 
         path = Path(staging) / f"f{n}.parquet"
         pq.write_table(producer_file(n * rows, rows), path)
         t0 = time.perf_counter()
-        result = buffer.land(settings, ident, [path], move=True)
+        result = land(settings, ident, [path], move=True, dispatch=CeleryDispatch(settings))
         durations.append(time.perf_counter() - t0)
         rejected += len(result["rejected"])
     return durations, rejected

@@ -17,10 +17,12 @@ log = logging.getLogger(__name__)
 @app.task(name="autooptimize.consolidate", bind=True, max_retries=MAX_RETRIES)
 def consolidate(self: Task, table: str, flush: bool = False) -> dict:
     """Finish abandoned batches of ``table`` and consolidate while its rules fire (idempotent)."""
-    from autooptimize.services.consolidate import consolidate_table
+    from autooptimize.services.buffer.consolidate import consolidate_table
+    from tasks.send import CeleryDispatch
 
+    settings = get_settings()
     try:
-        result = consolidate_table(get_settings(), table, flush=flush)
+        result = consolidate_table(settings, table, flush=flush, dispatch=CeleryDispatch(settings))
     except Retry as exc:
         raise self.retry(countdown=backoff_delay(exc.delay, self.request.retries), exc=None) from None
     log.info("consolidated %s: %d batch(es)%s", table, len(result["batches"]), " (busy)" if result["busy"] else "")
@@ -32,6 +34,8 @@ def consolidate(self: Task, table: str, flush: bool = False) -> dict:
 @app.task(name="autooptimize.buffer_tick")
 def buffer_tick() -> dict:
     """Land settled files from the watched folder; queue consolidations whose rules fire."""
-    from autooptimize.services.consolidate import tick
+    from autooptimize.services.buffer.consolidate import tick
+    from tasks.send import CeleryDispatch
 
-    return tick(get_settings())
+    settings = get_settings()
+    return tick(settings, CeleryDispatch(settings))

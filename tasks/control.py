@@ -9,11 +9,12 @@ from tasks.app import app
 @app.task(name="autooptimize.sweep")
 def sweep() -> dict[str, int]:
     """Submit a merge for every partition at MSE ≥ T² with nothing pending (idempotent)."""
-    from autooptimize.services.decide import on_attention_handler
     from autooptimize.services.observe.attention import sweep_attention
+    from autooptimize.services.submit_decided import on_attention_handler
+    from tasks.send import CeleryDispatch
 
     settings = get_settings()
-    return sweep_attention(settings, on_attention_handler(settings))
+    return sweep_attention(settings, on_attention_handler(settings, CeleryDispatch(settings)))
 
 
 @app.task(name="autooptimize.auto_track")
@@ -41,5 +42,7 @@ def rescan_stale() -> list[str]:
 def hygiene_sweep() -> dict[str, list[str]]:
     """Submit rewrite_manifests, expire_snapshots and remove_orphans where a tracked table needs them."""
     from autooptimize.services.hygiene.sweep import sweep_hygiene
+    from tasks.send import CeleryDispatch
 
-    return sweep_hygiene(get_settings())
+    settings = get_settings()
+    return sweep_hygiene(settings, dispatch=CeleryDispatch(settings))

@@ -11,9 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import text
-
 from autooptimize.config import Settings
+from autooptimize.domain.partitions import PartitionRef
 from autooptimize.errors import (
     ActionNotFound,
     ActionRefused,
@@ -23,9 +22,11 @@ from autooptimize.errors import (
     Retry,
     ServiceUnavailable,
     VerificationFailed,
+    WaitTimeout,
 )
 from autooptimize.iceberg.catalog import load_table
-from autooptimize.iceberg.files import key_from_values, parse_partition
+from autooptimize.iceberg.files import parse_partition
+from autooptimize.iceberg.partitions import human_values
 from autooptimize.services.kinds import KINDS, kind_of
 from autooptimize.services.merge import (
     Hooks,
@@ -35,9 +36,11 @@ from autooptimize.services.merge import (
     committed_outcome,
     committed_parts,
 )
+from autooptimize.services.ports import ActionTicket, Dispatch
 from autooptimize.services.sizing import learned
 from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
-from autooptimize.storage.db import get_engine, session_scope
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.locks import AdvisoryLock
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
 from autooptimize.storage.repositories import active_action, audit, get_action, now
 
@@ -87,21 +90,23 @@ def submit(
     settings: Settings,
     identifier: str,
     *,
-    partition: str | None = None,
+    partition: str | PartitionRef | None = None,
     kind: str = "merge",
     priority: str | None = None,
     trigger: Trigger = Trigger.AD_HOC,
     dry_run: bool = False,
     target_file_size: Any = None,
-    dispatch: bool = True,
+    dispatch: Dispatch | None = None,
     options: dict[str, Any] | None = None,
 ) -> str:
-    """Record an action and send it to the actors; returns its id.
+    """Record an action and hand it to ``dispatch`` for the actors; returns its id.
 
-    Everything is validated (table, partition, kind, priority, sizes, Redis reachable) before anything
+    Everything is validated (table, partition, kind, priority, sizes, the broker reachable) before anything
     is written. A queued or running action on the same partition and kind is returned instead of a
-    duplicate. A dry run is planned inline, recorded, and never dispatched.
+    duplicate. A dry run is planned inline, recorded, and never dispatched. Without ``dispatch`` (None, or
+    False as older callers pass) the action is only recorded, for the caller to execute.
     """
+    dispatch = dispatch or None
     if kind not in ACTION_KINDS:
         raise InvalidArgument(f"action {kind!r} is not supported; valid actions: {', '.join(ACTION_KINDS)}")
     if priority is not None and priority not in settings.priority_classes:
@@ -114,12 +119,11 @@ def submit(
     if partition is not None and action_kind.scope == "table":
         raise InvalidArgument(f"action {kind!r} works on the whole table; it takes no partition (got {partition!r})")
     if partition is not None:
-        values = parse_partition(table, partition)
-        spec_id, key = table.spec().spec_id, key_from_values(values)
-    if dispatch and not dry_run:
-        from tasks.dispatch import check_broker
-
-        check_broker(settings)
+        ref = resolve_partition(table, partition)
+        spec_id, key = ref.spec_id, ref.key
+        values = dict(human_values(table.specs()[ref.spec_id], table.schema(), ref))
+    if dispatch is not None and not dry_run:
+        dispatch.check()
     table_id = ensure_tracked(settings, identifier)
     with session_scope(settings) as session:
         tracked = session.get(TrackedTable, table_id)
@@ -150,16 +154,21 @@ def submit(
         action_id, priority_class = action.id, action.priority_class
     if dry_run:
         execute(settings, action_id, spark=None)
-    elif dispatch and settings.dispatch == "rpq":
-        from scheduler.dispatcher import enqueue_action
-
-        enqueue_action(settings, action_id, identifier, key, kind, priority_class)
-    elif dispatch:
-        from tasks.dispatch import send_action
-
-        send_action(settings, action_id, priority_class=priority_class,
-                    label={"table": identifier, "partition": key, "kind": kind})
+    elif dispatch is not None:
+        dispatch.action(ActionTicket(action_id, identifier, key, kind, priority_class))
     return action_id
+
+
+def resolve_partition(table: Any, partition: str | PartitionRef) -> PartitionRef:
+    """A partition named by a person (``ts_hour=2024-06-01-12``, in the table's current spec) or handed
+    over inside the service (a PartitionRef of any of the table's specs); InvalidArgument otherwise."""
+    if isinstance(partition, PartitionRef):
+        spec = table.specs().get(partition.spec_id)
+        if spec is None or len(spec.fields) != len(partition.values) or not spec.fields:
+            raise InvalidArgument(f"partition {partition.key!r} does not fit partition spec {partition.spec_id} of "
+                                  f"table {'.'.join(table.name())}")
+        return partition
+    return parse_partition(table, partition)
 
 
 def default_priority(settings: Settings, table_class: str, trigger: Trigger) -> str:
@@ -173,20 +182,10 @@ def default_priority(settings: Settings, table_class: str, trigger: Trigger) -> 
 
 @contextmanager
 def action_lock(settings: Settings, action_id: str) -> Iterator[bool]:
-    """A PostgreSQL advisory lock held on its own connection for the whole execution.
-
-    If the worker dies the connection closes and the lock is released, so a redelivered task can run.
-    """
-    with get_engine(settings).connect() as conn:
-        got = bool(conn.execute(text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"),
-                                {"k": action_id}).scalar())
-        conn.commit()
-        try:
-            yield got
-        finally:
-            if got:
-                conn.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": action_id})
-                conn.commit()
+    """The action's advisory lock for the whole execution (autooptimize.storage.locks): if the worker dies
+    its connection closes and the lock goes, so a redelivered task can run."""
+    with AdvisoryLock(settings, action_id) as lock:
+        yield lock.held
 
 
 def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks: Hooks | None = None) -> dict[str, Any]:
@@ -224,6 +223,11 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
                 options=options,
                 max_group_bytes=settings.max_group_bytes,
                 concurrency=settings.rewrite_concurrency,
+                # someone asked for this one: merge what needs it now; automatic merges follow the policy
+                policy=str(options.get("policy") or ("binpack" if action.trigger == Trigger.AD_HOC.value
+                                                     else settings.merge_policy)),
+                settle_seconds=settings.settle_seconds,
+                fan_in=settings.merge_fan_in,
             )
         if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
             request = dataclasses.replace(request, sizing=learned(settings, identifier))
@@ -373,12 +377,12 @@ def get_outcome(settings: Settings, action_id: str) -> dict[str, Any]:
 
 
 def wait(settings: Settings, action_id: str, timeout: float | None = None, poll: float = 0.5) -> dict[str, Any]:
-    """Poll PostgreSQL until the action is terminal; TimeoutError after ``timeout`` seconds."""
+    """Poll PostgreSQL until the action is terminal; WaitTimeout (a TimeoutError) after ``timeout`` seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         outcome = get_outcome(settings, action_id)
         if ActionState(outcome["state"]).terminal:
             return outcome
         if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"action {action_id} is still {outcome['state']} after {timeout} s")
+            raise WaitTimeout(f"action {action_id} is still {outcome['state']} after {timeout} s")
         time.sleep(poll)

@@ -115,7 +115,7 @@ class PartitionStats(Base):
     updated_at: Mapped[datetime] = mapped_column(
         TIMESTAMP(timezone=True), server_default=_now(), onupdate=_now()
     )
-    # decide's last verdict ("skip:<reason>" or the kind submitted) and when; see services/decide
+    # decide's last verdict ("skip:<reason>" or the kind submitted) and when; see services/submit_decided
     last_decision: Mapped[str | None] = mapped_column(String(60), nullable=True)
     last_decision_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
 

@@ -14,10 +14,14 @@ import pytest
 from sqlalchemy import select
 
 from autooptimize.iceberg.checksum import arrow_checksum, table_checksum
-from autooptimize.services import buffer
-from autooptimize.services.consolidate import BATCH_ID_PROPERTY, consolidate_table, tick
+from autooptimize.services.buffer import landing
+from autooptimize.services.buffer import rules as buffer_rules
+from autooptimize.services.buffer import watch as watched_folder
+from autooptimize.services.buffer.batch_commit import BATCH_ID_PROPERTY
+from autooptimize.services.buffer.consolidate import consolidate_table, tick
 from autooptimize.storage.buffer_models import BufferBatch, BufferFile
 from autooptimize.storage.db import session_scope
+from tasks.send import CeleryDispatch
 from tests.integration.tables import DAY1, DAY2, SCHEMA, SPEC, batch, files_on_disk, live_files
 
 pytestmark = pytest.mark.spark
@@ -28,6 +32,11 @@ _names = itertools.count()
 def table(catalog):
     identifier = f"test.buf_{next(_names)}_{os.getpid()}"
     return catalog.create_table(identifier, schema=SCHEMA, partition_spec=SPEC)
+
+
+def land(settings, identifier, files, **kw):
+    """Landing as the API and the CLI do it: a rule that fires queues a consolidation."""
+    return landing.land(settings, identifier, files, dispatch=CeleryDispatch(settings), **kw)
 
 
 def ident(table) -> str:
@@ -70,7 +79,7 @@ def stray_data_files(table) -> set[str]:
 
 def buffer_rows(settings, identifier):
     with session_scope(settings) as s:
-        bt = buffer.ensure_buffer_table(settings, identifier)
+        bt = buffer_rules.ensure_buffer_table(settings, identifier)
         return list(s.scalars(select(BufferFile).where(BufferFile.buffer_table_id == bt).order_by(BufferFile.id)))
 
 
@@ -78,7 +87,7 @@ def test_land_then_flush_commits_every_row_once_in_one_snapshot(settings, spark,
     identifier = ident(table)
     files = write_files(tmp_path, 12, days=(DAY1, DAY2))
     source = pa.concat_tables([pq.read_table(p) for p in files])
-    result = buffer.land(settings, identifier, files)
+    result = land(settings, identifier, files)
     assert len(result["landed"]) == 12 and result["rejected"] == []
     assert all(Path(p).exists() for p in files), "landing copies; the producer keeps its files"
     landed = buffer_rows(settings, identifier)
@@ -87,7 +96,7 @@ def test_land_then_flush_commits_every_row_once_in_one_snapshot(settings, spark,
     assert {tuple(r.partitions) for r in landed} == {("day=2026-01-01",), ("day=2026-01-02",)}
     assert table.refresh().current_snapshot() is None, "nothing reaches the table before consolidation"
 
-    out = consolidate_table(settings, identifier, spark=spark, flush=True)
+    out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark, flush=True)
 
     assert [b["state"] for b in out["batches"]] == ["done"]
     b = out["batches"][0]
@@ -136,7 +145,7 @@ def test_malformed_files_are_rejected_at_landing_and_change_nothing(settings, ca
                    narrower)
     bad = [junk, wrong_type, unknown_col, no_required, null_required, tmp_path / "missing.parquet"]
 
-    result = buffer.land(settings, identifier, [*good, *bad, narrower])
+    result = land(settings, identifier, [*good, *bad, narrower])
 
     assert [item["file"] for item in result["landed"]] == [str(p) for p in [*good, narrower]]
     reasons = {Path(r["file"]).name: r["reason"] for r in result["rejected"]}
@@ -156,23 +165,23 @@ def test_land_refuses_a_bad_table_or_file_list_without_writing(settings, catalog
 
     files = write_files(tmp_path, 1)
     with pytest.raises(TableNotFound, match="test.nope"):
-        buffer.land(settings, "test.nope", files)
+        land(settings, "test.nope", files)
     with pytest.raises(InvalidArgument, match="namespace.table"):
-        buffer.land(settings, "no_namespace", files)
+        land(settings, "no_namespace", files)
     with pytest.raises(InvalidArgument, match="non-empty list"):
-        buffer.land(settings, "test.nope", [])
+        land(settings, "test.nope", [])
     assert not (settings.buffer_dir / "test.nope").exists()
 
 
 def test_unreadable_file_is_quarantined_and_the_rest_of_its_batch_commits(settings, spark, catalog, table, tmp_path):
     identifier = ident(table)
     files = write_files(tmp_path, 6)
-    buffer.land(settings, identifier, files)
+    land(settings, identifier, files)
     rows = buffer_rows(settings, identifier)
     # the buffered copy of the third file is damaged after landing (disk fault, a rogue process)
     Path(rows[2].path).write_bytes(b"PAR1" + b"\x00garbage" * 100)
 
-    out = consolidate_table(settings, identifier, spark=spark, flush=True)
+    out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark, flush=True)
 
     assert [b["state"] for b in out["batches"]] == ["done"]
     ids = committed_ids(table)
@@ -189,22 +198,22 @@ def test_rules_fire_on_landing_and_batches_take_the_oldest_files_first(settings,
     import redis
 
     identifier = ident(table)
-    buffer.set_rules(settings, identifier, max_files=4, max_age="1h")
+    buffer_rules.set_rules(settings, identifier, max_files=4, max_age="1h")
     client = redis.Redis.from_url(settings.redis_url)
     client.delete("ao.buffer")
     files = write_files(tmp_path, 10)
 
-    first = buffer.land(settings, identifier, files[:3])
+    first = land(settings, identifier, files[:3])
     assert first["fires"] is None
-    second = buffer.land(settings, identifier, files[3:])
+    second = land(settings, identifier, files[3:])
     assert second["fires"] == "max_files"
     queued = [json.loads(m) for m in client.lrange("ao.buffer", 0, -1)]
     assert len(queued) == 1, "one request per table while one is queued"
     assert queued[0]["headers"]["task"] == "autooptimize.consolidate"
-    [status] = buffer.status(settings, identifier)
+    [status] = buffer_rules.status(settings, identifier)
     assert status["buffered_files"] == 10 and status["fires_now"] == "max_files"
 
-    out = consolidate_table(settings, identifier, spark=spark)
+    out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark)
 
     assert [b["files"] for b in out["batches"]] == [4, 4], "two full batches; the last two files wait"
     with session_scope(settings) as s:
@@ -212,16 +221,16 @@ def test_rules_fire_on_landing_and_batches_take_the_oldest_files_first(settings,
                                 .order_by(BufferFile.id)))
     assert [r.batch_id for r in landed[:4]] == [out["batches"][0]["batch"]] * 4
     assert [r.state for r in landed[8:]] == ["buffered", "buffered"]
-    [status] = buffer.status(settings, identifier)
+    [status] = buffer_rules.status(settings, identifier)
     assert status["buffered_files"] == 2 and status["fires_now"] is None and status["next_rule"] == "max_files"
     assert committed_ids(table) == expected_ids(8)
 
-    buffer.set_rules(settings, identifier, max_age="1s")
+    buffer_rules.set_rules(settings, identifier, max_age="1s")
     time.sleep(1.2)
     client.delete("ao.buffer", f"ao:buffer:requested:{settings.catalog}:{identifier}")
-    assert identifier in tick(settings)["requested"]
+    assert identifier in tick(settings, CeleryDispatch(settings))["requested"]
     assert client.llen("ao.buffer") == 1
-    out = consolidate_table(settings, identifier, spark=spark)
+    out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark)
     assert _batches(settings, out) == [{"files": 2, "trigger": "max_age"}]
     assert committed_ids(table) == expected_ids(10)
     client.delete("ao.buffer")
@@ -235,9 +244,9 @@ def _batches(settings, out):
 
 def test_not_combinable_batches_hold_one_partition_each(settings, spark, catalog, table, tmp_path):
     identifier = ident(table)
-    buffer.set_rules(settings, identifier, combinable=False)
-    buffer.land(settings, identifier, write_files(tmp_path, 6, days=(DAY1, DAY2)))
-    out = consolidate_table(settings, identifier, spark=spark, flush=True)
+    buffer_rules.set_rules(settings, identifier, combinable=False)
+    land(settings, identifier, write_files(tmp_path, 6, days=(DAY1, DAY2)))
+    out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark, flush=True)
     assert [b["files"] for b in out["batches"]] == [3, 3]
     table.refresh()
     assert len(table.metadata.snapshots) == 2
@@ -249,26 +258,30 @@ def test_rules_validation_names_the_input(settings, catalog, table):
 
     identifier = ident(table)
     with pytest.raises(InvalidArgument, match="max-age 'soon' is not a duration"):
-        buffer.set_rules(settings, identifier, max_age="soon")
+        buffer_rules.set_rules(settings, identifier, max_age="soon")
     with pytest.raises(InvalidArgument, match="max-files must be a positive integer"):
-        buffer.set_rules(settings, identifier, max_files=0)
+        buffer_rules.set_rules(settings, identifier, max_files=0)
     with pytest.raises(InvalidArgument, match="is below min_bytes"):
-        buffer.set_rules(settings, identifier, min_bytes="2MiB", max_bytes="1MiB")
+        buffer_rules.set_rules(settings, identifier, min_bytes="2MiB", max_bytes="1MiB")
     with pytest.raises(InvalidArgument, match="http"):
-        buffer.set_rules(settings, identifier, callback_url="ftp://x")
-    rules = buffer.set_rules(settings, identifier, max_age="15m")
+        buffer_rules.set_rules(settings, identifier, callback_url="ftp://x")
+    rules = buffer_rules.set_rules(settings, identifier, max_age="15m")
     assert rules["max_age_seconds"] == 900 and rules["overrides"] == ["max_age_seconds"]
 
 
 KILL_SCRIPT = """
 import os, sys
 from autooptimize.config import get_settings
-from autooptimize.services.consolidate import Hooks, consolidate_table
+from autooptimize.services.buffer.consolidate import consolidate_table
+from autooptimize.services.buffer.hooks import Hooks
+from tasks.send import CeleryDispatch
 
 def die(*_):
     os.kill(os.getpid(), 9)
 
-consolidate_table(get_settings(), sys.argv[1], flush=True, hooks=Hooks(**{sys.argv[2]: die}))
+settings = get_settings()
+consolidate_table(settings, sys.argv[1], flush=True, hooks=Hooks(**{sys.argv[2]: die}),
+                  dispatch=CeleryDispatch(settings))
 print("survived")
 """
 
@@ -281,7 +294,7 @@ def test_kill_9_of_the_consolidation_worker_at_each_step(settings, spark, catalo
 
     identifier = ident(table)
     files = write_files(tmp_path, 8, days=(DAY1, DAY2))
-    buffer.land(settings, identifier, files)
+    land(settings, identifier, files)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     killed = subprocess.run([sys.executable, "-c", KILL_SCRIPT, identifier, step], env=env,
                             capture_output=True, text=True, timeout=300)
@@ -291,7 +304,7 @@ def test_kill_9_of_the_consolidation_worker_at_each_step(settings, spark, catalo
     assert len(committed_before_retry) == (1 if step in ("after_commit", "after_bookkeeping") else 0)
 
     # PostgreSQL frees the dead worker's table lock once it notices the closed connection (may take a moment)
-    out = consolidate_table(settings, identifier, spark=spark, flush=True, wait=60)
+    out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark, flush=True, wait=60)
 
     assert not out["busy"]
     if step == "after_bookkeeping":  # committed and recorded: only the buffer files were left to remove
@@ -383,7 +396,7 @@ def test_watched_folder_lands_settled_files_and_quarantines_bad_ones(settings, c
     pq.write_table(batch(7000, 1), watch / "not a table" / "x.parquet")
     os.utime(watch / "not a table" / "x.parquet", (old, old))
 
-    result = buffer.poll_watch(settings.model_copy(update={"buffer_settle_seconds": 30}), watch)
+    result = watched_folder.poll_watch(settings.model_copy(update={"buffer_settle_seconds": 30}), watch)
 
     assert result["landed"] == 3 and result["rejected"] == 1
     assert "not a table" in result["errors"] and "not a valid identifier" in result["errors"]["not a table"]
@@ -399,7 +412,7 @@ def test_landing_keeps_working_during_a_consolidation_and_the_callback_hears_of_
     import http.server
     import threading
 
-    from autooptimize.services.consolidate import Hooks
+    from autooptimize.services.buffer.hooks import Hooks
 
     received: list[dict] = []
 
@@ -417,32 +430,32 @@ def test_landing_keeps_working_during_a_consolidation_and_the_callback_hears_of_
     thread.start()
     try:
         identifier = ident(table)
-        buffer.set_rules(settings, identifier, callback_url=f"http://127.0.0.1:{server.server_port}/done")
-        buffer.land(settings, identifier, write_files(tmp_path, 4))
+        buffer_rules.set_rules(settings, identifier, callback_url=f"http://127.0.0.1:{server.server_port}/done")
+        land(settings, identifier, write_files(tmp_path, 4))
         late = write_files(tmp_path, 3, first_id=10_000)
         during: list[dict] = []
 
         def land_while_consolidating(_paths):
-            during.append(buffer.land(settings, identifier, late))
+            during.append(land(settings, identifier, late))
 
-        out = consolidate_table(settings, identifier, spark=spark, flush=True,
+        out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark, flush=True,
                                 hooks=Hooks(after_write=land_while_consolidating))
     finally:
         server.shutdown()
         server.server_close()
     assert len(during[0]["landed"]) == 3
     assert [b["files"] for b in out["batches"]] == [4], "files landed after the flush began wait their turn"
-    [row] = buffer.status(settings, identifier)
+    [row] = buffer_rules.status(settings, identifier)
     assert row["buffered_files"] == 3
     assert [r["batch"] for r in received] == [out["batches"][0]["batch"]]
     assert received[0]["snapshot_id"] == out["batches"][0]["snapshot_id"] and received[0]["rows"] == 80
-    out = consolidate_table(settings, identifier, spark=spark, flush=True)
+    out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark, flush=True)
     assert committed_ids(table) == sorted(expected_ids(4) + expected_ids(3, first_id=10_000))
 
 
 def test_orphans_of_a_lander_that_died_are_adopted_if_moved_and_deleted_if_copied(settings, catalog, table, tmp_path):
     identifier = ident(table)
-    buffer.land(settings, identifier, write_files(tmp_path, 1))  # a recorded file is never touched
+    land(settings, identifier, write_files(tmp_path, 1))  # a recorded file is never touched
     bucket = settings.buffer_dir / identifier / "2026010100"
     bucket.mkdir(parents=True)
     moved, copied, temp = bucket / "m-aaaa.parquet", bucket / "c-bbbb.parquet", bucket / ".c-cccc.parquet.tmp"
@@ -454,10 +467,10 @@ def test_orphans_of_a_lander_that_died_are_adopted_if_moved_and_deleted_if_copie
     for path in (moved, copied, temp):
         os.utime(path, (old, old))
 
-    assert buffer.sweep_orphans(settings, identifier) == {"adopted": 1, "deleted": 2}
+    assert landing.sweep_orphans(settings, identifier) == {"adopted": 1, "deleted": 2}
 
     rows = buffer_rows(settings, identifier)
     assert len(rows) == 2 and all(Path(r.path).exists() for r in rows)
     assert rows[1].source == str(moved) and rows[1].rows == 10
     assert not moved.exists() and not copied.exists() and not temp.exists() and recent.exists()
-    assert buffer.sweep_orphans(settings, identifier) == {"adopted": 0, "deleted": 0}
+    assert landing.sweep_orphans(settings, identifier) == {"adopted": 0, "deleted": 0}

@@ -4,8 +4,8 @@ a partition judged and unchanged since is not measured again."""
 from __future__ import annotations
 
 from autooptimize.services import actions, tracking
-from autooptimize.services.decide import submit_for_partition
 from autooptimize.services.observe.scan import scan_table
+from autooptimize.services.submit_decided import submit_for_partition
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
 from tests.integration.tables import DAY1, batch, identifier, make_table

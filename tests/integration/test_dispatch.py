@@ -28,7 +28,7 @@ from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit_events
 from scheduler.dispatcher import run_dispatcher
 from tasks.rpq import Lease, LeaseTicket, build_queue
-from tasks.send import send_leased_action
+from tasks.send import CeleryDispatch, send_leased_action
 from tests.integration.tables import DAY1, DAY2, identifier, make_table
 
 pytestmark = pytest.mark.spark
@@ -142,7 +142,7 @@ def test_submitted_action_is_dispatched_run_by_a_worker_and_acked(settings, spar
     # a lease long enough that a slow first start (a loaded CI machine) cannot expire it: one delivery
     variant = variant.model_copy(update={"lease_seconds": 120})
     table, ident = _track(settings, catalog, {DAY1: 4, DAY2: 2})
-    action_id = actions.submit(variant, ident, partition="day=2026-01-01")
+    action_id = actions.submit(variant, ident, partition="day=2026-01-01", dispatch=CeleryDispatch(variant))
     queue = build_queue(variant, ns)
     # recorded and queued (ad-hoc: one class above the table's "normal"), not sent to Celery
     assert queue.backlog() == {"high": {ident: 1}}
@@ -208,7 +208,7 @@ def _expect(lines: queue_module.Queue, prefix: str, timeout: float, proc: subpro
 def test_item_of_a_killed_consumer_is_redelivered_and_committed_once(settings, spark, catalog, worker, rpq):
     variant, ns = rpq
     table, ident = _track(settings, catalog, {DAY1: 4})
-    action_id = actions.submit(variant, ident, partition="day=2026-01-01", priority="normal")
+    action_id = actions.submit(variant, ident, partition="day=2026-01-01", priority="normal", dispatch=CeleryDispatch(variant))
     queue = build_queue(variant, ns)
 
     consumer = subprocess.Popen([sys.executable, "-c", CONSUMER, ns, ident], stdout=subprocess.PIPE,
@@ -246,9 +246,9 @@ def test_redis_flushed_mid_run_is_rebuilt_from_postgres_and_nothing_is_lost(sett
     variant = variant.model_copy(update={"dispatch_slots": 1})
     tables = [_track(settings, catalog, {DAY1: 3, DAY2: 3}), _track(settings, catalog, {DAY1: 3})]
     submitted = [
-        (tables[0][0], actions.submit(variant, tables[0][1], partition="day=2026-01-01")),
-        (tables[0][0], actions.submit(variant, tables[0][1], partition="day=2026-01-02")),
-        (tables[1][0], actions.submit(variant, tables[1][1], partition="day=2026-01-01")),
+        (tables[0][0], actions.submit(variant, tables[0][1], partition="day=2026-01-01", dispatch=CeleryDispatch(variant))),
+        (tables[0][0], actions.submit(variant, tables[0][1], partition="day=2026-01-02", dispatch=CeleryDispatch(variant))),
+        (tables[1][0], actions.submit(variant, tables[1][1], partition="day=2026-01-01", dispatch=CeleryDispatch(variant))),
     ]
     ids = [action_id for _, action_id in submitted]
     queue = build_queue(variant, ns)

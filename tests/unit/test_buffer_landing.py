@@ -6,7 +6,8 @@ import pyarrow as pa
 import pytest
 
 from autooptimize.errors import InvalidArgument
-from autooptimize.services.buffer import _compatible, _duration
+from autooptimize.services.buffer.landing import _compatible
+from autooptimize.services.buffer.rules import _duration
 
 
 @pytest.mark.parametrize(("src", "dst", "ok"), [

@@ -16,6 +16,7 @@ from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.manifests import data_manifests
 from autooptimize.services.hygiene.common import audit_action
 from autooptimize.services.hygiene.expire import plan_expiry, retention
+from autooptimize.services.ports import Dispatch
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, Trigger
 from autooptimize.storage.repositories import tracked_tables
@@ -61,7 +62,8 @@ def hygiene_decisions(settings: Settings, table: Table, allowed: Iterable[str],
     return decisions
 
 
-def sweep_hygiene(settings: Settings, *, dispatch: bool = True, now: datetime | None = None) -> dict[str, list[str]]:
+def sweep_hygiene(settings: Settings, *, dispatch: Dispatch | None = None,
+                  now: datetime | None = None) -> dict[str, list[str]]:
     """Submit the hygiene actions every enabled tracked table needs (trigger: schedule); returns the kinds
     submitted per table. Idempotent: a queued or running action of the same kind is not duplicated."""
     from autooptimize.services.actions import submit

@@ -1,5 +1,5 @@
-"""Decide: a partition the listener hands over (MSE ≥ T², or new delete files) is measured and given
-the action that wins on value against cost (autooptimize.domain.decision) — merge, sort, delete
+"""Submitting the decided action: a partition the listener hands over (MSE ≥ T², or new delete files)
+is measured and given the action that wins on value against cost (autooptimize.domain.decision) — merge, sort, delete
 compaction or nothing — through the same submission path, queue and audit trail as an ad-hoc
 request (trigger "event"). Every decision is audited as ``decision.made`` or ``decision.skipped`` with
 its reason code and each candidate's value and cost."""
@@ -15,6 +15,7 @@ from sqlalchemy import func, select, update
 from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError
 from autooptimize.services import actions
+from autooptimize.services.ports import Dispatch
 from autooptimize.services.sizing import REWRITE_KINDS
 from autooptimize.services.tracking import tuning_of
 from autooptimize.storage.db import session_scope
@@ -26,8 +27,9 @@ _SEPARATORS = (",", "/", "=")
 
 
 def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partition_key: str,
-                         trigger: Trigger = Trigger.EVENT, *, dispatch: bool = True) -> str | None:
-    """Submit a merge for one observed partition; returns the action id, or None when not applicable."""
+                         trigger: Trigger = Trigger.EVENT, *, dispatch: Dispatch | None = None) -> str | None:
+    """Submit the action chosen for one observed partition (handed to ``dispatch``, recorded only without
+    one); returns the action id, or None when nothing is to be done."""
     with session_scope(settings) as session:
         tracked = session.get(TrackedTable, table_id)
         stats = session.scalars(select(PartitionStats).where(
@@ -95,12 +97,12 @@ def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: st
     return choose(table, found[0], request, frozenset(tuning.allowed_actions))
 
 
-def on_attention_handler(settings: Settings) -> Callable[[int, int, str], None]:
-    """The listener's ``on_attention``: decide and submit the chosen action, if any."""
+def on_attention_handler(settings: Settings, dispatch: Dispatch) -> Callable[[int, int, str], None]:
+    """The listener's ``on_attention``: decide and hand the chosen action, if any, to ``dispatch``."""
 
     def handle(table_id: int, spec_id: int, partition_key: str) -> None:
         try:
-            action_id = submit_for_partition(settings, table_id, spec_id, partition_key)
+            action_id = submit_for_partition(settings, table_id, spec_id, partition_key, dispatch=dispatch)
         except AutoOptimizeError as exc:
             log.info("table %s partition %s: not submitted (%s)", table_id, partition_key, exc)
             return

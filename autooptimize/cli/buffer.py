@@ -1,4 +1,4 @@
-"""``autooptimize land`` and ``autooptimize buffer status|flush|rules|watch``: the buffered-writes CLI.
+"""``autooptimize land`` and ``autooptimize buffer status|flush|rules|watch``: the buffered-writes commands.
 
 Exit codes as the main CLI: 0 done, 1 the consolidation did not succeed, 2 bad input (including any
 rejected file), 3 a service is unreachable, 4 timed out waiting."""
@@ -9,19 +9,21 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+from autooptimize.cli.common import current_settings
+from autooptimize.errors import InvalidArgument
+from tasks.send import CeleryDispatch
 
-def _settings():  # type: ignore[no-untyped-def]
-    from autooptimize.config import get_settings
-
-    return get_settings()
+# The services are imported inside each command: parsing the command line stays quick.
 
 
 def cmd_land(args: argparse.Namespace) -> int:
-    from autooptimize.services.buffer import land
+    from autooptimize.services.buffer.landing import land
 
-    result = land(_settings(), args.table, list(args.files), move=args.move)
+    settings = current_settings()
+    result = land(settings, args.table, list(args.files), move=args.move, dispatch=CeleryDispatch(settings))
     if args.json:
         print(json.dumps(result, default=str))
     else:
@@ -39,9 +41,9 @@ def _age(seconds: float | None) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from autooptimize.services.buffer import status
+    from autooptimize.services.buffer.rules import status
 
-    rows = status(_settings(), args.table)
+    rows = status(current_settings(), args.table)
     if args.json:
         print(json.dumps(rows, default=str))
         return 0
@@ -59,20 +61,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_flush(args: argparse.Namespace) -> int:
     from autooptimize.iceberg.catalog import load_table, parse_identifier
+    from autooptimize.services.buffer.consolidate import consolidate_table
 
-    settings = _settings()
+    settings = current_settings()
     parse_identifier(args.table)
     load_table(settings, args.table)
+    dispatch = CeleryDispatch(settings)
     if not args.wait:
-        from tasks.dispatch import send_consolidation
-
-        sent = send_consolidation(settings, args.table, flush=True)
+        sent = dispatch.consolidation(args.table, flush=True)
         print(f"{args.table}: flush {'queued' if sent else 'not queued'}")
         return 0
-    from autooptimize.services.consolidate import consolidate_table
-
     started = time.monotonic()
-    result = consolidate_table(settings, args.table, flush=True, wait=args.timeout)
+    result = consolidate_table(settings, args.table, flush=True, wait=args.timeout, dispatch=dispatch)
     if result["busy"]:
         print(f"autooptimize: {args.table} is still being consolidated by another worker after {args.timeout:.0f}s",
               file=sys.stderr)
@@ -91,9 +91,9 @@ def cmd_flush(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from autooptimize.services.buffer import set_rules
+    from autooptimize.services.buffer.rules import set_rules
 
-    result = set_rules(_settings(), args.table, max_age=args.max_age, min_bytes=args.min_bytes,
+    result = set_rules(current_settings(), args.table, max_age=args.max_age, min_bytes=args.min_bytes,
                        max_bytes=args.max_bytes, max_files=args.max_files, combinable=args.combinable,
                        callback_url=args.callback, reset=args.reset)
     if args.json:
@@ -105,17 +105,14 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from autooptimize.services.buffer.watch import poll_watch
 
-    from autooptimize.errors import InvalidArgument
-    from autooptimize.services.buffer import poll_watch
-
-    settings = _settings()
+    settings = current_settings()
     root = Path(args.root) if args.root else settings.buffer_watch_root
     if root is None or not root.is_dir():
         raise InvalidArgument(f"watch root {root} is not a directory; pass --root DIR or set AO_BUFFER_WATCH_ROOT")
     while True:
-        result = poll_watch(settings, root)
+        result = poll_watch(settings, root, dispatch=CeleryDispatch(settings))
         if result["landed"] or result["rejected"] or result["errors"] or args.once:
             print(json.dumps(result), flush=True)
         if args.once:

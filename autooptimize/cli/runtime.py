@@ -1,4 +1,5 @@
-"""Running the service on one machine: workers, beat and Flower as child processes, stopped together."""
+"""Running the service on one machine: workers, listener, dispatcher, beat and Flower as child processes,
+stopped together (``autooptimize up``), and the worker's and Flower's arguments."""
 
 from __future__ import annotations
 
@@ -12,16 +13,14 @@ from pathlib import Path
 
 from autooptimize.config import Settings
 from autooptimize.errors import InvalidArgument
-from tasks.routing import BUFFER_QUEUE, CONTROL_QUEUE, actor_queue
-
-
-def all_queues(settings: Settings) -> list[str]:
-    return [CONTROL_QUEUE, BUFFER_QUEUE] + [actor_queue(p) for p in settings.priority_classes]
+from tasks.routing import all_queue_names
 
 
 def worker_argv(settings: Settings, *, queues: str | None = None, concurrency: int | None = None,
                 loglevel: str = "INFO", name: str | None = None) -> list[str]:
-    valid = all_queues(settings)
+    """Celery worker arguments for ``queues`` (comma-separated; default every queue); InvalidArgument
+    names an unknown queue and the valid ones."""
+    valid = all_queue_names(settings.priority_classes)
     chosen = [q.strip() for q in queues.split(",")] if queues else valid
     bad = [q for q in chosen if q not in valid]
     if bad:

@@ -1,9 +1,9 @@
-"""The buffer zone: landing small Parquet files, per-table rules, status, and the watched folder.
+"""Landing small Parquet files into a table's buffer zone, and adopting files a dead lander left behind.
 
 Landing is cheap on purpose: it reads the file's footer (and only the partition source columns), checks
 the schema by name against the table, copies or moves the file under the buffer root (never into the
 table), and records it with one INSERT. A file that is not Parquet or does not fit the table's schema is
-rejected with the reason and changes nothing. Consolidation (services/consolidate.py) commits batches.
+rejected with the reason and changes nothing. Consolidation (services/buffer/consolidate.py) commits batches.
 """
 
 from __future__ import annotations
@@ -28,29 +28,29 @@ from pyiceberg.partitioning import PartitionSpec, partition_record_value
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
 
-from autooptimize.config import Settings, parse_size
-from autooptimize.domain.buffer_rules import BufferLevel, BufferRules, Decision, evaluate
-from autooptimize.errors import ConfigError, InvalidArgument
+from autooptimize.config import Settings
+from autooptimize.domain.buffer_rules import Decision, evaluate
+from autooptimize.errors import ActionRefused, FileRejected, InvalidArgument, ServiceUnavailable
 from autooptimize.iceberg.catalog import load_table, parse_identifier
-from autooptimize.storage.buffer_models import BufferBatch, BufferFile, BufferTable, FileState
+from autooptimize.services.buffer.rules import buffer_level, ensure_buffer_table, rules_of
+from autooptimize.services.ports import Dispatch
+from autooptimize.storage.buffer_models import BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit
 
 log = logging.getLogger(__name__)
 TABLE_CACHE_SECONDS = 10.0
 QUARANTINE_DIR = ".quarantine"
-
-
-class Rejected(Exception):
-    """A landed file does not fit (internal: land() reports it, never raises it)."""
+ORPHAN_AGE_SECONDS = 600
 
 
 @dataclass(frozen=True)
-class _TableInfo:
+class TableInfo:
+    """What landing needs of a table, cached for TABLE_CACHE_SECONDS per process."""
+
     identifier: str
     buffer_table_id: int
     schema: Schema
@@ -58,11 +58,12 @@ class _TableInfo:
     loaded: float
 
 
-_cache: dict[tuple[int, str, str], _TableInfo] = {}
+_cache: dict[tuple[int, str, str], TableInfo] = {}
 _cache_lock = threading.Lock()
 
 
-def _table_info(settings: Settings, identifier: str) -> _TableInfo:
+def table_info(settings: Settings, identifier: str) -> TableInfo:
+    """The table's schema, spec and buffer-table id; raises when the table cannot take buffered writes."""
     key = (os.getpid(), settings.database_url, identifier)
     with _cache_lock:
         info = _cache.get(key)
@@ -74,14 +75,13 @@ def _table_info(settings: Settings, identifier: str) -> _TableInfo:
     check_supported_spec(table.spec(), table.schema())
     _check_supported_schema(identifier, table.schema())
     table_id = ensure_buffer_table(settings, identifier)
-    info = _TableInfo(identifier, table_id, table.schema(), table.spec(), time.monotonic())
+    info = TableInfo(identifier, table_id, table.schema(), table.spec(), time.monotonic())
     with _cache_lock:
         _cache[key] = info
     return info
 
 
 def _check_supported_schema(identifier: str, schema: Schema) -> None:
-    from autooptimize.errors import ActionRefused
     from spark_actors.schema import spark_schema
 
     try:
@@ -90,20 +90,6 @@ def _check_supported_schema(identifier: str, schema: Schema) -> None:
         raise InvalidArgument(f"table {identifier} cannot take buffered writes: {exc}") from None
     except ImportError:  # pragma: no cover - pyspark is a dependency
         pass
-
-
-def ensure_buffer_table(settings: Settings, identifier: str) -> int:
-    """The buffer-table id of ``identifier``, creating its row (default rules) if needed."""
-    with session_scope(settings) as session:
-        session.execute(insert(BufferTable).values(catalog=settings.catalog, identifier=identifier)
-                        .on_conflict_do_nothing(index_elements=["catalog", "identifier"]))
-        return int(session.scalars(select(BufferTable.id).where(
-            BufferTable.catalog == settings.catalog, BufferTable.identifier == identifier)).one())
-
-
-def _buffer_table(session: Session, settings: Settings, identifier: str) -> BufferTable | None:
-    return session.scalars(select(BufferTable).where(
-        BufferTable.catalog == settings.catalog, BufferTable.identifier == identifier)).one_or_none()
 
 
 # --- schema and partition checks -----------------------------------------------------------------
@@ -138,12 +124,12 @@ def _compatible(src: pa.DataType, dst: pa.DataType) -> bool:
 
 
 def check_file(path: Path, schema: Schema, spec: PartitionSpec) -> dict[str, Any]:
-    """Rows, bytes, schema fingerprint and partition paths of a file, or Rejected with the reason."""
+    """Rows, bytes, schema fingerprint and partition paths of a file, or FileRejected with the reason."""
     try:
         metadata = pq.read_metadata(path)
         arrow = metadata.schema.to_arrow_schema()
     except (OSError, pa.ArrowException) as exc:
-        raise Rejected(f"not a readable Parquet file ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+        raise FileRejected(f"not a readable Parquet file ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
     expected = schema_to_pyarrow(schema, include_field_ids=False)
     valid = ", ".join(expected.names)
     problems = []
@@ -157,7 +143,7 @@ def check_file(path: Path, schema: Schema, spec: PartitionSpec) -> dict[str, Any
         if ice.required and ice.name not in arrow.names:
             problems.append(f"required column {ice.name!r} is missing")
     if problems:
-        raise Rejected("schema does not match the table: " + "; ".join(problems))
+        raise FileRejected("schema does not match the table: " + "; ".join(problems))
     _check_required_nulls(metadata, schema, arrow)
     partitions = _partitions(path, schema, spec, arrow, expected) if metadata.num_rows else []
     fingerprint = hashlib.sha256(str(arrow.remove_metadata()).encode()).hexdigest()
@@ -174,7 +160,7 @@ def _check_required_nulls(metadata: Any, schema: Schema, arrow: pa.Schema) -> No
             name = chunk.path_in_schema
             if name in required and chunk.statistics is not None and chunk.statistics.has_null_count \
                     and chunk.statistics.null_count > 0:
-                raise Rejected(f"required column {name!r} holds {chunk.statistics.null_count} null(s)")
+                raise FileRejected(f"required column {name!r} holds {chunk.statistics.null_count} null(s)")
 
 
 def _partitions(path: Path, schema: Schema, spec: PartitionSpec, arrow: pa.Schema,
@@ -213,16 +199,19 @@ def _zone(settings: Settings, identifier: str) -> Path:
 
 
 def land(settings: Settings, identifier: str, files: Sequence[str | Path], *, move: bool = False,
-         notify: bool = True) -> dict[str, Any]:
+         notify: bool = True, dispatch: Dispatch | None = None) -> dict[str, Any]:
     """Land ``files`` for ``identifier``: each valid one is copied (or moved) into the buffer zone and
     recorded; each invalid one is listed under ``rejected`` with its reason and left untouched.
+
+    With ``notify`` the table's rules are evaluated (``fires`` names the rule that fires); when one fires
+    and a ``dispatch`` is given, a consolidation is asked of it (once per table at a time).
 
     Raises InvalidArgument/TableNotFound when the table or the file list itself is wrong (nothing landed).
     """
     parse_identifier(identifier)
     if isinstance(files, str | Path) or not files:
         raise InvalidArgument("files must be a non-empty list of Parquet file paths")
-    info = _table_info(settings, identifier)
+    info = table_info(settings, identifier)
     zone = _zone(settings, identifier)
     landed: list[dict[str, Any]] = []
     rejected: list[dict[str, str]] = []
@@ -231,9 +220,9 @@ def land(settings: Settings, identifier: str, files: Sequence[str | Path], *, mo
         source = Path(item).expanduser()
         try:
             if not source.is_file():
-                raise Rejected("no such file")
+                raise FileRejected("no such file")
             meta = check_file(source, info.schema, info.spec)
-        except Rejected as exc:
+        except FileRejected as exc:
             rejected.append({"file": str(source), "reason": str(exc)})
             continue
         target = _place(zone, source, move)
@@ -257,7 +246,7 @@ def land(settings: Settings, identifier: str, files: Sequence[str | Path], *, mo
         landed = [{"file": src, "path": str(target), **meta} for target, meta, src in staged]
     decision = None
     if landed and notify:
-        decision = _after_landing(settings, identifier, info.buffer_table_id)
+        decision = _after_landing(settings, identifier, info.buffer_table_id, dispatch)
     return {"table": identifier, "landed": landed, "rejected": rejected,
             "fires": decision.rule if decision is not None and decision.fire else None}
 
@@ -284,32 +273,25 @@ def _place(zone: Path, source: Path, move: bool) -> Path:
     return target
 
 
-def _after_landing(settings: Settings, identifier: str, table_id: int) -> Decision:
+def _after_landing(settings: Settings, identifier: str, table_id: int, dispatch: Dispatch | None) -> Decision:
     """Evaluate the table's rules; when one fires, ask for a consolidation (once per table at a time)."""
     with session_scope(settings) as session:
         row = session.get(BufferTable, table_id)
         assert row is not None
         decision = evaluate(rules_of(settings, row), buffer_level(session, table_id))
-    if decision.fire:
-        request_consolidation(settings, identifier)
+    if decision.fire and dispatch is not None:
+        request_consolidation(dispatch, identifier)
     return decision
 
 
-def request_consolidation(settings: Settings, identifier: str) -> bool:
+def request_consolidation(dispatch: Dispatch, identifier: str) -> bool:
     """Queue a consolidation of ``identifier`` unless one is queued already; False when Redis is down
     (landing keeps working: beat's tick asks again)."""
-    from autooptimize.errors import ServiceUnavailable
-
     try:
-        from tasks.dispatch import send_consolidation
-
-        return send_consolidation(settings, identifier)
+        return dispatch.consolidation(identifier)
     except ServiceUnavailable as exc:
         log.warning("cannot queue a consolidation of %s now: %s", identifier, exc)
         return False
-
-
-ORPHAN_AGE_SECONDS = 600
 
 
 def sweep_orphans(settings: Settings, identifier: str, *, min_age: float = ORPHAN_AGE_SECONDS) -> dict[str, int]:
@@ -336,7 +318,7 @@ def sweep_orphans(settings: Settings, identifier: str, *, min_age: float = ORPHA
                 path.unlink(missing_ok=True)  # landed again under a new name
                 adopted += 1
             else:
-                _quarantine_dropped(path, result["rejected"][0]["reason"])
+                quarantine_dropped(path, result["rejected"][0]["reason"])
             continue
         path.unlink(missing_ok=True)
         deleted += 1
@@ -346,190 +328,7 @@ def sweep_orphans(settings: Settings, identifier: str, *, min_age: float = ORPHA
     return {"adopted": adopted, "deleted": deleted}
 
 
-# --- rules and status ----------------------------------------------------------------------------
-
-def rules_of(settings: Settings, row: BufferTable) -> BufferRules:
-    return BufferRules(
-        max_age_seconds=row.max_age_seconds or settings.buffer_max_age_seconds,
-        min_bytes=row.min_bytes if row.min_bytes is not None else settings.buffer_min_bytes,
-        max_bytes=row.max_bytes or settings.buffer_max_bytes,
-        max_files=row.max_files or settings.buffer_max_files,
-        combinable=row.combinable,
-    )
-
-
-def buffer_level(session: Session, table_id: int) -> BufferLevel:
-    files, size, oldest = session.execute(
-        select(func.count(), func.coalesce(func.sum(BufferFile.bytes), 0), func.min(BufferFile.arrived_at))
-        .where(BufferFile.buffer_table_id == table_id, BufferFile.state == FileState.BUFFERED.value)
-    ).one()
-    age = None if oldest is None else max(0.0, (_db_now(session) - oldest).total_seconds())
-    return BufferLevel(int(files), int(size), age)
-
-
-def _db_now(session: Session) -> datetime:
-    return session.execute(select(func.now())).scalar_one()
-
-
-def _duration(value: Any, name: str) -> int:
-    """Seconds from ``900``, ``90s``, ``15m``, ``2h`` or ``3d``."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        seconds = value
-    else:
-        text = str(value).strip().lower()
-        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-        try:
-            seconds = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
-        except (ValueError, KeyError):
-            raise InvalidArgument(f"{name} {value!r} is not a duration; use seconds or e.g. 90s, 15m, 2h, 3d") from None
-    if seconds <= 0:
-        raise InvalidArgument(f"{name} must be positive (got {value!r})")
-    return seconds
-
-
-def set_rules(settings: Settings, identifier: str, *, max_age: Any = None, min_bytes: Any = None,
-              max_bytes: Any = None, max_files: Any = None, combinable: bool | None = None,
-              callback_url: str | None = None, reset: bool = False) -> dict[str, Any]:
-    """Set a table's rules (None leaves a rule as it is; ``reset`` returns all to the defaults).
-    Everything is validated before anything is written."""
-    parse_identifier(identifier)
-    load_table(settings, identifier)
-    changes: dict[str, Any] = {}
-    try:
-        if max_age is not None:
-            changes["max_age_seconds"] = _duration(max_age, "max-age")
-        if min_bytes is not None:
-            changes["min_bytes"] = parse_size(min_bytes, "min-bytes")
-        if max_bytes is not None:
-            changes["max_bytes"] = parse_size(max_bytes, "max-bytes")
-            if changes["max_bytes"] <= 0:
-                raise InvalidArgument(f"max-bytes must be positive (got {max_bytes!r})")
-        if max_files is not None:
-            changes["max_files"] = int(max_files)
-            if changes["max_files"] <= 0:
-                raise InvalidArgument(f"max-files must be a positive integer (got {max_files!r})")
-    except (ConfigError, ValueError) as exc:
-        raise InvalidArgument(str(exc)) from None
-    if callback_url is not None:
-        if callback_url and not callback_url.startswith(("http://", "https://")):
-            raise InvalidArgument(f"callback {callback_url!r} must be an http:// or https:// URL (or '' to remove)")
-        changes["callback_url"] = callback_url or None
-    if combinable is not None:
-        changes["combinable"] = bool(combinable)
-    table_id = ensure_buffer_table(settings, identifier)
-    with session_scope(settings) as session:
-        row = session.get(BufferTable, table_id, with_for_update=True)
-        assert row is not None
-        if reset:
-            for name in ("max_age_seconds", "min_bytes", "max_bytes", "max_files", "callback_url"):
-                setattr(row, name, None)
-            row.combinable = True
-        for name, value in changes.items():
-            setattr(row, name, value)
-        try:
-            rules = rules_of(settings, row)
-        except ValueError as exc:
-            raise InvalidArgument(f"rules of {identifier} are inconsistent: {exc}") from None
-        audit(session, "buffer.rules_set", table=identifier, **changes, reset=reset)
-        return _rules_view(row, rules)
-
-
-def _rules_view(row: BufferTable, rules: BufferRules) -> dict[str, Any]:
-    return {"table": row.identifier, "max_age_seconds": rules.max_age_seconds, "min_bytes": rules.min_bytes,
-            "max_bytes": rules.max_bytes, "max_files": rules.max_files, "combinable": rules.combinable,
-            "callback_url": _redacted(row.callback_url),
-            "overrides": [n for n in ("max_age_seconds", "min_bytes", "max_bytes", "max_files")
-                          if getattr(row, n) is not None]}
-
-
-def _redacted(url: str | None) -> str | None:
-    from autooptimize.config import redact_url
-
-    return redact_url(url) if url else None
-
-
-def status(settings: Settings, identifier: str | None = None) -> list[dict[str, Any]]:
-    """Per buffered table: files and bytes waiting, oldest age, batches in flight, which rule fires next."""
-    if identifier is not None:
-        parse_identifier(identifier)
-    with session_scope(settings) as session:
-        stmt = select(BufferTable).where(BufferTable.catalog == settings.catalog).order_by(BufferTable.identifier)
-        if identifier is not None:
-            stmt = stmt.where(BufferTable.identifier == identifier)
-        rows = list(session.scalars(stmt))
-        if identifier is not None and not rows:
-            load_table(settings, identifier)  # a missing table says so
-        out = []
-        for row in rows:
-            rules = rules_of(settings, row)
-            level = buffer_level(session, row.id)
-            decision = evaluate(rules, level)
-            counts = dict(session.execute(
-                select(BufferFile.state, func.count()).where(BufferFile.buffer_table_id == row.id)
-                .group_by(BufferFile.state)).all())
-            in_flight = session.scalar(select(func.count()).select_from(BufferBatch).where(
-                BufferBatch.buffer_table_id == row.id, BufferBatch.state.in_(("claimed", "written", "committed"))))
-            last = session.scalars(select(BufferBatch).where(
-                BufferBatch.buffer_table_id == row.id, BufferBatch.committed_at.is_not(None))
-                .order_by(BufferBatch.committed_at.desc()).limit(1)).one_or_none()
-            out.append({
-                "table": row.identifier,
-                "buffered_files": level.files,
-                "buffered_bytes": level.bytes,
-                "oldest_age_seconds": None if level.oldest_age_seconds is None else round(level.oldest_age_seconds, 1),
-                "in_batches": int(counts.get(FileState.CLAIMED.value, 0)),
-                "quarantined": int(counts.get(FileState.QUARANTINED.value, 0)),
-                "batches_in_flight": int(in_flight or 0),
-                "fires_now": decision.rule,
-                "next_rule": decision.next_rule,
-                "seconds_to_max_age": None if decision.seconds_to_next is None else round(decision.seconds_to_next, 1),
-                "last_commit": None if last is None else {
-                    "batch": last.id, "snapshot_id": last.committed_snapshot_id, "files": last.files,
-                    "at": last.committed_at.isoformat() if last.committed_at else None},
-                "rules": _rules_view(row, rules),
-            })
-        return out
-
-
-# --- watched folder ------------------------------------------------------------------------------
-
-def poll_watch(settings: Settings, root: Path | None = None) -> dict[str, Any]:
-    """Land every settled ``*.parquet`` under ``<root>/<namespace.table>/`` (moved, not copied).
-
-    A file is settled when unmodified for AO_BUFFER_SETTLE_SECONDS; names starting with '.' or '_' are
-    being written (write-then-rename) and are skipped. A rejected file goes to ``.quarantine/`` beside a
-    ``<name>.reason`` file. A directory that names no valid table is reported and left alone.
-    """
-    root = root or settings.buffer_watch_root
-    if root is None:
-        return {"landed": 0, "rejected": 0, "errors": {}}
-    root = Path(root).expanduser()
-    now = time.time()
-    landed = rejected = 0
-    errors: dict[str, str] = {}
-    if not root.is_dir():
-        return {"landed": 0, "rejected": 0, "errors": {str(root): "watch root does not exist"}}
-    for table_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
-        ready = [
-            p for p in sorted(table_dir.iterdir())
-            if p.is_file() and p.suffix == ".parquet" and not p.name.startswith((".", "_"))
-            and now - p.stat().st_mtime >= settings.buffer_settle_seconds
-        ]
-        if not ready:
-            continue
-        try:
-            result = land(settings, table_dir.name, ready, move=True)
-        except Exception as exc:  # a wrong table name must not stop the other tables
-            errors[table_dir.name] = str(exc)
-            continue
-        landed += len(result["landed"])
-        for item in result["rejected"]:
-            _quarantine_dropped(Path(item["file"]), item["reason"])
-            rejected += 1
-    return {"landed": landed, "rejected": rejected, "errors": errors}
-
-
-def _quarantine_dropped(path: Path, reason: str) -> None:
+def quarantine_dropped(path: Path, reason: str) -> None:
     target_dir = path.parent / QUARANTINE_DIR
     target_dir.mkdir(exist_ok=True)
     target = target_dir / path.name

@@ -1,0 +1,46 @@
+"""The ``autooptimize`` command line. Exit codes: 0 done, 1 the action did not succeed, 2 bad input
+(unknown table, malformed partition, invalid option or configuration), 3 a service is unreachable,
+4 timed out waiting."""
+
+from __future__ import annotations
+
+import sys
+
+from autooptimize.cli.common import current_settings
+from autooptimize.cli.parser import build_parser
+from autooptimize.errors import (
+    ActionNotFound,
+    AutoOptimizeError,
+    ConfigError,
+    InvalidArgument,
+    ServiceUnavailable,
+    TableNotFound,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns its exit code (see the module docstring), never a traceback for our errors."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (InvalidArgument, TableNotFound, ConfigError, ActionNotFound) as exc:
+        print(f"autooptimize: error: {exc}", file=sys.stderr)
+        return 2
+    except ServiceUnavailable as exc:
+        print(f"autooptimize: error: {exc}", file=sys.stderr)
+        return 3
+    except AutoOptimizeError as exc:
+        print(f"autooptimize: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # connection failures surfacing from libraries: name the service, no traceback
+        from sqlalchemy.exc import OperationalError
+
+        if isinstance(exc, OperationalError):
+            from autooptimize.config import redact_url
+
+            url = redact_url(current_settings().database_url)
+            print(f"autooptimize: error: cannot reach PostgreSQL at {url}: {str(exc.orig).strip()}", file=sys.stderr)
+            return 3
+        raise

@@ -1,0 +1,155 @@
+"""Commands about tables and actions: track, optimize, status, explain, whatif, scan, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from autooptimize.cli.common import current_settings, print_result
+from autooptimize.errors import InvalidArgument
+
+OPTIMIZE_FIELDS = ("id", "state", "reason", "files_in", "files_out", "rows_in", "rows_out", "bytes_in",
+                   "bytes_out", "snapshot_id")
+
+
+def cmd_track(args: argparse.Namespace) -> int:
+    from autooptimize.api import track
+
+    tuning = {
+        "target_file_size": args.target_size, "tolerance": args.tolerance, "min_input_files": args.min_input_files,
+        "priority_class": args.priority, "weight": args.weight, "sort_order": args.sort_order,
+        "allowed_actions": args.allowed_actions, "max_bytes_per_action": args.max_bytes_per_action,
+        "min_interval_seconds": args.min_interval,
+    }
+    result = track(args.table, settings=current_settings(), **{k: v for k, v in tuning.items() if v is not None})
+    print_result(result, args.json)
+    return 0
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from autooptimize.api import optimize
+
+    options: dict[str, str] = {}
+    for item in args.option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgument(f"--option {item!r} must look like name=value")
+        options[key.strip().replace("-", "_")] = value.strip()
+    handle = optimize(args.table, partition=args.partition, action=args.action, priority=args.priority,
+                      dry_run=args.dry_run, target_file_size=args.target_size, options=options,
+                      settings=current_settings())
+    if args.wait or args.dry_run:
+        try:
+            result = handle.wait(timeout=args.timeout)
+        except TimeoutError as exc:
+            print(f"autooptimize: {exc}", file=sys.stderr)
+            return 4
+    else:
+        result = handle.result
+    shown = {k: result.get(k) for k in OPTIMIZE_FIELDS}
+    if args.dry_run:
+        shown["plan"] = result.get("plan")
+    if result.get("error"):
+        shown["error"] = result["error"]
+    print_result(shown, args.json)
+    return 0 if result["state"] in ("succeeded", "skipped", "queued", "running") else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from autooptimize.api import status
+
+    if args.queues:
+        from autooptimize.api import queues
+
+        backlog = queues(settings=current_settings())
+        if args.json:
+            print(json.dumps(backlog, default=str))
+            return 0
+        print(f"dispatch={backlog['dispatch']} slots={backlog['slots']} in flight={backlog['in_flight']} "
+              f"queued={backlog['queued']}")
+        for cls, entry in backlog["classes"].items():
+            tables = ", ".join(f"{t}={n}" for t, n in entry["tables"].items()) or "-"
+            print(f"  {cls:10} {entry['queued']:>6}  {tables}")
+        if backlog["recommendation"]:
+            print(f"recommendation: {backlog['recommendation']}")
+        return 0
+
+    result = status(args.table, settings=current_settings())
+    if args.json:
+        print(json.dumps(result, default=str))
+        return 0
+    if args.table:
+        print(f"{result['table']}: {result['files']} files in {len(result['partitions'])} partitions "
+              f"(snapshot {result['snapshot_id']})")
+        print(f"{'partition':40} {'n':>6} {'small':>6} {'bytes':>12} {'rmse':>12}  last action")
+        for p in result["partitions"]:
+            last = p["last_action"]
+            last_s = f"{last['kind']} {last['state']} {last['at']}" if last else "-"
+            print(f"{p['partition'] or '(unpartitioned)':40} {p['n']:>6} {p['small_files']:>6} {p['bytes']:>12} "
+                  f"{p['rmse_bytes']:>12}  {last_s}")
+    else:
+        for line in result:
+            print(json.dumps(line, default=str) if "error" in line else
+                  f"{line['table']:40} files={line['files']:<6} partitions={line['partitions']:<4} "
+                  f"needs_attention={line['needs_attention']:<4} worst={line['worst_partition']}")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from autooptimize.services.explain import explain
+
+    result = explain(current_settings(), args.table, args.partition, args.target_size)
+    if args.json:
+        print(json.dumps(result, default=str))
+        return 0
+    print(f"{result['table']} at snapshot {result['snapshot_id']} (target {result['target_file_size']} bytes)")
+    for p in result["partitions"]:
+        print(f"  {p['partition'] or '(unpartitioned)':40} {p['action']:6} {p['reason']:18} "
+              f"files {p['files_replaced']} → {p['files_out']}, {p['bytes_rewritten']} bytes, "
+              f"rmse {int(p['mse_before'] ** 0.5)} → {int(p['mse_after'] ** 0.5)}")
+    return 0
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    from autooptimize.services.explain import whatif
+
+    targets = [t.strip() for t in args.target_size.split(",") if t.strip()]
+    tolerances = [t.strip() for t in args.tolerance.split(",") if t.strip()] if args.tolerance else None
+    rows = whatif(current_settings(), args.table, targets, tolerances)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{'target':>12} {'tolerance':>12} {'files':>14} {'replaced':>9} {'bytes rewritten':>16} {'rmse after':>12}")
+    for r in rows:
+        print(f"{r['target_file_size']:>12} {r['tolerance']:>12} {r['files_before']:>6} → {r['files_after']:<5} "
+              f"{r['files_replaced']:>9} {r['bytes_rewritten']:>16} {int(r['mse_after'] ** 0.5):>12}")
+    return 0
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    from autooptimize.iceberg.catalog import load_table
+    from autooptimize.iceberg.files import parse_partition
+    from autooptimize.services.observe.scan import scan_table
+    from autooptimize.services.tracking import ensure_tracked
+
+    settings = current_settings()
+    key = None
+    if args.partition:
+        key = parse_partition(load_table(settings, args.table), args.partition).key
+    ensure_tracked(settings, args.table)
+    report = scan_table(settings, args.table, key, reason="requested")
+    import dataclasses
+
+    print_result(dataclasses.asdict(report), args.json)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from autooptimize.demo import run_demo
+
+    result = run_demo(current_settings(), files=args.files, partitions=args.partitions, target_size=args.target_size,
+                      as_json=args.json)
+    ok = (result["files_after"] * 4 <= result["files_before"] and result["rows_after"] == result["rows_before"]
+          and result["checksum_after"] == result["checksum_before"])
+    return 0 if ok else 1

@@ -1,0 +1,120 @@
+"""The ``autooptimize`` argument parser: every subcommand and its options."""
+
+from __future__ import annotations
+
+import argparse
+
+from autooptimize.cli import actions, buffer, up
+
+DESCRIPTION = "The ``autooptimize`` command line"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand; each sets ``func``, the command that takes the parsed arguments."""
+    parser = argparse.ArgumentParser(prog="autooptimize", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    db = sub.add_parser("db", help="database schema")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_sub.add_parser("upgrade", help="create the database if missing and apply migrations")
+    upgrade.add_argument("revision", nargs="?", default="head")
+    upgrade.set_defaults(func=up.cmd_db)
+
+    tr = sub.add_parser("track", help="track a table, or change its tuning")
+    tr.add_argument("table")
+    tr.add_argument("--target-size", help="target file size, e.g. 128MiB")
+    tr.add_argument("--tolerance", help="tolerated RMS file-size error, e.g. 32MiB")
+    tr.add_argument("--min-input-files", type=int)
+    tr.add_argument("--priority", help="priority class, e.g. high|normal|low")
+    tr.add_argument("--weight", type=int)
+    tr.add_argument("--sort-order", help="comma-separated columns")
+    tr.add_argument("--allowed-actions", help="comma-separated actions, e.g. merge")
+    tr.add_argument("--max-bytes-per-action")
+    tr.add_argument("--min-interval", type=int, help="seconds between actions on one partition")
+    tr.add_argument("--json", action="store_true")
+    tr.set_defaults(func=actions.cmd_track)
+
+    op = sub.add_parser("optimize", help="submit an ad-hoc optimization")
+    op.add_argument("table")
+    op.add_argument("--partition", help="col=value[,col2=value2]; default: every partition")
+    op.add_argument("--action", default="merge", help="merge (default) or another action kind")
+    op.add_argument("--option", action="append", metavar="NAME=VALUE",
+                    help="an option of the action kind (repeatable), e.g. --option min-age=3d")
+    op.add_argument("--priority")
+    op.add_argument("--target-size", help="override the table's target file size for this action")
+    op.add_argument("--dry-run", action="store_true", help="plan only; change nothing")
+    op.add_argument("--wait", action="store_true", help="wait for the outcome")
+    op.add_argument("--timeout", type=float, default=3600.0)
+    op.add_argument("--json", action="store_true")
+    op.set_defaults(func=actions.cmd_optimize)
+
+    st = sub.add_parser("status", help="partitions ranked by file-size entropy")
+    st.add_argument("table", nargs="?")
+    st.add_argument("--queues", action="store_true", help="the dispatch backlog per class and table")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=actions.cmd_status)
+
+    wk = sub.add_parser("worker", help="run a Celery worker (actors and control)")
+    wk.add_argument("--queues", help="comma-separated queues; default: control and every actor queue")
+    wk.add_argument("--concurrency", type=int)
+    wk.add_argument("--loglevel", default="INFO")
+    wk.add_argument("--name", default=None)
+    wk.set_defaults(func=up.cmd_worker)
+
+    upp = sub.add_parser("up", help="run the whole service on this machine until Ctrl-C or SIGTERM")
+    upp.add_argument("--workers", type=int, default=1)
+    upp.add_argument("--no-flower", action="store_true")
+    upp.add_argument("--no-beat", action="store_true")
+    upp.set_defaults(func=up.cmd_up)
+
+    ex = sub.add_parser("explain", help="what optimize would do to each partition, and why; changes nothing")
+    ex.add_argument("table")
+    ex.add_argument("--partition")
+    ex.add_argument("--target-size")
+    ex.add_argument("--json", action="store_true")
+    ex.set_defaults(func=actions.cmd_explain)
+
+    wi = sub.add_parser("whatif", help="simulate target sizes and tolerances on the table's current files")
+    wi.add_argument("table")
+    wi.add_argument("--target-size", required=True, help="comma-separated sizes, e.g. 64MiB,128MiB,256MiB")
+    wi.add_argument("--tolerance", help="comma-separated tolerances (default: a quarter of each target)")
+    wi.add_argument("--json", action="store_true")
+    wi.set_defaults(func=actions.cmd_whatif)
+
+    ls = sub.add_parser("listener", help="watch tracked tables' snapshots and keep partition entropy current")
+    ls.add_argument("--interval", type=float, default=1.0)
+    ls.add_argument("--workers", type=int, default=4)
+    ls.add_argument("--once", action="store_true")
+    ls.set_defaults(func=up.cmd_listener)
+
+    dp = sub.add_parser("dispatcher", help="fair dispatch from the reliable priority queue (AO_DISPATCH=rpq)")
+    dp.add_argument("--rebuild-only", action="store_true", help="re-enqueue pending actions from PostgreSQL, exit")
+    dp.set_defaults(func=up.cmd_dispatcher)
+
+    sc = sub.add_parser("scan", help="recompute a table's (or a partition's) entropy exactly")
+    sc.add_argument("table")
+    sc.add_argument("--partition")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=actions.cmd_scan)
+
+    bt = sub.add_parser("beat", help="run the periodic scheduler (Celery beat)")
+    bt.add_argument("--loglevel", default="INFO")
+    bt.set_defaults(func=up.cmd_beat)
+
+    fl = sub.add_parser("flower", help="run Flower with basic auth (AO_FLOWER_USER / AO_FLOWER_PASSWORD)")
+    fl.set_defaults(func=up.cmd_flower)
+
+    dm = sub.add_parser("demo", help="create a table of small files and watch the service merge them")
+    dm.add_argument("--files", type=int, default=240)
+    dm.add_argument("--partitions", type=int, default=4)
+    dm.add_argument("--target-size", default="1MiB")
+    dm.add_argument("--json", action="store_true")
+    dm.set_defaults(func=actions.cmd_demo)
+
+    sp = sub.add_parser("spark", help="the local Spark Connect server (AO_SPARK_REMOTE=local)")
+    sp.add_argument("spark_command", choices=["start", "stop", "status", "serve"],
+                    help="serve: run a server in the foreground with AO_SPARK_TOKEN (containers)")
+    sp.set_defaults(func=up.cmd_spark)
+
+    buffer.add_commands(sub)
+    return parser

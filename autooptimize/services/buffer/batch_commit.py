@@ -1,0 +1,184 @@
+"""Committing one batch: one fast-append snapshot carrying the batch id, then the bookkeeping (rows,
+callback, removal of the buffered files and of leftovers of earlier attempts)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+from sqlalchemy import select, update
+
+from autooptimize.config import Settings, redact_url
+from autooptimize.errors import Retry, VerificationFailed
+from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.commit import ACTION_KIND_PROPERTY
+from autooptimize.services.buffer.hooks import Hooks, call_hook
+from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFile, BufferTable, FileState
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.repositories import audit, now
+
+log = logging.getLogger(__name__)
+BATCH_ID_PROPERTY = "autooptimize.batch-id"
+
+
+def find_batch_snapshot(table: Table, batch_id: str) -> Snapshot | None:
+    """The snapshot that committed ``batch_id``, if the table's metadata still has it."""
+    for snapshot in table.metadata.snapshots:
+        if snapshot.summary is not None and snapshot.summary.get(BATCH_ID_PROPERTY) == batch_id:
+            return snapshot
+    return None
+
+
+def commit_append(settings: Settings, table: Table, batch_id: str, data_files: list[Any]) -> int:
+    """One fast-append snapshot carrying the batch id; a concurrent commit is retried (appends never
+    conflict), after checking that the batch did not in fact land."""
+    properties = {BATCH_ID_PROPERTY: batch_id, ACTION_KIND_PROPERTY: "consolidate"}
+    for attempt in range(settings.commit_retries + 1):
+        try:
+            with table.transaction() as tx:
+                with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+                    for data_file in data_files:
+                        append.append_data_file(data_file)
+            break
+        except CommitFailedException:
+            table.refresh()
+            if find_batch_snapshot(table, batch_id) is not None:
+                break
+            if attempt == settings.commit_retries:
+                raise Retry(f"batch {batch_id}: commit kept failing on concurrent updates", delay=5) from None
+            time.sleep(0.2 * (attempt + 1))
+    snapshot = find_batch_snapshot(table, batch_id)
+    if snapshot is None:
+        table.refresh()
+        snapshot = find_batch_snapshot(table, batch_id)
+    assert snapshot is not None, "the append committed but its snapshot is not in the metadata"
+    return snapshot.snapshot_id
+
+
+def record_commit(settings: Settings, batch_id: str, identifier: str, snapshot_id: int, hooks: Hooks,
+                   reason: str | None, seconds: float | None = None) -> dict[str, Any]:
+    with session_scope(settings) as session:
+        batch = session.get(BufferBatch, batch_id, with_for_update=True)
+        assert batch is not None
+        checkpoint = batch.checkpoint or {}
+        batch.state, batch.committed_snapshot_id, batch.committed_at = (
+            BatchState.COMMITTED.value, snapshot_id, now())
+        batch.rows_out = checkpoint.get("rows_out", batch.rows_out)
+        batch.checksum_in, batch.checksum_out = checkpoint.get("checksum_in"), checkpoint.get("checksum_out")
+        batch.files_out = sum(len(p["outputs"]) for p in checkpoint.get("partitions", [])) or batch.files_out
+        batch.bytes_out = checkpoint.get("bytes_out", batch.bytes_out)
+        if seconds is not None:
+            batch.timings = {**(batch.timings or {}), "total": round(seconds, 3)}
+        session.execute(update(BufferFile).where(BufferFile.batch_id == batch_id,
+                                                 BufferFile.state == FileState.CLAIMED.value)
+                        .values(state=FileState.COMMITTED.value))
+        row = session.get(BufferTable, batch.buffer_table_id)
+        assert row is not None
+        callback = row.callback_url
+        event: dict[str, Any] = {"batch": batch_id, "table": identifier, "snapshot_id": snapshot_id, "files": batch.files,
+                 "rows": batch.rows_out, "files_out": batch.files_out, "checksum": batch.checksum_out,
+                 "partitions": [p["key"] for p in checkpoint.get("partitions", [])], "reason": reason}
+        audit(session, "buffer.batch_committed", batch=batch_id, table=identifier, snapshot_id=snapshot_id,
+              files=event["files"], rows=event["rows"], files_out=event["files_out"], checksum=event["checksum"],
+              partitions=event["partitions"], reason=reason)
+        table_id = batch.buffer_table_id
+    call_hook(hooks.after_bookkeeping)
+    if callback:
+        _notify(settings, callback, event)
+    finish_committed(settings, table_id, only=batch_id)
+    with session_scope(settings) as session:
+        batch = session.get(BufferBatch, batch_id)
+        assert batch is not None
+        return batch_view(batch, identifier, reason)
+
+
+def _notify(settings: Settings, url: str, event: dict[str, Any]) -> None:
+    """POST the committed batch to the table's callback (at least once per run; failures are audited)."""
+    body = json.dumps({"event": "buffer.batch_committed", **event}).encode()
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - http(s) only, validated
+            response.read()
+    except Exception as exc:
+        log.warning("callback %s failed for batch %s: %s", redact_url(url), event["batch"], type(exc).__name__)
+        with session_scope(settings) as session:
+            audit(session, "buffer.callback_failed", batch=event["batch"], url=redact_url(url),
+                  error=type(exc).__name__)
+
+
+def finish_committed(settings: Settings, table_id: int, only: str | None = None) -> int:
+    """Remove buffer files of committed batches (and uncommitted leftovers in their directories)."""
+    with session_scope(settings) as session:
+        stmt = select(BufferBatch.id, BufferBatch.checkpoint).where(
+            BufferBatch.buffer_table_id == table_id, BufferBatch.state == BatchState.COMMITTED.value)
+        if only is not None:
+            stmt = stmt.where(BufferBatch.id == only)
+        pending = session.execute(stmt).all()
+        identifier = session.get(BufferTable, table_id).identifier  # type: ignore[union-attr]
+    for batch_id, checkpoint in pending:
+        with session_scope(settings) as session:
+            paths = list(session.scalars(select(BufferFile.path).where(
+                BufferFile.batch_id == batch_id, BufferFile.state == FileState.COMMITTED.value)))
+        for path in paths:
+            Path(path).unlink(missing_ok=True)
+        if checkpoint:
+            _delete_strays(settings, identifier, checkpoint)
+        with session_scope(settings) as session:
+            session.execute(update(BufferBatch).where(BufferBatch.id == batch_id)
+                            .values(state=BatchState.DONE.value, finished_at=now()))
+    return len(pending)
+
+
+def _delete_strays(settings: Settings, identifier: str, checkpoint: dict[str, Any]) -> None:
+    """Delete files in the batch's directory that its commit does not reference (earlier attempts)."""
+    output_dir = checkpoint["output_dir"]
+    batch_dir = output_dir.rsplit("/", 1)[0]
+    keep = {p for part in checkpoint["partitions"] for p in part["outputs"]}
+    table = load_table(settings, identifier)
+    if not _owned_batch_dir(table, batch_dir):
+        return
+    fs, root = pafs.FileSystem.from_uri(batch_dir)
+    prefix = batch_dir.split("://", 1)[0] + "://" if "://" in batch_dir else ""
+    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
+        if info.type == pafs.FileType.File and (prefix + info.path) not in keep \
+                and _normal(prefix + info.path) not in {_normal(k) for k in keep}:
+            fs.delete_file(info.path)
+
+
+def _normal(path: str) -> str:
+    return path.replace("file:///", "file:/").replace("file://", "file:")
+
+
+def _owned_batch_dir(table: Table, directory: str) -> bool:
+    location = table.location().rstrip("/") + "/"
+    return directory.startswith(location) and "/ao-batch-" in directory
+
+
+def delete_uncommitted(table: Table, batch_dir: str) -> None:
+    """Remove a batch directory that no snapshot references (the caller checked the history)."""
+    from autooptimize.iceberg.commit import live_data_paths
+    from spark_actors.rewrite import delete_dir, list_parquet
+
+    if not _owned_batch_dir(table, batch_dir):
+        raise VerificationFailed(f"refusing to delete {batch_dir}: not a batch directory in the table")
+    table.refresh()
+    live = live_data_paths(table)
+    if any(p in live for p in list_parquet(batch_dir)):
+        raise VerificationFailed(f"refusing to delete {batch_dir}: the table references files in it")
+    delete_dir(batch_dir)
+
+
+def batch_view(batch: BufferBatch, identifier: str, reason: str | None = None) -> dict[str, Any]:
+    return {"batch": batch.id, "table": identifier, "state": batch.state, "reason": reason,
+            "trigger": batch.trigger, "files": batch.files, "rows_in": batch.rows_in, "rows_out": batch.rows_out,
+            "files_out": batch.files_out, "bytes_in": batch.bytes_in, "bytes_out": batch.bytes_out,
+            "checksum_in": batch.checksum_in, "checksum_out": batch.checksum_out,
+            "snapshot_id": batch.committed_snapshot_id, "attempts": batch.attempts}

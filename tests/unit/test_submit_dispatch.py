@@ -1,0 +1,52 @@
+"""Services hand their work to the Dispatch port they are given (here an in-memory recorder): no broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autooptimize.services import actions
+from autooptimize.services.ports import ActionTicket
+from tests.integration.tables import DAY1, DAY2, identifier, make_table
+
+
+@dataclass
+class RecordingDispatch:
+    """A Dispatch that remembers what it was asked to send."""
+
+    checks: int = 0
+    tickets: list[ActionTicket] = field(default_factory=list)
+    consolidations: list[tuple[str, bool]] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
+
+    def check(self) -> None:
+        self.checks += 1
+
+    def action(self, ticket: ActionTicket) -> None:
+        self.tickets.append(ticket)
+
+    def consolidation(self, identifier: str, *, flush: bool = False) -> bool:
+        self.consolidations.append((identifier, flush))
+        return True
+
+    def consolidation_started(self, identifier: str) -> None:
+        self.started.append(identifier)
+
+
+def test_submit_hands_the_ticket_to_the_port(settings, catalog):
+    ident = identifier(make_table(catalog, {DAY1: 3, DAY2: 1}))
+    port = RecordingDispatch()
+    action_id = actions.submit(settings, ident, partition="day=2026-01-01", dispatch=port)
+    outcome = actions.get_outcome(settings, action_id)
+    assert port.checks == 1
+    assert port.tickets == [ActionTicket(action_id=action_id, table=ident, partition=outcome["partition"],
+                                         kind="merge", priority_class=outcome["priority_class"])]
+    assert outcome["partition"] is not None and outcome["state"] == "queued"
+    # a duplicate returns the queued action and sends nothing more
+    assert actions.submit(settings, ident, partition="day=2026-01-01", dispatch=port) == action_id
+    assert len(port.tickets) == 1
+
+
+def test_submit_without_a_port_only_records(settings, catalog):
+    ident = identifier(make_table(catalog, {DAY1: 2}))
+    action_id = actions.submit(settings, ident, partition="day=2026-01-01")
+    assert actions.get_outcome(settings, action_id)["state"] == "queued"
