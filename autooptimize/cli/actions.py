@@ -82,6 +82,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.table:
         print(f"{result['table']}: {result['files']} files in {len(result['partitions'])} partitions "
               f"(snapshot {result['snapshot_id']})")
+        failures = result.get("decision_failures") or {}
+        if failures.get("count"):
+            print(f"decisions failed: {failures['count']}, last on {failures.get('last_partition')}: "
+                  f"{failures.get('last_reason')}")
         print(f"{'partition':40} {'n':>6} {'small':>6} {'bytes':>12} {'rmse':>12}  last action")
         for p in result["partitions"]:
             last = p["last_action"]
@@ -92,7 +96,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         for line in result:
             print(json.dumps(line, default=str) if "error" in line else
                   f"{line['table']:40} files={line['files']:<6} partitions={line['partitions']:<4} "
-                  f"needs_attention={line['needs_attention']:<4} worst={line['worst_partition']}")
+                  f"needs_attention={line['needs_attention']:<4} worst={line['worst_partition']}"
+                  + (f" decisions_failed={line['decision_failures']} ({line['last_decision_failure']})"
+                     if line.get("decision_failures") else ""))
     return 0
 
 
@@ -106,6 +112,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     print(f"{result['table']} at snapshot {result['snapshot_id']} (target {result['target_file_size']} bytes)")
     for p in result["partitions"]:
         print(f"  {p['partition'] or '(unpartitioned)':40} {p['action']:6} {p['reason']:18} "
+              f"{(p.get('rule') or '-'):15} "
               f"files {p['files_replaced']} → {p['files_out']}, {p['bytes_rewritten']} bytes, "
               f"rmse {int(p['mse_before'] ** 0.5)} → {int(p['mse_after'] ** 0.5)}")
     return 0

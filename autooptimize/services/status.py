@@ -12,7 +12,7 @@ from autooptimize.iceberg.files import live_partitions
 from autooptimize.services.actions import outcome_of
 from autooptimize.services.tracking import tuning_of
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.repositories import recent_actions, tracked_table, tracked_tables
+from autooptimize.storage.repositories import decision_failures, recent_actions, tracked_table, tracked_tables
 
 
 def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
@@ -22,6 +22,7 @@ def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
         row = tracked_table(session, settings.catalog, identifier)
         tuning = tuning_of(row).as_dict() if row else None
         actions = [outcome_of(a, identifier) for a in recent_actions(session, row.id, 200)] if row else []
+        failures = decision_failures(session, row.id) if row else {"count": 0, "last_reason": None}
     target = tuning["target_file_size"] if tuning else settings.default_target_file_size
     tolerance = tuning["tolerance"] if tuning else settings.tolerance_default
     last_by_partition: dict[str | None, dict[str, Any]] = {}
@@ -33,7 +34,8 @@ def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
         stats = EntropyStats.from_sizes(sizes, target)
         last = last_by_partition.get(pf.key) or last_by_partition.get(None)
         partitions.append({
-            "partition": pf.key,
+            "partition": pf.human,
+            "partition_key": pf.key,
             "spec_id": pf.spec_id,
             "n": stats.n,
             "sse": stats.sse,
@@ -48,7 +50,7 @@ def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
                 "id": last["id"], "kind": last["kind"], "state": last["state"], "at": last["finished_at"]
                 or last["created_at"]},
         })
-    partitions.sort(key=lambda p: (-p["mse"], p["partition"]))
+    partitions.sort(key=lambda p: (-p["mse"], p["partition_key"]))
     snapshot = table.current_snapshot()
     return {
         "table": identifier,
@@ -56,6 +58,7 @@ def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
         "tuning": tuning,
         "snapshot_id": snapshot.snapshot_id if snapshot else None,
         "files": sum(p["n"] for p in partitions),
+        "decision_failures": failures,
         "partitions": partitions,
         "recent_actions": [{k: a[k] for k in ("id", "state", "reason", "partition", "files_in", "files_out",
                                               "snapshot_id", "created_at")} for a in actions[:10]],
@@ -94,5 +97,7 @@ def all_status(settings: Settings) -> list[dict[str, Any]]:
             "worst_mse": worst and worst["mse"],
             "worst_small_files": worst and worst["small_files"],
             "needs_attention": sum(1 for p in st["partitions"] if p["needs_attention"]),
+            "decision_failures": st["decision_failures"]["count"],
+            "last_decision_failure": st["decision_failures"]["last_reason"],
         })
     return lines

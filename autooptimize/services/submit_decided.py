@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 
 from autooptimize.config import Settings
+from autooptimize.domain.partitions import PartitionRef
 from autooptimize.errors import AutoOptimizeError
 from autooptimize.services import actions
 from autooptimize.services.ports import Dispatch
@@ -23,7 +24,7 @@ from autooptimize.storage.models import Action, ActionState, PartitionStats, Tra
 from autooptimize.storage.repositories import audit, now
 
 log = logging.getLogger(__name__)
-_SEPARATORS = (",", "/", "=")
+_reported: set[tuple[int, str]] = set()  # (table, cause) already logged at ERROR by this process
 
 
 def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partition_key: str,
@@ -39,7 +40,6 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
             return None
         tuning = tuning_of(tracked)
         identifier = tracked.identifier
-        values = dict(stats.partition_values) if stats is not None else {}
         last = session.scalars(select(Action).where(
             Action.table_id == table_id, Action.spec_id == spec_id, Action.partition_key == partition_key,
             Action.kind.in_(REWRITE_KINDS)).order_by(Action.created_at.desc()).limit(1)).one_or_none()
@@ -56,13 +56,8 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
             audit(session, "decision.deferred", table_id=table_id, reason="min_interval", partition=partition_key,
                   last_action=last.id, min_interval_seconds=tracked.min_interval_seconds)
             return None
-    if partition_key and not values:
-        log.warning("%s: no stored values for partition %s; skipping", identifier, partition_key)
-        return None
-    if any(sep in str(v) for v in values.values() for sep in _SEPARATORS):
-        log.warning("%s: partition %s has separator characters in its values; skipping", identifier, partition_key)
-        return None
-    expression = ",".join(f"{k}={v}" for k, v in values.items()) or None
+    # the partition travels as its Iceberg values (PartitionRef), never through its human text
+    partition = PartitionRef.of_key(spec_id, partition_key) if partition_key else None
     choice = _choose(settings, identifier, spec_id, partition_key, tuning)
     if choice is None:
         return None
@@ -79,7 +74,7 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
               candidates=[c.as_dict() for c in decision.candidates])
     if decision.kind is None:
         return None
-    return actions.submit(settings, identifier, partition=expression, kind=decision.kind, trigger=trigger,
+    return actions.submit(settings, identifier, partition=partition, kind=decision.kind, trigger=trigger,
                           dispatch=dispatch)
 
 
@@ -97,14 +92,35 @@ def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: st
     return choose(table, found[0], request, frozenset(tuning.allowed_actions))
 
 
+def record_decision_failure(settings: Settings, table_id: int, spec_id: int, partition_key: str,
+                            exc: BaseException) -> None:
+    """A partition decide or submit could not handle: an audit record ``decision.failed`` with the reason
+    (status shows the count and the last reason per table), and an ERROR log line once per table and
+    cause in this process, not once per snapshot."""
+    reason = f"{type(exc).__name__}: {exc}"
+    cause = type(exc).__name__ if not isinstance(exc, AutoOptimizeError) else f"{type(exc).__name__}:{str(exc)[:80]}"
+    try:
+        with session_scope(settings) as session:
+            audit(session, "decision.failed", table_id=table_id, spec_id=spec_id, partition=partition_key,
+                  reason=reason[:2000])
+    except Exception as db_exc:  # PostgreSQL itself may be what failed: the log line must still say why
+        log.error("table %s partition %s: decide failed (%s) and could not be recorded: %s", table_id,
+                  partition_key, reason, db_exc)
+        return
+    if (table_id, cause) not in _reported:
+        _reported.add((table_id, cause))
+        log.error("table %s partition %s: decide failed: %s (recorded as decision.failed; further failures of "
+                  "this kind on this table are only recorded)", table_id, partition_key, reason)
+
+
 def on_attention_handler(settings: Settings, dispatch: Dispatch) -> Callable[[int, int, str], None]:
     """The listener's ``on_attention``: decide and hand the chosen action, if any, to ``dispatch``."""
 
     def handle(table_id: int, spec_id: int, partition_key: str) -> None:
         try:
             action_id = submit_for_partition(settings, table_id, spec_id, partition_key, dispatch=dispatch)
-        except AutoOptimizeError as exc:
-            log.info("table %s partition %s: not submitted (%s)", table_id, partition_key, exc)
+        except Exception as exc:  # recorded and shown in status; the listener goes on with the others
+            record_decision_failure(settings, table_id, spec_id, partition_key, exc)
             return
         if action_id:
             log.info("table %s partition %s: merge %s submitted", table_id, partition_key, action_id)

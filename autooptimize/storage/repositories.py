@@ -80,3 +80,16 @@ def active_action(session: Session, table_id: int, spec_id: int | None, partitio
             Action.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value]),
         )
     ).first()
+
+
+def decision_failures(session: Session, table_id: int) -> dict[str, Any]:
+    """How many ``decision.failed`` records the table has, and the newest one's reason and time."""
+    from sqlalchemy import func
+
+    count = session.execute(select(func.count()).select_from(AuditLog).where(
+        AuditLog.table_id == table_id, AuditLog.event == "decision.failed")).scalar_one()
+    last = session.scalars(select(AuditLog).where(AuditLog.table_id == table_id, AuditLog.event == "decision.failed")
+                           .order_by(AuditLog.id.desc()).limit(1)).one_or_none()
+    return {"count": int(count), "last_reason": last.detail.get("reason") if last else None,
+            "last_partition": last.detail.get("partition") if last else None,
+            "last_at": last.at.isoformat() if last else None}

@@ -313,6 +313,14 @@ def partition_figures(session: Session, table_id: int) -> dict[PartitionId, Part
     }
 
 
+def partition_labels(session: Session, table_id: int) -> dict[PartitionId, dict[str, Any]]:
+    """The human-readable values stored per partition (what status prints, with format_human)."""
+    c = PartitionStats.__table__.c
+    return {(r.spec_id, r.partition_key): dict(r.partition_values or {})
+            for r in session.execute(select(c.spec_id, c.partition_key, c.partition_values)
+                                     .where(c.table_id == table_id))}
+
+
 def table_file_count(session: Session, table_id: int) -> int:
     c = PartitionStats.__table__.c
     return int(session.execute(select(func.coalesce(func.sum(c.n_files), 0)).where(c.table_id == table_id)).scalar_one())

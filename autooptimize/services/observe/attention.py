@@ -8,12 +8,13 @@ from typing import Any
 
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import needs_attention
+from autooptimize.domain.partitions import format_human
 from autooptimize.errors import InvalidArgument
 from autooptimize.services.observe.common import ObserveReport, OnAttention, TrackedSettings
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.observe_work import AttentionRow, attention_rows, pending_partitions
-from autooptimize.storage.repositories import tracked_table
-from autooptimize.storage.stats import PartitionId, count_attention, partition_figures
+from autooptimize.storage.repositories import decision_failures, tracked_table
+from autooptimize.storage.stats import PartitionId, count_attention, partition_figures, partition_labels
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,8 @@ def observed_state(settings: Settings, identifier: str) -> dict[str, Any]:
             raise InvalidArgument(f"table {identifier!r} is not tracked in catalog {settings.catalog!r}")
         cursor = session.get(TableCursor, row.id)
         figures = partition_figures(session, row.id)
+        labels = partition_labels(session, row.id)
+        failures = decision_failures(session, row.id)
         tolerance, target = row.tolerance, row.target_file_size
         state: dict[str, Any] = {
             "table": identifier,
@@ -137,11 +140,13 @@ def observed_state(settings: Settings, identifier: str) -> dict[str, Any]:
             "skipped_below_threshold": cursor.skipped_below_threshold if cursor else 0,
             "skipped_pending": cursor.skipped_pending if cursor else 0,
             "last_error": cursor.last_error if cursor else None,
+            "decision_failures": failures,
         }
     ordered = sorted(figures.values(), key=lambda f: (-f.mse, f.partition_key))
     partitions: list[dict[str, Any]] = [
         {
-            "partition": f.partition_key,
+            "partition": format_human(list(labels.get((f.spec_id, f.partition_key), {}).items())),
+            "partition_key": f.partition_key,
             "spec_id": f.spec_id,
             "n": f.n_files,
             "sse": f.sse,

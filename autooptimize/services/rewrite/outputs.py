@@ -7,6 +7,7 @@ committed is removed, and never a file the table references.
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from pyiceberg.table import Table
@@ -38,9 +39,14 @@ def data_location(table: Table) -> str:
 
 
 def action_dir(table: Table, pf: PartitionFiles, action_id: str) -> str:
-    """The directory an action writes a partition's output to; owned by that action alone."""
+    """The directory an action writes a partition's output to; owned by that action alone.
+
+    The partition part is Iceberg's partition path with every character other than letters, digits and
+    ``_ . = - /`` replaced by ``_``: Hadoop paths decode ``%XX`` escapes, so an escaped value would make
+    Spark write somewhere else than where the action looks (the ``ao-<id>`` part keeps it unique).
+    """
     base = data_location(table)
-    part = f"/{pf.path}" if pf.path else ""
+    part = "/" + re.sub(r"[^A-Za-z0-9_.=/-]", "_", pf.path).replace("..", "__") if pf.path else ""
     return f"{base}{part}/ao-{action_id}"
 
 
