@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.transforms import IdentityTransform
+from pyiceberg.transforms import DayTransform
 from pyiceberg.types import DateType, DoubleType, LongType, NestedField, StringType, TimestamptzType
 
 from autooptimize import api
@@ -34,7 +34,8 @@ SCHEMA = Schema(
     NestedField(6, "amount", DoubleType(), required=False),
     NestedField(7, "payload", StringType(), required=False),
 )
-SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="event_date"))
+# partitioned by a transform, as streaming tables are: one partition per day of the event time
+SPEC = PartitionSpec(PartitionField(source_id=3, field_id=1000, transform=DayTransform(), name="ts_day"))
 ARROW = pa.schema([
     pa.field("event_id", pa.int64(), nullable=False),
     pa.field("event_date", pa.date32(), nullable=False),

@@ -109,7 +109,7 @@ def split_human(expression: Any, names: list[str]) -> dict[str, str | None]:
     Raises InvalidArgument naming the expression and the valid fields unless it names every field of
     ``names`` exactly once.
     """
-    form = ",".join(f"{n}=…" for n in names)
+    form = ",".join(f"{n}=value" for n in names)
     if not isinstance(expression, str) or not expression.strip() or any(c in expression for c in "\n\r\x00"):
         raise InvalidArgument(f"partition expression {expression!r} is empty or not one line; use {form}")
     pairs: dict[str, str | None] = {}

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from autooptimize.config import Settings
-from autooptimize.domain.partitions import PartitionRef
+from autooptimize.domain.partitions import PartitionRef, format_human
 from autooptimize.errors import (
     ActionNotFound,
     ActionRefused,
@@ -63,7 +63,9 @@ def outcome_of(action: Action, table: str | None = None) -> dict[str, Any]:
         "kind": action.kind,
         "trigger": action.trigger,
         "priority_class": action.priority_class,
-        "partition": action.partition_key,
+        "partition": format_human(list(action.partition_values.items())) if action.partition_values
+        else action.partition_key,
+        "partition_key": action.partition_key,
         "files_in": action.files_in,
         "files_out": action.files_out,
         "rows_in": action.rows_in,

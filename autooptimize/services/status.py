@@ -27,7 +27,7 @@ def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
     tolerance = tuning["tolerance"] if tuning else settings.tolerance_default
     last_by_partition: dict[str | None, dict[str, Any]] = {}
     for a in actions:  # newest first
-        last_by_partition.setdefault(a["partition"], a)
+        last_by_partition.setdefault(a["partition_key"], a)
     partitions: list[dict[str, Any]] = []
     for pf in live_partitions(table).values():
         sizes = [f.size for f in pf.data_files]

@@ -566,7 +566,7 @@ def test_status_counters_and_history_agree_with_stats(settings, catalog):
     state = observed_state(settings, identifier(table))
     assert state["observed"] and state["snapshot_id"] == table.current_snapshot().snapshot_id
     assert (state["snapshots_applied"], state["scans"], state["files"]) == (4, 1, total)
-    assert {(p["spec_id"], p["partition"]): (p["n"], p["sse"]) for p in state["partitions"]} == stored
+    assert {(p["spec_id"], p["partition_key"]): (p["n"], p["sse"]) for p in state["partitions"]} == stored
     assert [p["mse"] for p in state["partitions"]] == sorted((p["mse"] for p in state["partitions"]), reverse=True)
 
     # a backlog longer than max_chain is cheaper to scan than to follow

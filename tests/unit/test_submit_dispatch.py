@@ -38,7 +38,7 @@ def test_submit_hands_the_ticket_to_the_port(settings, catalog):
     action_id = actions.submit(settings, ident, partition="day=2026-01-01", dispatch=port)
     outcome = actions.get_outcome(settings, action_id)
     assert port.checks == 1
-    assert port.tickets == [ActionTicket(action_id=action_id, table=ident, partition=outcome["partition"],
+    assert port.tickets == [ActionTicket(action_id=action_id, table=ident, partition=outcome["partition_key"],
                                          kind="merge", priority_class=outcome["priority_class"])]
     assert outcome["partition"] is not None and outcome["state"] == "queued"
     # a duplicate returns the queued action and sends nothing more
