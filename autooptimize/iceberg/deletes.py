@@ -62,12 +62,12 @@ def scope_of(table: Table, data_path: str) -> DeleteScope:
 
 
 def _delete_location(table: Table, scope: DeleteScope, kind: str) -> str:
-    from autooptimize.iceberg.files import partition_key
+    from autooptimize.iceberg.files import partition_dir, partition_path
 
     location = table.location().rstrip("/")
     data_path = table.properties.get("write.data.path", f"{location}/data").rstrip("/")
-    key = partition_key(table.specs()[scope.spec_id], table.schema(), scope.partition)
-    return f"{data_path}/{key + '/' if key else ''}{kind}-delete-{uuid.uuid4()}.parquet"
+    path = partition_path(table.specs()[scope.spec_id], table.schema(), scope.partition)
+    return f"{data_path}/{partition_dir(path) + '/' if path else ''}{kind}-delete-{uuid.uuid4()}.parquet"
 
 
 def _write(table: Table, path: str, data: pa.Table, schema: Schema, full_bounds: bool = False) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,8 +114,15 @@ def partition_values(spec: PartitionSpec, schema: Schema, record: Any) -> dict[s
 
 
 def partition_path(spec: PartitionSpec, schema: Schema, record: Any) -> str:
-    """Iceberg's partition path (directories of rewritten files); "" when unpartitioned."""
+    """Iceberg's partition path; "" when unpartitioned. Files we write go under :func:`partition_dir`."""
     return spec.partition_to_path(record, schema) if spec.fields else ""
+
+
+def partition_dir(path: str) -> str:
+    """A directory name for files we write into a partition: its path with every character other than
+    letters, digits and ``_ . = - /`` replaced by ``_``. Hadoop paths decode ``%XX`` escapes and Spark
+    reads ``[`` ``]`` ``{`` ``*`` as globs, so a raw value would send Spark somewhere else."""
+    return re.sub(r"[^A-Za-z0-9_.=/-]", "_", path).replace("..", "__")
 
 
 def live_entries(table: Table, snapshot: Snapshot | None) -> Iterable[ManifestEntry]:

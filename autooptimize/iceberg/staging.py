@@ -149,8 +149,10 @@ class StagedReplace:
         self._added = self._factory.added(added)
         self._summary = _collector(table, added, removed)
         self._removed_partitions = {(f.spec_id, f.partition) for f in removed if f.content == DataFileContent.DATA}
-        base = table.metadata.snapshot_by_name(MAIN_BRANCH)
-        self._seen: set[str] = {m.manifest_path for m in base.manifests(table.io)} if base is not None else set()
+        # manifests already checked for new delete files: none yet, so the first validation reads every
+        # delete manifest of the head (the inputs were planned on an older snapshot); retries read only
+        # the manifests added since
+        self._seen: set[str] = set()
         self._replaced: dict[str, ManifestFile] = {}  # head manifest path → its rewrite
         self.rewrites_on_retry = 0
         self._rewrite_against(table.metadata, first=True)

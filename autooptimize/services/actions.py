@@ -1,5 +1,5 @@
 """Submitting and executing actions. Submission validates everything before writing anything; the
-executor is idempotent under retry and crash (see services/merge.py)."""
+executor is idempotent under retry and crash (see services/rewrite/lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from autooptimize.config import Settings
+from autooptimize.domain.actions import Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.partitions import PartitionRef, format_human
 from autooptimize.errors import (
     ActionNotFound,
@@ -28,15 +29,8 @@ from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import parse_partition
 from autooptimize.iceberg.partitions import human_values
 from autooptimize.services.kinds import KINDS, kind_of
-from autooptimize.services.merge import (
-    Hooks,
-    MergeOutcome,
-    MergeRequest,
-    abandon,
-    committed_outcome,
-    committed_parts,
-)
 from autooptimize.services.ports import ActionTicket, Dispatch
+from autooptimize.services.rewrite.lifecycle import abandon, committed_outcome, committed_parts
 from autooptimize.services.sizing import learned
 from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
 from autooptimize.storage.db import session_scope

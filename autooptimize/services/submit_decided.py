@@ -82,7 +82,7 @@ def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: st
     """The decision for one partition of the table as it is now (None when the partition is gone)."""
     from autooptimize.iceberg.catalog import load_table
     from autooptimize.services.choose import choose, planning_request
-    from autooptimize.services.merge import select_partitions
+    from autooptimize.services.rewrite.merge import select_partitions
 
     table = load_table(settings, identifier)
     found = select_partitions(table, spec_id, partition_key)

@@ -96,7 +96,7 @@ def test_position_deletes_are_folded_into_the_data_and_their_files_dropped(setti
     expected = table_checksum(table)  # pyiceberg applies position deletes
     assert expected == reference_checksum(table)
     assert len(table.scan().to_arrow()) == 250 - 6
-    stats = {pf.key: pf.delete_stats for pf in live_partitions(table).values()}
+    stats = {pf.human: pf.delete_stats for pf in live_partitions(table).values()}
     assert (stats["day=2026-01-01"].files, stats["day=2026-01-01"].rows_deleted_estimate) == (1, 5)
     assert stats["day=2026-01-01"].position_files == 1 and stats["day=2026-01-01"].data_rows == 150
 

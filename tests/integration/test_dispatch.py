@@ -162,7 +162,7 @@ CONSUMER = textwrap.dedent(
     import sys, time
     from autooptimize.config import get_settings
     from autooptimize.services import actions
-    from autooptimize.services.merge import Hooks
+    from autooptimize.domain.actions import Hooks
     from tasks.rpq import LeaseKeeper, build_queue
 
     settings = get_settings()

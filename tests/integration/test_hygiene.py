@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import func, select
 
+from autooptimize.domain.actions import Hooks
 from autooptimize.errors import InvalidArgument, TableNotFound
 from autooptimize.iceberg.checksum import arrow_checksum, table_checksum
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
 from autooptimize.iceberg.manifests import data_manifests
 from autooptimize.iceberg.references import ReferenceReader
 from autooptimize.services import actions, hygiene, tracking
-from autooptimize.services.merge import Hooks
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, AuditLog, TrackedTable
 from autooptimize.storage.repositories import audit_events

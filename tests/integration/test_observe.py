@@ -25,6 +25,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from sqlalchemy import func, select, text
 
 from autooptimize.domain.entropy import squared_error
+from autooptimize.domain.partitions import encode_key
 from autooptimize.iceberg.commit import commit_replace, data_file_from_footer
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff, snapshots_since
@@ -48,6 +49,14 @@ TARGET = 4000  # bytes: the small test files straddle it, so SSE mixes zero and 
 TOLERANCE = 1000
 DAY3 = dt.date(2026, 1, 3)
 DAYS = (DAY1, DAY2, DAY3)
+
+
+def _key(day: dt.date) -> str:
+    """The partition's key inside the service: JSON of its Iceberg value (days since 1970 for a date)."""
+    return encode_key(((day - dt.date(1970, 1, 1)).days,))
+
+
+K1, K2, K3 = _key(DAY1), _key(DAY2), _key(DAY3)
 REPO = Path(__file__).resolve().parents[2]
 _ids = itertools.count(1_000_000)
 
@@ -101,7 +110,7 @@ def _append(table, day: dt.date, rows: int) -> None:
 def _merge(table, day: dt.date) -> bool:
     """Rewrite every data file of a partition into one, committed as autooptimize's REPLACE."""
     table.refresh()
-    pf = live_partitions(table).get((table.spec().spec_id, f"day={day.isoformat()}"))
+    pf = live_partitions(table).get((table.spec().spec_id, _key(day)))
     if pf is None or len(pf.data_files) < 2:
         return False
     schema = schema_to_pyarrow(table.schema())
@@ -250,7 +259,7 @@ def test_first_sight_scans_then_each_snapshot_reads_only_its_own_manifests(setti
     assert _stored(settings, table_id) == _exact(table)
     history = _history(settings, table_id, "snapshot")
     assert [(h.partition_key, h.n_files) for h in history] == [
-        ("day=2026-01-01", 4), ("day=2026-01-03", 1), ("day=2026-01-01", 1)]
+        (K1, 4), (K3, 1), (K1, 1)]
 
     # nothing new: nothing read, nothing recorded
     report = observe_table(settings, identifier(table))
@@ -327,12 +336,12 @@ def test_drift_is_corrected_by_a_scan_and_a_replay_cannot_count_twice(settings, 
     exact = _exact(table)
     with session_scope(settings) as s:  # corrupt one partition behind the listener's back
         s.execute(text("UPDATE ao_partition_stats SET n_files = n_files + 7, sse = sse + 5 "
-                       "WHERE table_id = :t AND partition_key = 'day=2026-01-02'"), {"t": table_id})
-    report = scan_table(settings, identifier(table), "day=2026-01-02")
+                       "WHERE table_id = :t AND partition_key = :k"), {"t": table_id, "k": K2})
+    report = scan_table(settings, identifier(table), K2)
     assert report.scanned and report.partitions_changed == 1
     assert _stored(settings, table_id) == exact
     scans = _history(settings, table_id, "scan")
-    assert scans[-1].partition_key == "day=2026-01-02"
+    assert scans[-1].partition_key == K2
 
     # roll the cursor back one snapshot, as a buggy or concurrent writer might: the replay is refused
     # by the history's unique index, the table is scanned, and nothing is counted twice
@@ -386,7 +395,7 @@ def test_partitions_over_threshold_are_enqueued_once_and_the_rest_counted(settin
     calls: list[tuple[int, int, str]] = []
     report = observe_table(settings, identifier(table), on_attention=lambda *a: calls.append(a))
     assert report.scanned
-    assert sorted(calls) == [(table_id, 0, "day=2026-01-01"), (table_id, 0, "day=2026-01-02")]
+    assert sorted(calls) == [(table_id, 0, K1), (table_id, 0, K2)]
     assert (report.enqueued, report.skipped_below_threshold) == (2, 0)
 
     _append(table, DAY3, 3000)
@@ -395,19 +404,19 @@ def test_partitions_over_threshold_are_enqueued_once_and_the_rest_counted(settin
     assert calls == [] and report.skipped_below_threshold == 1
 
     with session_scope(settings) as s:  # a merge already queued on DAY1: not enqueued again
-        s.add(Action(id=str(uuid.uuid4()), table_id=table_id, spec_id=0, partition_key="day=2026-01-01",
+        s.add(Action(id=str(uuid.uuid4()), table_id=table_id, spec_id=0, partition_key=K1,
                      kind="merge", trigger="event", priority_class="normal", state=ActionState.QUEUED.value,
                      options={}, attempts=0, timings={}))
     _append(table, DAY1, 5)
     report = observe_table(settings, identifier(table), on_attention=lambda *a: calls.append(a))
     assert calls == [] and report.skipped_pending == 1
     needing = {(a.partition_key, a.pending) for a in partitions_needing_attention(settings, identifier(table))}
-    assert needing == {("day=2026-01-01", True), ("day=2026-01-02", False)}
+    assert needing == {(K1, True), (K2, False)}
     cursor = _cursor(settings, table_id)
     assert (cursor.attention_enqueued, cursor.skipped_below_threshold, cursor.skipped_pending) == (2, 1, 1)
     swept: list[tuple[int, int, str]] = []
     counts = sweep_attention(settings, lambda *a: swept.append(a), identifier(table))
-    assert swept == [(table_id, 0, "day=2026-01-02")] and counts == {"enqueued": 1, "pending": 1, "failed": 0}
+    assert swept == [(table_id, 0, K2)] and counts == {"enqueued": 1, "pending": 1, "failed": 0}
 
 
 def test_listener_thread_keeps_stats_current(settings, catalog):

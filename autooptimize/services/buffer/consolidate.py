@@ -45,8 +45,8 @@ from autooptimize.services.buffer.hooks import Hooks, call_hook
 from autooptimize.services.buffer.landing import request_consolidation, sweep_orphans, table_info
 from autooptimize.services.buffer.rules import buffer_level, rules_of
 from autooptimize.services.buffer.watch import poll_watch
-from autooptimize.services.merge import data_location
 from autooptimize.services.ports import Dispatch
+from autooptimize.services.rewrite.outputs import data_location
 from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.locks import AdvisoryLock

@@ -16,6 +16,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, RemoveSnapshotsUpdate
 
 from autooptimize.config import Settings
+from autooptimize.domain.actions import Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.durations import format_duration
 from autooptimize.errors import ConflictAbort, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
@@ -31,7 +32,7 @@ from autooptimize.services.hygiene.common import (
     int_option,
 )
 from autooptimize.services.hygiene.digest import live_digest
-from autooptimize.services.merge import CheckpointWriter, Hooks, MergeOutcome, MergeRequest
+from autooptimize.services.rewrite.kind import CheckpointWriter
 
 log = logging.getLogger(__name__)
 

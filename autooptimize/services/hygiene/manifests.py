@@ -8,6 +8,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
+from autooptimize.domain.actions import Hooks, MergeOutcome, MergeRequest
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY, ACTION_KIND_PROPERTY, find_action_snapshot
@@ -19,7 +20,7 @@ from autooptimize.iceberg.manifests import (
 )
 from autooptimize.services.hygiene.common import SAMPLE, check_option_names, int_option
 from autooptimize.services.hygiene.digest import live_digest
-from autooptimize.services.merge import CheckpointWriter, Hooks, MergeOutcome, MergeRequest
+from autooptimize.services.rewrite.kind import CheckpointWriter
 
 
 def validate_rewrite_manifests(table: Table, options: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
+from autooptimize.domain.actions import Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.durations import format_duration
 from autooptimize.errors import ActionRefused
 from autooptimize.iceberg.catalog import load_table
@@ -34,7 +35,7 @@ from autooptimize.services.hygiene.common import (
     in_flight_action_ids,
 )
 from autooptimize.services.hygiene.digest import live_digest
-from autooptimize.services.merge import CheckpointWriter, Hooks, MergeOutcome, MergeRequest
+from autooptimize.services.rewrite.kind import CheckpointWriter
 from autooptimize.storage.models import ActionState
 
 _AO_DIR = re.compile(r"^ao-(.+)$")

@@ -7,7 +7,6 @@ committed is removed, and never a file the table references.
 from __future__ import annotations
 
 import logging
-import re
 import time
 
 from pyiceberg.table import Table
@@ -16,7 +15,7 @@ from autooptimize.config import Settings
 from autooptimize.domain.actions import MergeRequest
 from autooptimize.errors import ActionRefused, Retry, VerificationFailed
 from autooptimize.iceberg.commit import action_added_paths, live_data_paths
-from autooptimize.iceberg.files import PartitionFiles
+from autooptimize.iceberg.files import PartitionFiles, partition_dir
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +40,11 @@ def data_location(table: Table) -> str:
 def action_dir(table: Table, pf: PartitionFiles, action_id: str) -> str:
     """The directory an action writes a partition's output to; owned by that action alone.
 
-    The partition part is Iceberg's partition path with every character other than letters, digits and
-    ``_ . = - /`` replaced by ``_``: Hadoop paths decode ``%XX`` escapes, so an escaped value would make
-    Spark write somewhere else than where the action looks (the ``ao-<id>`` part keeps it unique).
+    The partition part is :func:`~autooptimize.iceberg.files.partition_dir` of Iceberg's partition path
+    (no ``%XX`` escapes or glob characters reach Spark); the ``ao-<id>`` part keeps it unique.
     """
     base = data_location(table)
-    part = "/" + re.sub(r"[^A-Za-z0-9_.=/-]", "_", pf.path).replace("..", "__") if pf.path else ""
+    part = "/" + partition_dir(pf.path) if pf.path else ""
     return f"{base}{part}/ao-{action_id}"
 
 
