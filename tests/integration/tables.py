@@ -90,3 +90,10 @@ def action_outputs(table: Any) -> set[str]:
 
     location = table.location().removeprefix("file://")
     return {f for f in files_on_disk(table) if re.search(r"/ao-[0-9a-f-]{36}/", f.removeprefix(location))}
+
+
+def key_of(day: dt.date) -> str:
+    """The partition's key inside the service for a day partition: JSON of days since 1970."""
+    from autooptimize.domain.partitions import encode_key
+
+    return encode_key(((day - dt.date(1970, 1, 1)).days,))

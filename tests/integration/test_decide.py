@@ -8,7 +8,7 @@ from autooptimize.services.observe.scan import scan_table
 from autooptimize.services.submit_decided import submit_for_partition
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
-from tests.integration.tables import DAY1, batch, identifier, make_table
+from tests.integration.tables import DAY1, batch, identifier, key_of, make_table
 
 
 def test_a_judged_partition_is_not_resubmitted_until_it_changes(settings, catalog):
@@ -20,18 +20,18 @@ def test_a_judged_partition_is_not_resubmitted_until_it_changes(settings, catalo
         table_id = tracked_table(s, settings.catalog, ident).id
 
     # one small file: decide measures it, finds nothing worth doing, records why, submits nothing
-    assert submit_for_partition(settings, table_id, 0, "day=2026-01-01", dispatch=False) is None
+    assert submit_for_partition(settings, table_id, 0, key_of(DAY1), dispatch=False) is None
     with session_scope(settings) as s:
         skipped = _decisions(s, table_id)
     assert [(e.event, e.detail["reason"]) for e in skipped] == [("decision.skipped", "nothing_to_merge")]
     # unchanged: not measured again (no second record)
-    assert submit_for_partition(settings, table_id, 0, "day=2026-01-01", dispatch=False) is None
+    assert submit_for_partition(settings, table_id, 0, key_of(DAY1), dispatch=False) is None
     with session_scope(settings) as s:
         assert len(_decisions(s, table_id)) == 1
 
     table.append(batch(1000, 10, DAY1))
     scan_table(settings, ident)
-    first = submit_for_partition(settings, table_id, 0, "day=2026-01-01", dispatch=False)
+    first = submit_for_partition(settings, table_id, 0, key_of(DAY1), dispatch=False)
     assert first is not None
     out = actions.get_outcome(settings, first)
     assert out["kind"] == "merge" and out["trigger"] == "event"
@@ -118,16 +118,16 @@ def test_min_interval_defers_a_new_action_on_a_recently_merged_partition(setting
     scan_table(settings, ident)
     with session_scope(settings) as s:
         table_id = tracked_table(s, settings.catalog, ident).id
-    first = submit_for_partition(settings, table_id, 0, "day=2026-01-01", dispatch=False)
+    first = submit_for_partition(settings, table_id, 0, key_of(DAY1), dispatch=False)
     with session_scope(settings) as s:  # as if it merged a minute ago
         s.execute(update(Action).where(Action.id == first).values(state="succeeded", finished_at=now()))
-    assert submit_for_partition(settings, table_id, 0, "day=2026-01-01", dispatch=False) is None
+    assert submit_for_partition(settings, table_id, 0, key_of(DAY1), dispatch=False) is None
     with session_scope(settings) as s:
         events = s.scalars(select(AuditLog).where(AuditLog.table_id == table_id,
                                                    AuditLog.event == "decision.deferred")).all()
     assert [e.detail["reason"] for e in events] == ["min_interval"]
     tracking.track(settings, ident, min_interval_seconds=0)
-    assert submit_for_partition(settings, table_id, 0, "day=2026-01-01", dispatch=False) is not None
+    assert submit_for_partition(settings, table_id, 0, key_of(DAY1), dispatch=False) is not None
 
 
 def _table_id(settings, ident):
@@ -150,7 +150,7 @@ def test_a_delete_heavy_partition_gets_delete_compaction_and_explain_agrees(sett
     explained = explain(settings, ident)["partitions"][0]
     assert (explained["action"], explained["reason"]) == ("compact_deletes", "delete_heavy")
     assert {c["kind"] for c in explained["candidates"]} >= {"compact_deletes"}
-    action_id = submit_for_partition(settings, _table_id(settings, ident), 0, "day=2026-01-01", dispatch=False)
+    action_id = submit_for_partition(settings, _table_id(settings, ident), 0, key_of(DAY1), dispatch=False)
     assert actions.get_outcome(settings, action_id)["kind"] == "compact_deletes"
 
 
@@ -164,7 +164,7 @@ def test_deletes_block_merging_when_compaction_is_not_allowed(settings, catalog)
     delete_positions(table, {data_files(table, "day=2026-01-01")[0]: [0]})
     scan_table(settings, ident)
     assert explain(settings, ident)["partitions"][0]["reason"] == "not_allowed"
-    assert submit_for_partition(settings, _table_id(settings, ident), 0, "day=2026-01-01", dispatch=False) is None
+    assert submit_for_partition(settings, _table_id(settings, ident), 0, key_of(DAY1), dispatch=False) is None
 
 
 def test_an_unsorted_partition_with_a_sort_order_gets_a_sort(settings, catalog):
@@ -186,7 +186,7 @@ def test_an_unsorted_partition_with_a_sort_order_gets_a_sort(settings, catalog):
     assert (row["action"], row["reason"]) == ("sort", "unsorted"), row
     kinds = {c["kind"]: c for c in row["candidates"]}
     assert kinds["sort"]["value_per_byte"] > kinds["merge"]["value_per_byte"]
-    action_id = submit_for_partition(settings, _table_id(settings, ident), 0, "day=2026-01-01", dispatch=False)
+    action_id = submit_for_partition(settings, _table_id(settings, ident), 0, key_of(DAY1), dispatch=False)
     assert actions.get_outcome(settings, action_id)["kind"] == "sort"
 
 
@@ -214,8 +214,8 @@ def test_the_listener_hands_over_a_partition_that_received_delete_files(settings
     assert handed == []  # one file, within tolerance: nothing to do
     delete_positions(table, {data_files(table)[0]: range(10)})
     report = observe_table(settings, ident, on_attention=lambda *a: handed.append(a))
-    assert report.delete_partitions == [(0, "day=2026-01-01")]
+    assert report.delete_partitions == [(0, key_of(DAY1))]
     table_id = _table_id(settings, ident)
-    assert handed == [(table_id, 0, "day=2026-01-01")]
-    action_id = submit_for_partition(settings, table_id, 0, "day=2026-01-01", dispatch=False)
+    assert handed == [(table_id, 0, key_of(DAY1))]
+    action_id = submit_for_partition(settings, table_id, 0, key_of(DAY1), dispatch=False)
     assert actions.get_outcome(settings, action_id)["kind"] == "compact_deletes"
