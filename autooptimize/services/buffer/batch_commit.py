@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import select, update
 
 from autooptimize.config import Settings, redact_url
-from autooptimize.errors import Retry, VerificationFailed
+from autooptimize.errors import ConflictAbort, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_KIND_PROPERTY
+from autooptimize.iceberg.commits import StagedAppend, apply_with_retry
 from autooptimize.services.buffer.hooks import Hooks, call_hook
 from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
@@ -37,30 +36,30 @@ def find_batch_snapshot(table: Table, batch_id: str) -> Snapshot | None:
     return None
 
 
+class _BatchCommitted(ConflictAbort):
+    """The head already holds the batch: an earlier attempt landed though its answer was lost."""
+
+    def __init__(self, snapshot_id: int) -> None:
+        super().__init__(f"batch already committed in snapshot {snapshot_id}")
+        self.snapshot_id = snapshot_id
+
+
 def commit_append(settings: Settings, table: Table, batch_id: str, data_files: list[Any]) -> int:
-    """One fast-append snapshot carrying the batch id; a concurrent commit is retried (appends never
-    conflict), after checking that the batch did not in fact land."""
+    """One append snapshot carrying the batch id, through the one commit loop
+    (autooptimize.iceberg.commits): its manifest is written once and applied again on a moved head.
+    Every attempt first checks the head for the batch id, so a batch is never committed twice."""
     properties = {BATCH_ID_PROPERTY: batch_id, ACTION_KIND_PROPERTY: "consolidate"}
-    for attempt in range(settings.commit_retries + 1):
-        try:
-            with table.transaction() as tx:
-                with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
-                    for data_file in data_files:
-                        append.append_data_file(data_file)
-            break
-        except CommitFailedException:
-            table.refresh()
-            if find_batch_snapshot(table, batch_id) is not None:
-                break
-            if attempt == settings.commit_retries:
-                raise Retry(f"batch {batch_id}: commit kept failing on concurrent updates", delay=5) from None
-            time.sleep(0.2 * (attempt + 1))
-    snapshot = find_batch_snapshot(table, batch_id)
-    if snapshot is None:
-        table.refresh()
-        snapshot = find_batch_snapshot(table, batch_id)
-    assert snapshot is not None, "the append committed but its snapshot is not in the metadata"
-    return snapshot.snapshot_id
+
+    def not_yet_committed(head: Any) -> None:
+        for snapshot in head.snapshots:
+            if snapshot.summary is not None and snapshot.summary.get(BATCH_ID_PROPERTY) == batch_id:
+                raise _BatchCommitted(snapshot.snapshot_id)
+
+    try:
+        return apply_with_retry(table, StagedAppend(table, data_files, check=not_yet_committed),
+                                properties).snapshot_id
+    except _BatchCommitted as done:
+        return done.snapshot_id
 
 
 def record_commit(settings: Settings, batch_id: str, identifier: str, snapshot_id: int, hooks: Hooks,
