@@ -20,7 +20,7 @@ from pyiceberg.types import DateType, DoubleType, LongType, NestedField, StringT
 
 from autooptimize import api
 from autooptimize.config import Settings
-from autooptimize.errors import InvalidArgument
+from autooptimize.errors import InvalidArgument, ServiceUnavailable, WaitTimeout
 from autooptimize.iceberg.catalog import get_catalog
 from autooptimize.iceberg.checksum import table_checksum
 
@@ -113,11 +113,11 @@ def _ensure_service(settings: Settings) -> list[subprocess.Popen[bytes]]:
     while time.monotonic() < deadline:
         if worker.poll() is not None:
             _stop(started)
-            raise RuntimeError(f"the demo worker exited with {worker.returncode}; see {settings.home_dir}/logs")
+            raise ServiceUnavailable(f"the demo worker exited with {worker.returncode}; see {settings.home_dir}/logs")
         if app.control.ping(timeout=1.0):
             return started
     _stop(started)
-    raise RuntimeError("the demo worker did not answer within 60 s")
+    raise ServiceUnavailable("the demo worker did not answer within 60 s")
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -161,7 +161,7 @@ def _wait_until_optimized(settings: Settings, since: dt.datetime, timeout: float
         if stable >= 3:
             return acts
         time.sleep(1.0)
-    raise RuntimeError(f"the table was not optimized within {timeout:.0f} s; see {settings.home_dir}/logs")
+    raise WaitTimeout(f"the table was not optimized within {timeout:.0f} s; see {settings.home_dir}/logs")
 
 
 def _files(table: Any) -> int:
