@@ -55,6 +55,10 @@ def test_merges_commit_while_a_writer_appends_to_the_same_partition(settings, sp
             assert time.monotonic() < deadline, f"merges did not commit during writes: {outcomes}"
             action_id = actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False)
             outcomes.append(actions.execute(settings, action_id, spark=spark))
+        # the writers go on after the last merge: each merge landed between writer commits
+        after = len(commits)
+        while len(commits) < after + 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         stop.set()
         for thread in threads:
