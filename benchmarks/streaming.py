@@ -335,6 +335,8 @@ class RunFigures:
     latency_unmatched: int = 0
     action_bytes_in: int | None = None
     action_bytes_out: int | None = None
+    audit_events: dict[str, int] = field(default_factory=dict)
+    log_findings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # baseline only
     compactions: int = 0
@@ -506,6 +508,22 @@ class Service:
             notes.append("the Spark Connect server outlived `up`; stopped it")
         return notes
 
+    def log_findings(self) -> list[str]:
+        """What the service's logs say went wrong: the listener's "not submitted" reasons, errors per log."""
+        found: list[str] = []
+        logs = sorted((self.settings.home / "logs").glob("*.log"))
+        for path in logs:
+            content = path.read_text(errors="replace").splitlines()
+            not_submitted = Counter(
+                re.sub(r"'[^']*'", "'…'", m.group(1))
+                for m in (re.search(r"not submitted \((.*)\)\s*$", line) for line in content) if m)
+            for reason, n in not_submitted.most_common(3):
+                found.append(f"{path.name}: {n}× partition not submitted ({reason})")
+            errors = [line for line in content if re.search(r"\b(ERROR|CRITICAL)\b|Traceback", line)]
+            if errors:
+                found.append(f"{path.name}: {len(errors)} error line(s), first: {errors[0].strip()[:240]}")
+        return found
+
     def log_tail(self, lines: int = 30) -> str:
         chunks = []
         for path in [self.log_path, *sorted((self.settings.home / "logs").glob("*.log"))]:
@@ -611,6 +629,11 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
             fig.latency_unmatched += 1
             continue
         latencies.append(created - max(touching))
+    with engine.connect() as conn:
+        fig.audit_events = {f"{event}{':' + reason if reason else ''}": int(n) for event, reason, n in conn.execute(text(
+            "SELECT a.event, a.detail->>'reason', count(*) FROM ao_audit_log a "
+            "JOIN ao_tracked_tables t ON t.id = a.table_id WHERE t.identifier = :t GROUP BY 1, 2 ORDER BY 3 DESC"),
+            {"t": SERVICE_TABLE})}
     fig.latency_actions = len(latencies)
     fig.latency_p50_s = None if not latencies else round(pct(latencies, 0.5) or 0.0, 2)
     fig.latency_p95_s = None if not latencies else round(pct(latencies, 0.95) or 0.0, 2)
@@ -660,6 +683,8 @@ def run_service(args: argparse.Namespace, settings: Settings, engine: Engine, ca
             fig.notes.append(f"{state} during the run")
             extra["service_log_tail"] = service.log_tail()
         fig.notes += service.stop()
+        with contextlib.suppress(OSError):
+            fig.log_findings = service.log_findings()
     table = catalog.load_table(SERVICE_TABLE)
     table_figures(fig, table, records, seconds, ACTION_ID, expected)
     action_figures(fig, engine, records)
@@ -829,8 +854,12 @@ def report(result: dict[str, Any]) -> str:
     ex = result.get("service_run", {})
     lines.append(f"service: tracked the table {_v(ex.get('tracked_after_s'))} s after start; after the last commit "
                  f"{'quiet' if ex.get('quiet') else 'NOT quiet'} after {_v(ex.get('drain_seconds'))} s")
+    if s.get("audit_events"):
+        lines.append(f"service audit log for the table: {s['audit_events']}")
     for what in s.get("failures") or []:
         lines.append(f"  service failure: {what}")
+    for what in s.get("log_findings") or []:
+        lines.append(f"  service log: {what}")
     for note in s.get("notes") or []:
         lines.append(f"  service note: {note}")
     if b:
