@@ -1004,6 +1004,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--commits, --commits-per-hour and --compact-every must be ≥ 1 and --rate > 0")
     args.target_size = parse_size(args.target_size, "--target-size")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def terminated(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds through the clean-up: the service stops, the database goes
+
+    signal.signal(signal.SIGTERM, terminated)
     result = measure(args)
     print(report(result))
     if args.json:
