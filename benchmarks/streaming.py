@@ -609,6 +609,8 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
             "FROM ao_actions a JOIN ao_tracked_tables t ON t.id = a.table_id WHERE t.identifier = :t "
             "ORDER BY a.created_at"), {"t": SERVICE_TABLE})]
     fig.actions_by_state = dict(Counter(str(r.get("state")) for r in rows))
+    if not rows:
+        fig.notes.append("the service created no action: its column is the writer alone")
     fig.actions_by_kind = dict(Counter(str(r.get("kind")) for r in rows))
     bad = [r for r in rows if r.get("state") in ("aborted", "failed") or "conflict" in str(r.get("reason") or "").lower()]
     fig.aborted_or_failed = len(bad)
