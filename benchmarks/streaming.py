@@ -162,7 +162,8 @@ def live_files(table: Table, snapshot: Snapshot | None = None) -> list[DataFile]
 
 
 def local_path(uri: str) -> str:
-    return uri.removeprefix("file://")
+    """``file:///x``, ``file:/x`` and ``/x`` are the same local file."""
+    return "/" + uri.removeprefix("file://").removeprefix("file:").lstrip("/")
 
 
 def unreferenced_data_files(table: Table) -> tuple[int, int]:
