@@ -45,7 +45,8 @@ Figures, for each run, from the table's own metadata and (service) ``ao_actions`
   mentions a conflict; every state is counted;
 - commit → action-submitted latency: for each action the listener created (trigger ``event``), its
   ``created_at`` minus the commit time (snapshot ``timestamp-ms``) of the latest writer snapshot that
-  touched its partition and was committed before ``created_at``; p50 / p95 / max;
+  touched its partition and was committed before ``created_at``; p50 / p95 / max. Beside it, how long
+  actions waited (``started_at − created_at``) and ran (``finished_at − started_at``);
 - content: the final table read back with a pyiceberg scan and folded into the same digest as the rows
   the writer sent (rows, Σ id, Σ and xor of blake2b-64 of (id, ts, payload)); ids must also be unique.
 
@@ -334,6 +335,10 @@ class RunFigures:
     latency_p95_s: float | None = None
     latency_max_s: float | None = None
     latency_unmatched: int = 0
+    queued_p50_s: float | None = None
+    queued_p95_s: float | None = None
+    run_p50_s: float | None = None
+    run_p95_s: float | None = None
     action_bytes_in: int | None = None
     action_bytes_out: int | None = None
     audit_events: dict[str, int] = field(default_factory=dict)
@@ -606,7 +611,9 @@ def action_hour(key: Any, values: Any) -> int | None:
 def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord]) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         rows = [dict(r._mapping) for r in conn.execute(text(
-            "SELECT a.*, extract(epoch FROM a.created_at) AS created_epoch "
+            "SELECT a.*, extract(epoch FROM a.created_at) AS created_epoch, "
+            "extract(epoch FROM a.started_at - a.created_at) AS queued_s, "
+            "extract(epoch FROM a.finished_at - a.started_at) AS run_s "
             "FROM ao_actions a JOIN ao_tracked_tables t ON t.id = a.table_id WHERE t.identifier = :t "
             "ORDER BY a.created_at"), {"t": SERVICE_TABLE})]
     fig.actions_by_state = dict(Counter(str(r.get("state")) for r in rows))
@@ -637,6 +644,12 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
             "SELECT a.event, a.detail->>'reason', count(*) FROM ao_audit_log a "
             "JOIN ao_tracked_tables t ON t.id = a.table_id WHERE t.identifier = :t GROUP BY 1, 2 ORDER BY 3 DESC"),
             {"t": SERVICE_TABLE})}
+    queued = [float(r["queued_s"]) for r in rows if r.get("queued_s") is not None]
+    ran = [float(r["run_s"]) for r in rows if r.get("run_s") is not None]
+    fig.queued_p50_s, fig.queued_p95_s = (None, None) if not queued else (
+        round(pct(queued, 0.5) or 0.0, 1), round(pct(queued, 0.95) or 0.0, 1))
+    fig.run_p50_s, fig.run_p95_s = (None, None) if not ran else (
+        round(pct(ran, 0.5) or 0.0, 1), round(pct(ran, 0.95) or 0.0, 1))
     fig.latency_actions = len(latencies)
     fig.latency_p50_s = None if not latencies else round(pct(latencies, 0.5) or 0.0, 2)
     fig.latency_p95_s = None if not latencies else round(pct(latencies, 0.95) or 0.0, 2)
@@ -843,6 +856,8 @@ def report(result: dict[str, Any]) -> str:
     row("write amplification", "write_amplification", goal="≤ 1.5")
     row("aborted / failed actions", "aborted_or_failed", goal="0")
     both("commit → action submitted p50 / p95 s", "latency_p50_s", "latency_p95_s")
+    both("action created → started p50 / p95 s", "queued_p50_s", "queued_p95_s")
+    both("action started → finished p50 / p95 s", "run_p50_s", "run_p95_s")
     row("unreferenced data files left on disk", "unreferenced_files")
     both("rows read / written", "rows_read", "rows_expected", lambda v: "-" if v is None else f"{v:,}")
     row("content equal (rows, ids, checksum)", "content_equal", lambda v: "-" if v is None else "yes" if v else "NO",
