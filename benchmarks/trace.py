@@ -1,0 +1,193 @@
+"""A seeded streaming-ingest trace for an ``hour(ts)``-partitioned table, and a content digest.
+
+The trace is pure data: which simulated hours each commit touches and how many rows go to each (one
+file per touched partition, as a streaming writer flushes). The rows themselves are made from
+``(seed, commit index)`` alone, so the same seed gives the same bytes into any number of tables.
+
+Shape (``make_trace``):
+
+- simulated time starts at ``BASE`` and moves one hour every ``commits_per_hour`` commits;
+- every commit writes one file into the current simulated hour, log-normal around ``median_bytes``
+  (σ = ``sigma``), and with probability ``burst_p`` a burst of ``burst_bytes`` (a few MB) instead;
+- late data: with probabilities ``late_p`` (1, 2 and 3 hours back) a commit also writes one smaller file
+  (``late_scale`` of the size) into each of the previous hours;
+- a file's rows are its drawn size divided by the measured compressed bytes per row (zstd Parquet, as
+  pyiceberg writes it), so files land near the drawn sizes.
+
+Rows: ``id`` (unique over the whole trace), ``ts`` (a random instant inside the file's hour) and
+``payload`` (random hex, so files do not compress away). ``Digest`` folds rows into count, sum of ids,
+and the sum and xor of a 64-bit blake2b of ``(id, ts, payload)``: equal digests mean the same multiset
+of rows with overwhelming probability, and duplicates or losses always change count or sums.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import math
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import HourTransform
+from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "ts", TimestamptzType(), required=True),
+    NestedField(3, "payload", StringType(), required=False),
+)
+SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=HourTransform(), name="ts_hour"))
+ARROW = pa.schema([
+    pa.field("id", pa.int64(), nullable=False),
+    pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("payload", pa.string()),
+])
+BASE = dt.datetime(2026, 3, 2, 0, 0, tzinfo=dt.UTC)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+BASE_HOUR = int((BASE - EPOCH).total_seconds()) // 3600
+PAYLOAD_BYTES = 96  # random bytes per row, written as 192 hex characters
+HOUR_US = 3600 * 1_000_000
+MASK64 = (1 << 64) - 1
+
+
+def hour_label(hour: int) -> str:
+    """Iceberg's human form of an hour partition value (hours since the epoch): ``2026-03-02-05``."""
+    return (EPOCH + dt.timedelta(hours=hour)).strftime("%Y-%m-%d-%H")
+
+
+def parse_hour_label(text: str) -> int:
+    when = dt.datetime.strptime(text, "%Y-%m-%d-%H").replace(tzinfo=dt.UTC)
+    return int((when - EPOCH).total_seconds()) // 3600
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    hour: int  # partition value: hours since the epoch
+    rows: int
+    drawn_bytes: int  # the size the trace aimed at
+
+
+@dataclass(frozen=True)
+class Commit:
+    index: int
+    first_id: int
+    files: tuple[FileSpec, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def hours(self) -> tuple[int, ...]:
+        return tuple(f.hour for f in self.files)
+
+
+@dataclass(frozen=True)
+class TraceShape:
+    commits: int = 300
+    seed: int = 7
+    commits_per_hour: int = 60
+    median_bytes: int = 200_000
+    sigma: float = 0.5
+    burst_p: float = 0.02
+    burst_bytes: tuple[int, int] = (2_000_000, 6_000_000)
+    late_p: tuple[float, ...] = (0.30, 0.15, 0.08)
+    late_scale: float = 0.35
+
+
+def bytes_per_row(seed: int = 0, rows: int = 4000) -> float:
+    """Compressed bytes per row of this trace's rows in a zstd Parquet file (measured, not assumed)."""
+    sample = rows_for(seed, 0, [FileSpec(BASE_HOUR, rows, 0)], 0)
+    buf = io.BytesIO()
+    pq.write_table(sample, buf, compression="zstd")
+    return buf.tell() / rows
+
+
+def make_trace(shape: TraceShape) -> list[Commit]:
+    """The commits of the trace (no rows yet: see :func:`rows_for`)."""
+    rng = random.Random(shape.seed)
+    per_row = bytes_per_row(shape.seed)
+    commits: list[Commit] = []
+    next_id = 1_000_000
+    mu = math.log(shape.median_bytes)
+    for i in range(shape.commits):
+        current = BASE_HOUR + i // shape.commits_per_hour
+        if rng.random() < shape.burst_p:
+            size = rng.randint(*shape.burst_bytes)
+        else:
+            size = int(rng.lognormvariate(mu, shape.sigma))
+        files = [FileSpec(current, max(1, round(size / per_row)), size)]
+        for lag, p in enumerate(shape.late_p, start=1):
+            if rng.random() < p:
+                late = int(rng.lognormvariate(mu + math.log(shape.late_scale), shape.sigma))
+                files.append(FileSpec(current - lag, max(1, round(late / per_row)), late))
+        commit = Commit(i, next_id, tuple(files))
+        next_id += commit.rows
+        commits.append(commit)
+    return commits
+
+
+def rows_for(seed: int, index: int, files: list[FileSpec] | tuple[FileSpec, ...], first_id: int) -> pa.Table:
+    """The rows of one commit: the same for the same ``(seed, index)``, whatever table they go to."""
+    rng = np.random.default_rng([seed, index])
+    n = sum(f.rows for f in files)
+    ids = np.arange(first_id, first_id + n, dtype=np.int64)
+    ts = np.empty(n, dtype=np.int64)
+    at = 0
+    for f in files:
+        ts[at:at + f.rows] = f.hour * HOUR_US + rng.integers(0, HOUR_US, size=f.rows, dtype=np.int64)
+        at += f.rows
+    blob = rng.bytes(n * PAYLOAD_BYTES).hex()
+    width = 2 * PAYLOAD_BYTES
+    payload = [blob[k * width:(k + 1) * width] for k in range(n)]
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "payload": pa.array(payload, pa.string()),
+    }, schema=ARROW)
+
+
+def commit_rows(shape: TraceShape, commit: Commit) -> pa.Table:
+    return rows_for(shape.seed, commit.index, commit.files, commit.first_id)
+
+
+@dataclass
+class Digest:
+    """Order-independent content digest: rows, Σ id, and Σ / xor of blake2b-64(id, ts, payload)."""
+
+    rows: int = 0
+    id_sum: int = 0
+    hash_sum: int = 0
+    hash_xor: int = 0
+    null_payloads: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def update(self, data: pa.Table) -> Digest:
+        ids = data.column("id").to_pylist()
+        ts = data.column("ts").cast(pa.int64()).to_pylist()
+        payload = data.column("payload").to_pylist()
+        s, x = self.hash_sum, self.hash_xor
+        for i, t, p in zip(ids, ts, payload, strict=True):
+            if p is None:
+                self.null_payloads += 1
+                p = ""
+            h = int.from_bytes(hashlib.blake2b(b"%d|%d|%s" % (i, t, p.encode()), digest_size=8).digest(), "little")
+            s = (s + h) & MASK64
+            x ^= h
+        self.hash_sum, self.hash_xor = s, x
+        self.rows += len(ids)
+        self.id_sum += sum(ids)
+        return self
+
+    def key(self) -> tuple[int, int, int, int, int]:
+        return (self.rows, self.id_sum, self.hash_sum, self.hash_xor, self.null_payloads)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"rows": self.rows, "id_sum": self.id_sum, "hash_sum": f"{self.hash_sum:016x}",
+                "hash_xor": f"{self.hash_xor:016x}"}
