@@ -218,9 +218,10 @@ def run_demo(settings: Settings, *, files: int = 240, partitions: int = 4, targe
     if as_json:
         print(json.dumps(result))
     else:
-        print(f"\n{'':18}{'before':>26}{'after':>26}")
+        width = max(26, len(str(before["checksum"])) + 2, len(str(after["checksum"])) + 2)
+        print(f"\n{'':18}{'before':>{width}}{'after':>{width}}")
         for key in ("files", "rows", "checksum"):
-            print(f"{key:18}{before[key]!s:>26}{after[key]!s:>26}")
-        print(f"{'bytes rewritten':18}{result['bytes_rewritten']:>26}")
-        print(f"{'seconds':18}{result['seconds']:>26}")
+            print(f"{key:18}{before[key]!s:>{width}}{after[key]!s:>{width}}")
+        print(f"{'bytes rewritten':18}{result['bytes_rewritten']:>{width}}")
+        print(f"{'seconds':18}{result['seconds']:>{width}}")
     return result
