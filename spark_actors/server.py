@@ -90,7 +90,7 @@ def _free_port(preferred: int) -> int:
 
 
 def server_confs(settings: Settings) -> dict[str, str]:
-    """Server-side settings the rewrite relies on (see DESIGN.md: field ids, micros, no .crc)."""
+    """Server-side settings the rewrite relies on (field ids, micros, no .crc: README "How a merge stays safe")."""
     return {
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.driver.memory": settings.spark_driver_memory,
