@@ -22,6 +22,7 @@ from autooptimize.errors import AutoOptimizeError, InvalidArgument
 from autooptimize.services.observe.changes import PollSchedule, changed_tables
 from autooptimize.services.observe.common import ObserveReport, OnAttention
 from autooptimize.services.observe.roll import observe_table, record_observe_error
+from autooptimize.services.submit_decided import settled_partitions
 from autooptimize.services.tracking import auto_track
 from autooptimize.storage.locks import AdvisoryLock
 from scheduler import service_settings, stop_on_signals
@@ -169,6 +170,29 @@ class AutoTracker:
         return added
 
 
+class SettledRecheck:
+    """Hands partitions left alone because they were live back to decide once they have settled (no new
+    snapshot would otherwise ask again), at most every ``settings.settle_seconds``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._next = 0.0
+
+    def run_due(self, on_attention: OnAttention | None, now: float | None = None) -> int:
+        now = time.monotonic() if now is None else now
+        if on_attention is None or self._settings.merge_policy != "tiered" or now < self._next:
+            return 0
+        self._next = now + max(1.0, self._settings.settle_seconds)
+        try:
+            due = settled_partitions(self._settings)
+        except Exception as exc:  # the database may be briefly away; the next pass asks again
+            log.warning("settled-partition check failed (%s: %s)", type(exc).__name__, exc)
+            return 0
+        for table_id, spec_id, key in due:
+            on_attention(table_id, spec_id, key)
+        return len(due)
+
+
 def run_listener(settings: Settings, stop_event: threading.Event, interval: float = 1.0,
                  on_attention: OnAttention | None = None, *, poll: PollSchedule | None = None,
                  workers: int = DEFAULT_WORKERS) -> None:
@@ -185,6 +209,7 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
     poll = poll if poll is not None else PollSchedule(min_interval=max(interval, 30.0))
     standing_by = False
     tracker = AutoTracker(settings)
+    settled = SettledRecheck(settings)
     try:
         while not stop_event.is_set():
             if not leadership.hold():
@@ -195,6 +220,7 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
                 continue
             standing_by = False
             tracker.run_due()
+            settled.run_due(on_attention)
             try:
                 moved = run_once(settings, on_attention=on_attention, poll=poll, backoff=backoff,
                                  stop_event=stop_event, executor=executor)

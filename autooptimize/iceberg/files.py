@@ -138,7 +138,10 @@ def live_partitions(table: Table, snapshot: Snapshot | None = None) -> dict[tupl
     schema = table.schema()
     specs = table.specs()
     parts: dict[tuple[int, str], PartitionFiles] = {}
-    committed_ms = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
+    # when writers added each file; files our own REPLACE commits wrote carry no time, so a merge never makes
+    # a partition look live to the live-partition policy
+    committed_ms = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots
+                    if s.summary is None or s.summary.operation.value != "replace"}
     for entry in live_entries(table, snapshot):
         df = entry.data_file
         spec = specs[df.spec_id]

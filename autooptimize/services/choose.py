@@ -131,4 +131,7 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
     decision = decide(facts)
     if problem is not None and problem.reason not in ("has_delete_files",):
         decision = Decision(None, problem.reason, decision.candidates)
+    elif decision.kind is None and rule == "live_wait":
+        # left alone only because writers are still adding files: judged again once it settles
+        decision = Decision(None, "live_wait", decision.candidates)
     return Choice(decision, merge_plan, sort_plan, rule)

@@ -48,7 +48,7 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
             # Judged already and the partition has not changed since: asking again would change nothing.
             return None
         if (stats is not None and stats.last_decision_at is not None and (stats.last_decision or "").startswith("skip")
-                and stats.updated_at <= stats.last_decision_at):
+                and stats.updated_at <= stats.last_decision_at and not _settled_since(settings, stats)):
             return None  # decided to leave it alone, and it has not changed since
         if (last is not None and tracked.min_interval_seconds > 0 and last.finished_at is not None
                 and last.state == ActionState.SUCCEEDED.value
@@ -76,6 +76,31 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         return None
     return actions.submit(settings, identifier, partition=partition, kind=decision.kind, trigger=trigger,
                           dispatch=dispatch)
+
+
+#: Verdicts that depend on time: a partition left alone because it was live is judged again once settled.
+LIVE_VERDICTS = ("skip:live_wait",)
+
+
+def _settled_since(settings: Settings, stats: PartitionStats) -> bool:
+    """True when the partition was left alone only because it was live, and has been quiet since."""
+    if stats.last_decision not in LIVE_VERDICTS or stats.last_decision_at is None:
+        return False
+    return (now() - stats.last_decision_at).total_seconds() >= settings.settle_seconds
+
+
+def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
+    """(table, spec, key) of partitions left alone as live that have been quiet for AO_SETTLE_SECONDS: the
+    listener hands them to decide again, so a partition whose writes stopped gets its settled merge."""
+    from datetime import timedelta
+
+    cutoff = now() - timedelta(seconds=settings.settle_seconds)
+    with session_scope(settings) as session:
+        rows = session.execute(select(PartitionStats.table_id, PartitionStats.spec_id, PartitionStats.partition_key)
+                               .where(PartitionStats.last_decision.in_(LIVE_VERDICTS),
+                                      PartitionStats.last_decision_at <= cutoff,
+                                      PartitionStats.updated_at <= PartitionStats.last_decision_at)).all()
+    return [(int(t), int(sp), str(k)) for t, sp, k in rows]
 
 
 def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: str, tuning: Any) -> Any:

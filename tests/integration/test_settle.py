@@ -1,0 +1,55 @@
+"""The live-partition policy end to end: a partition being written waits; once settled it is judged again
+and merged, without a new snapshot asking."""
+
+from __future__ import annotations
+
+import time
+
+from autooptimize.services import tracking
+from autooptimize.services.observe.roll import observe_table
+from autooptimize.services.submit_decided import on_attention_handler, settled_partitions
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.models import Action
+from tests.integration.tables import DAY1, identifier, key_of, make_table
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.tickets: list = []
+
+    def check(self) -> None:
+        return None
+
+    def action(self, ticket) -> None:
+        self.tickets.append(ticket)
+
+    def consolidation(self, identifier: str, *, flush: bool = False) -> bool:
+        return False
+
+    def consolidation_started(self, identifier: str) -> None:
+        return None
+
+
+def test_a_live_partition_waits_then_merges_once_settled(settings, catalog):
+    live = settings.model_copy(update={"merge_policy": "tiered", "settle_seconds": 3.0, "merge_fan_in": 8})
+    table = make_table(catalog, {DAY1: 4}, rows=10, name="settle")
+    ident = identifier(table)
+    tracking.track(live, ident, target_file_size="1MiB")
+    port = Recorder()
+    handler = on_attention_handler(live, port)
+    observe_table(live, ident, on_attention=handler)
+    # four small files just written: live, fewer than fan_in similar files: nothing submitted yet
+    assert port.tickets == []
+    table_id = tracking.ensure_tracked(live, ident)
+    assert settled_partitions(live) == [] or all(t != table_id for t, _, _ in settled_partitions(live))
+    time.sleep(live.settle_seconds + 0.5)
+    due = [p for p in settled_partitions(live) if p[0] == table_id]
+    assert due == [(table_id, 0, key_of(DAY1))]
+    for t, spec, key in due:
+        handler(t, spec, key)
+    assert len(port.tickets) == 1 and port.tickets[0].partition == key_of(DAY1)
+    with session_scope(live) as session:
+        action = session.get(Action, port.tickets[0].action_id)
+        assert action.kind == "merge" and action.trigger == "event"
+    # judged and submitted: not handed over again
+    assert [p for p in settled_partitions(live) if p[0] == table_id] == []
