@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_SETTLE_SECONDS",
     "LIVE_LARGE_DIVISOR",
     "RULES",
+    "SKIP_RULES",
     "PolicyPlan",
     "capped_bytes",
     "is_live",
@@ -74,6 +75,8 @@ LIVE_LARGE_DIVISOR = 2
 DONE_NUMERATOR, DONE_DENOMINATOR = 3, 4
 
 RULES = ("below_excess", "tiered", "live_wait", "settled_full", "settled_partial", "nothing_to_merge")
+#: The rules that leave a partition alone: each is the reason it was skipped.
+SKIP_RULES = ("below_excess", "live_wait", "nothing_to_merge")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +130,18 @@ def _live_group(idxs: Sequence[int], sizes: Sequence[int], fan_in: int) -> list[
             break
     else:
         return []
-    total = sum(map(sizes.__getitem__, group))
-    while group and 2 * sizes[group[-1]] > total:  # larger than the rest of the group together
-        total -= sizes[group.pop()]
+    group = _without_outsized(group, sizes)
     return group if len(group) >= fan_in else []
+
+
+def _without_outsized(group: Sequence[int], sizes: Sequence[int]) -> list[int]:
+    """``group`` less its largest files while one is larger than the rest together (it would be rewritten
+    for little): the one rule for a live group and for each bin it is packed into."""
+    kept = sorted(group, key=sizes.__getitem__)
+    total = sum(map(sizes.__getitem__, kept))
+    while kept and 2 * sizes[kept[-1]] > total:
+        total -= sizes[kept.pop()]
+    return kept
 
 
 def _absorbed(idxs: Sequence[int], sizes: Sequence[int], fan_in: int) -> list[int]:
@@ -193,10 +204,12 @@ def plan_partition(
             return PolicyPlan(measured.plan(()), "live_wait", True)
         order = sorted(group, key=sizes.__getitem__, reverse=True)
         bins = first_fit_decreasing(order, sizes, target + target // BIN_SLACK_DIVISOR)
-        chosen = [b for b in bins if len(b) >= min_input_files]
+        trimmed = (_without_outsized(b, sizes) for b in bins)  # FFD may pair a file with fewer bytes than it
+        chosen = [b for b in trimmed if len(b) >= min_input_files]
         return PolicyPlan(measured.plan(chosen), "tiered" if chosen else "live_wait", True)
     group = _absorbed(cand, sizes, fan_in)
     if len(group) < min_input_files:
         return PolicyPlan(measured.plan(()), "nothing_to_merge", True)
-    rule = "settled_full" if len(group) == len(cand) else "settled_partial"
+    # full: every file under the target joined (none left out as done or too large for the group)
+    rule = "settled_full" if len(group) == sum(1 for x in sizes if x < target) else "settled_partial"
     return PolicyPlan(measured.plan([group]), rule, True)
