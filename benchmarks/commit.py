@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -86,8 +87,6 @@ def run(snapshots: int, rounds: int) -> dict:
             inputs = _partition_files(table, p)[:4]
             data = pa.concat_tables([pq.read_table(f.file_path.removeprefix("file://")).cast(ARROW) for f in inputs])
             path = f"{table.location()}/data/p={p}/merged-{uuid.uuid4().hex}.parquet"
-            import os
-
             os.makedirs(os.path.dirname(path.removeprefix("file://")), exist_ok=True)
             pq.write_table(data, path.removeprefix("file://"))
             output = data_file_from_footer(table, path, inputs[0].spec_id, inputs[0].partition)

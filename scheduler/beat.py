@@ -25,7 +25,6 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     return {
         # Recover partitions whose hand-off from the listener was lost (e.g. Redis restarted).
         "attention-sweep": _every("autooptimize.sweep", 300.0, 290),
-        "auto-track": _every("autooptimize.auto_track", 60.0, 55),
         "rescan-stale": _every("autooptimize.rescan_stale", 600.0, 590),
         # Table hygiene: manifest rewrites, snapshot expiry and orphan removal per tracked table.
         "hygiene-sweep": _every("autooptimize.hygiene_sweep", float(settings.hygiene_sweep_seconds),

@@ -146,6 +146,21 @@ def run_once(settings: Settings, *, on_attention: OnAttention | None = None, pol
     return moved
 
 
+class _Every:
+    """A periodic chore inside the listener's loop: ``due(now)`` is True at most once per ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._next = 0.0
+
+    def due(self, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        if now < self._next:
+            return False
+        self._next = now + self.seconds
+        return True
+
+
 class AutoTracker:
     """Tracks new tables matching AO_AUTO_TRACK from the listener's own loop, at most every
     ``settings.auto_track_seconds``: a new table's first commits are observed within seconds, not on
@@ -153,13 +168,11 @@ class AutoTracker:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._next = 0.0
+        self._every = _Every(settings.auto_track_seconds)
 
     def run_due(self, now: float | None = None) -> list[str]:
-        now = time.monotonic() if now is None else now
-        if not self._settings.auto_track_patterns or now < self._next:
+        if not self._settings.auto_track_patterns or not self._every.due(now):
             return []
-        self._next = now + self._settings.auto_track_seconds
         try:
             added = auto_track(self._settings)
         except Exception as exc:  # the catalog may be briefly unreachable; the next pass tries again
@@ -176,13 +189,11 @@ class SettledRecheck:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._next = 0.0
+        self._every = _Every(max(1.0, settings.settle_seconds))
 
     def run_due(self, on_attention: OnAttention | None, now: float | None = None) -> int:
-        now = time.monotonic() if now is None else now
-        if on_attention is None or self._settings.merge_policy != "tiered" or now < self._next:
+        if on_attention is None or self._settings.merge_policy != "tiered" or not self._every.due(now):
             return 0
-        self._next = now + max(1.0, self._settings.settle_seconds)
         try:
             due = settled_partitions(self._settings)
         except Exception as exc:  # the database may be briefly away; the next pass asks again

@@ -17,14 +17,6 @@ def sweep() -> dict[str, int]:
     return sweep_attention(settings, on_attention_handler(settings, CeleryDispatch(settings)))
 
 
-@app.task(name="autooptimize.auto_track")
-def auto_track() -> list[str]:
-    """Track new tables matching AO_AUTO_TRACK (opt-in) with default tuning."""
-    from autooptimize.services.tracking import auto_track as track_matching
-
-    return track_matching(get_settings())
-
-
 @app.task(name="autooptimize.rescan_stale")
 def rescan_stale() -> list[str]:
     """Safety sweep: scan every tracked table the listener has not observed within AO_RESCAN_AFTER_SECONDS."""

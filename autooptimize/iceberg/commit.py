@@ -30,9 +30,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from autooptimize.errors import VerificationFailed
-from autooptimize.iceberg.commits import CommitStats, DeleteManifestWriter, StagedReplace, apply_with_retry
-
-__all__ = ["DeleteManifestWriter", "commit_replace"]
+from autooptimize.iceberg.commits import CommitStats, apply_with_retry
+from autooptimize.iceberg.staging import StagedReplace
 
 ACTION_ID_PROPERTY = "autooptimize.action-id"
 ACTION_KIND_PROPERTY = "autooptimize.action-kind"

@@ -45,15 +45,9 @@ from pyiceberg.table.update import (
 )
 
 from autooptimize.errors import ConflictAbort, Retry
-from autooptimize.iceberg.staging import (
-    DeleteManifestWriter,
-    StagedAppend,
-    StagedReplace,
-    avro_codec,
-)
+from autooptimize.iceberg.staging import StagedAppend, StagedReplace, avro_codec
 
-__all__ = ["CommitPolicy", "CommitStats", "DeleteManifestWriter", "Staged", "StagedAppend", "StagedReplace",
-           "apply_with_retry"]
+__all__ = ["CommitPolicy", "CommitStats", "Staged", "StagedAppend", "StagedReplace", "apply_with_retry"]
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +86,11 @@ class CommitPolicy:
 
 @dataclass
 class CommitStats:
-    """What one commit cost: attempts (1 = no conflict) and seconds per phase."""
+    """What one commit cost: attempts (1 = no conflict), conflicts lost, seconds, and manifests that had to be
+    rewritten again because someone else rewrote the manifests holding the inputs."""
 
     attempts: int = 0
     conflicts: int = 0
-    stage_seconds: float = 0.0
     apply_seconds: float = 0.0
     manifests_rewritten_on_retry: int = 0
 
@@ -106,6 +100,7 @@ class Staged(Protocol):
 
     snapshot_id: int
     operation: Operation
+    rewrites_on_retry: int  # manifests written again after staging (0 unless the inputs' manifests moved)
 
     def validate(self, head: TableMetadata, table: Table) -> None:
         """Raise ConflictAbort when the change no longer applies on ``head``."""
@@ -120,83 +115,75 @@ class Staged(Protocol):
         """Every file this change wrote (removed if it never commits)."""
 
 
-def _head(metadata: TableMetadata, branch: str) -> Snapshot | None:
-    return metadata.snapshot_by_name(branch)
-
-
 def apply_with_retry(table: Table, staged: Staged, properties: dict[str, str], *,
                      policy: CommitPolicy | None = None, branch: str = MAIN_BRANCH,
                      stats: CommitStats | None = None, sleep: Callable[[float], None] = time.sleep) -> Snapshot:
     """Commit ``staged`` on ``branch``; the one retry loop of the service.
 
     Raises ConflictAbort (nothing committed, written files removed) when the change no longer applies,
-    and Retry when the catalog kept refusing past the policy's limits or its answer was lost and the
-    snapshot is not there (the caller may try the action again; it is idempotent).
+    and Retry when the catalog kept refusing past the policy's limits (the caller may try the action
+    again; it is idempotent). A lost answer is settled by looking for the snapshot id in the metadata.
     """
     policy = policy or CommitPolicy.of(table.metadata.properties)
     stats = stats if stats is not None else CommitStats()
     started = time.monotonic()
     lists: list[str] = []
-    committed = False
     try:
         for attempt in range(1, policy.attempts + 1):
             stats.attempts = attempt
-            metadata = table.metadata
-            if metadata.snapshot_by_id(staged.snapshot_id) is not None:
-                committed = True  # an earlier attempt landed though its answer was lost
+            if _attempt(table, staged, properties, branch, attempt, lists):
                 break
-            staged.validate(metadata, table)
-            head = _head(metadata, branch)
-            manifest_list = _write_manifest_list(table, metadata, staged, head, attempt, lists)
-            snapshot = Snapshot(
-                snapshot_id=staged.snapshot_id,
-                parent_snapshot_id=head.snapshot_id if head else None,
-                sequence_number=metadata.next_sequence_number(),
-                manifest_list=manifest_list,
-                summary=_summary(staged, head, properties),
-                schema_id=metadata.current_schema_id,
-            )
-            updates = (AddSnapshotUpdate(snapshot=snapshot),
-                       SetSnapshotRefUpdate(snapshot_id=staged.snapshot_id,
-                                            parent_snapshot_id=head.snapshot_id if head else None,
-                                            ref_name=branch, type=SnapshotRefType.BRANCH))
-            requirements = (AssertTableUUID(uuid=metadata.table_uuid),
-                            AssertRefSnapshotId(snapshot_id=head.snapshot_id if head else None, ref=branch))
-            try:
-                response = table.catalog.commit_table(table, requirements, updates)
-            except CommitFailedException as exc:
-                stats.conflicts += 1
-                if time.monotonic() - started >= policy.total_seconds or attempt == policy.attempts:
-                    raise Retry(f"commit lost {attempt} races to concurrent writers in "
-                                f"{time.monotonic() - started:.1f} s: {exc}", delay=5.0) from None
-                sleep(policy.wait(attempt))
-                table.refresh()
-                continue
-            except CommitStateUnknownException:
-                table.refresh()
-                if table.metadata.snapshot_by_id(staged.snapshot_id) is not None:
-                    committed = True
-                    break
-                raise
-            table.metadata, table.metadata_location = response.metadata, response.metadata_location
-            committed = True
-            break
-        else:  # pragma: no cover - the loop raises or breaks
-            raise Retry("commit attempts exhausted", delay=5.0)
-    except ConflictAbort:
-        _remove(table, staged.written() + lists)
-        raise
-    except Retry:
+            stats.conflicts += 1
+            if time.monotonic() - started >= policy.total_seconds or attempt == policy.attempts:
+                raise Retry(f"commit lost {attempt} races to concurrent writers in "
+                            f"{time.monotonic() - started:.1f} s", delay=5.0)
+            sleep(policy.wait(attempt))
+            table.refresh()
+    except (ConflictAbort, Retry):
         _remove(table, staged.written() + lists)
         raise
     finally:
         stats.apply_seconds = time.monotonic() - started
-    if committed:
-        landed = table.metadata.snapshot_by_id(staged.snapshot_id)
-        _remove(table, [p for p in lists if landed is None or p != landed.manifest_list])
-        assert landed is not None
-        return landed
-    raise Retry("commit did not land", delay=5.0)  # pragma: no cover
+        stats.manifests_rewritten_on_retry = staged.rewrites_on_retry
+    landed = table.metadata.snapshot_by_id(staged.snapshot_id)
+    assert landed is not None, "the commit succeeded but its snapshot is not in the metadata"
+    _remove(table, [p for p in lists if p != landed.manifest_list])
+    return landed
+
+
+def _attempt(table: Table, staged: Staged, properties: dict[str, str], branch: str, attempt: int,
+             lists: list[str]) -> bool:
+    """One attempt on the table's current head: True when the snapshot is in the table (committed now, or
+    by an earlier attempt whose answer was lost), False when a concurrent commit won the race."""
+    metadata = table.metadata
+    if metadata.snapshot_by_id(staged.snapshot_id) is not None:
+        return True
+    staged.validate(metadata, table)
+    head = metadata.snapshot_by_name(branch)
+    parent_id = head.snapshot_id if head else None
+    snapshot = Snapshot(
+        snapshot_id=staged.snapshot_id,
+        parent_snapshot_id=parent_id,
+        sequence_number=metadata.next_sequence_number(),
+        manifest_list=_write_manifest_list(table, metadata, staged, head, attempt, lists),
+        summary=_summary(staged, head, properties),
+        schema_id=metadata.current_schema_id,
+    )
+    updates = (AddSnapshotUpdate(snapshot=snapshot),
+               SetSnapshotRefUpdate(snapshot_id=staged.snapshot_id, parent_snapshot_id=parent_id, ref_name=branch,
+                                    type=SnapshotRefType.BRANCH))
+    requirements = (AssertTableUUID(uuid=metadata.table_uuid), AssertRefSnapshotId(snapshot_id=parent_id, ref=branch))
+    try:
+        response = table.catalog.commit_table(table, requirements, updates)
+    except CommitFailedException:
+        return False
+    except CommitStateUnknownException:
+        table.refresh()
+        if table.metadata.snapshot_by_id(staged.snapshot_id) is None:
+            raise  # unknown outcome: nothing is removed, the action's retry finds out
+        return True
+    table.metadata, table.metadata_location = response.metadata, response.metadata_location
+    return True
 
 
 def _summary(staged: Staged, head: Snapshot | None, properties: dict[str, str]) -> Summary:

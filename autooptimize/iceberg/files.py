@@ -13,9 +13,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from autooptimize.domain.partitions import PartitionRef
+from autooptimize.domain.partitions import PartitionRef, format_human
 from autooptimize.errors import InvalidArgument
-from autooptimize.iceberg.partitions import human, human_values, parse_human, ref_of
+from autooptimize.iceberg.partitions import human_values, parse_human, ref_of
 
 
 @dataclass(frozen=True)
@@ -148,14 +148,14 @@ def live_partitions(table: Table, snapshot: Snapshot | None = None) -> dict[tupl
         key = partition_key(spec, schema, df.partition)
         pf = parts.get((df.spec_id, key))
         if pf is None:
-            ref = ref_of(spec, schema, df.partition) if spec.fields else None
+            pairs = human_values(spec, schema, PartitionRef.of_key(df.spec_id, key)) if spec.fields else []
             pf = PartitionFiles(
                 spec_id=df.spec_id,
                 key=key,
-                values=partition_values(spec, schema, df.partition),
+                values=dict(pairs),
                 record=df.partition,
                 path=partition_path(spec, schema, df.partition),
-                human=human(spec, schema, ref) if ref is not None else "",
+                human=format_human(pairs),
             )
             parts[(df.spec_id, key)] = pf
         live = LiveFile(df, entry.sequence_number, entry.file_sequence_number, committed_ms.get(entry.snapshot_id))

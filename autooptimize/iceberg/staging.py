@@ -106,6 +106,7 @@ class StagedAppend:
                  check: Callable[[TableMetadata], None] | None = None) -> None:
         if not added:
             raise VerificationFailed("an append must add at least one file")
+        self.rewrites_on_retry = 0  # an append rewrites no manifest of the head
         deletes_only = all(f.content != DataFileContent.DATA for f in added)
         self.operation = Operation.DELETE if deletes_only else Operation.APPEND
         self.snapshot_id = table.metadata.new_snapshot_id()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -92,8 +93,6 @@ def _settled_since(settings: Settings, stats: PartitionStats) -> bool:
 def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     """(table, spec, key) of partitions left alone as live that have been quiet for AO_SETTLE_SECONDS: the
     listener hands them to decide again, so a partition whose writes stopped gets its settled merge."""
-    from datetime import timedelta
-
     cutoff = now() - timedelta(seconds=settings.settle_seconds)
     with session_scope(settings) as session:
         rows = session.execute(select(PartitionStats.table_id, PartitionStats.spec_id, PartitionStats.partition_key)

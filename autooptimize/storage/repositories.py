@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from autooptimize.storage.models import Action, ActionState, AuditLog, TrackedTable
@@ -84,8 +84,6 @@ def active_action(session: Session, table_id: int, spec_id: int | None, partitio
 
 def decision_failures(session: Session, table_id: int) -> dict[str, Any]:
     """How many ``decision.failed`` records the table has, and the newest one's reason and time."""
-    from sqlalchemy import func
-
     count = session.execute(select(func.count()).select_from(AuditLog).where(
         AuditLog.table_id == table_id, AuditLog.event == "decision.failed")).scalar_one()
     last = session.scalars(select(AuditLog).where(AuditLog.table_id == table_id, AuditLog.event == "decision.failed")

@@ -25,7 +25,6 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from sqlalchemy import func, select, text
 
 from autooptimize.domain.entropy import squared_error
-from autooptimize.domain.partitions import encode_key
 from autooptimize.iceberg.commit import commit_replace, data_file_from_footer
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff, snapshots_since
@@ -43,7 +42,7 @@ from autooptimize.storage.models import Action, ActionState, EntropyHistory, Par
 from autooptimize.storage.observe_models import TableCursor
 from autooptimize.storage.stats import partition_figures
 from scheduler.listener import run_listener
-from tests.integration.tables import DAY1, DAY2, batch, identifier, make_table
+from tests.integration.tables import DAY1, DAY2, batch, identifier, key_of, make_table
 
 TARGET = 4000  # bytes: the small test files straddle it, so SSE mixes zero and non-zero errors
 TOLERANCE = 1000
@@ -51,12 +50,7 @@ DAY3 = dt.date(2026, 1, 3)
 DAYS = (DAY1, DAY2, DAY3)
 
 
-def _key(day: dt.date) -> str:
-    """The partition's key inside the service: JSON of its Iceberg value (days since 1970 for a date)."""
-    return encode_key(((day - dt.date(1970, 1, 1)).days,))
-
-
-K1, K2, K3 = _key(DAY1), _key(DAY2), _key(DAY3)
+K1, K2, K3 = key_of(DAY1), key_of(DAY2), key_of(DAY3)
 REPO = Path(__file__).resolve().parents[2]
 _ids = itertools.count(1_000_000)
 
@@ -110,7 +104,7 @@ def _append(table, day: dt.date, rows: int) -> None:
 def _merge(table, day: dt.date) -> bool:
     """Rewrite every data file of a partition into one, committed as autooptimize's REPLACE."""
     table.refresh()
-    pf = live_partitions(table).get((table.spec().spec_id, _key(day)))
+    pf = live_partitions(table).get((table.spec().spec_id, key_of(day)))
     if pf is None or len(pf.data_files) < 2:
         return False
     schema = schema_to_pyarrow(table.schema())

@@ -10,24 +10,8 @@ from autooptimize.services.observe.roll import observe_table
 from autooptimize.services.submit_decided import on_attention_handler, settled_partitions
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action
+from tests.fakes import RecordingDispatch
 from tests.integration.tables import DAY1, identifier, key_of, make_table
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.tickets: list = []
-
-    def check(self) -> None:
-        return None
-
-    def action(self, ticket) -> None:
-        self.tickets.append(ticket)
-
-    def consolidation(self, identifier: str, *, flush: bool = False) -> bool:
-        return False
-
-    def consolidation_started(self, identifier: str) -> None:
-        return None
 
 
 def test_a_live_partition_waits_then_merges_once_settled(settings, catalog):
@@ -35,7 +19,7 @@ def test_a_live_partition_waits_then_merges_once_settled(settings, catalog):
     table = make_table(catalog, {DAY1: 4}, rows=10, name="settle")
     ident = identifier(table)
     tracking.track(live, ident, target_file_size="1MiB")
-    port = Recorder()
+    port = RecordingDispatch()
     handler = on_attention_handler(live, port)
     observe_table(live, ident, on_attention=handler)
     # four small files just written: live, fewer than fan_in similar files: nothing submitted yet

@@ -30,11 +30,11 @@ from autooptimize.cli import main as cli_main
 from autooptimize.iceberg.checksum import arrow_checksum, table_checksum
 from autooptimize.services import actions, tracking
 from autooptimize.services.observe.roll import observe_table
-from autooptimize.services.ports import ActionTicket
 from autooptimize.services.status import table_status
 from autooptimize.services.submit_decided import on_attention_handler
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import AuditLog
+from tests.fakes import RecordingDispatch
 
 pytestmark = pytest.mark.spark
 
@@ -45,25 +45,6 @@ ARROW = pa.schema([pa.field("id", pa.int64()), pa.field("ts", pa.timestamp("us")
 TS = dt.datetime(2024, 6, 1, 12, 15)
 _ids = itertools.count(1)
 _tables = itertools.count()
-
-
-class RecordingDispatch:
-    """The Dispatch port, in memory: what decide hands to the actors."""
-
-    def __init__(self) -> None:
-        self.tickets: list[ActionTicket] = []
-
-    def check(self) -> None:
-        return None
-
-    def action(self, ticket: ActionTicket) -> None:
-        self.tickets.append(ticket)
-
-    def consolidation(self, identifier: str, *, flush: bool = False) -> bool:
-        return False
-
-    def consolidation_started(self, identifier: str) -> None:
-        return None
 
 
 def _spec(*fields: tuple[int, object, str]) -> PartitionSpec:

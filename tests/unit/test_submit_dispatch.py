@@ -2,34 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from autooptimize.services import actions
 from autooptimize.services.ports import ActionTicket
+from tests.fakes import RecordingDispatch
 from tests.integration.tables import DAY1, DAY2, identifier, make_table
-
-
-@dataclass
-class RecordingDispatch:
-    """A Dispatch that remembers what it was asked to send."""
-
-    checks: int = 0
-    tickets: list[ActionTicket] = field(default_factory=list)
-    consolidations: list[tuple[str, bool]] = field(default_factory=list)
-    started: list[str] = field(default_factory=list)
-
-    def check(self) -> None:
-        self.checks += 1
-
-    def action(self, ticket: ActionTicket) -> None:
-        self.tickets.append(ticket)
-
-    def consolidation(self, identifier: str, *, flush: bool = False) -> bool:
-        self.consolidations.append((identifier, flush))
-        return True
-
-    def consolidation_started(self, identifier: str) -> None:
-        self.started.append(identifier)
 
 
 def test_submit_hands_the_ticket_to_the_port(settings, catalog):

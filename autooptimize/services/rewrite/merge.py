@@ -19,7 +19,7 @@ from autooptimize.domain.actions import Engine, GroupResult, Hooks, MergeOutcome
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.job_groups import cap_groups
 from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_bin_pack
-from autooptimize.domain.policy import is_live
+from autooptimize.domain.policy import SKIP_RULES, is_live
 from autooptimize.domain.policy import plan_partition as plan_by_policy
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg.commit import (
@@ -122,9 +122,8 @@ def plan_partitions(
         else:
             plan, rule = plan_partition_with_rule(table, pf, request)
             rules[pf.key] = rule
-            reason = None if not plan.is_empty else (
-                rule if rule not in ("binpack", "respec", "tiered", "settled_full", "settled_partial")
-                else "below_threshold" if not plan.needs_attention_before else "nothing_to_merge")
+            reason = None if not plan.is_empty else rule if rule in SKIP_RULES else (
+                "below_threshold" if not plan.needs_attention_before else "nothing_to_merge")
         if reason is not None:
             skipped[pf.key] = reason
         else:
