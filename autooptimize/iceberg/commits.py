@@ -15,11 +15,10 @@ pyiceberg 0.12, whose own loop rebuilds every manifest on every attempt.
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,12 +44,9 @@ from pyiceberg.table.update import (
 )
 
 from autooptimize.errors import ConflictAbort, Retry
-from autooptimize.iceberg.staging import StagedAppend, StagedReplace, avro_codec
+from autooptimize.iceberg.staging import StagedAppend, StagedReplace, avro_codec, remove_files
 
-__all__ = ["CommitPolicy", "CommitStats", "Staged", "StagedAppend", "StagedReplace", "apply_with_retry"]
-
-log = logging.getLogger(__name__)
-
+__all__ = ["CommitPolicy", "CommitStats", "Staged", "StagedAppend", "StagedReplace", "apply_with_retry", "remove_files"]
 
 @dataclass(frozen=True)
 class CommitPolicy:
@@ -124,31 +120,46 @@ def apply_with_retry(table: Table, staged: Staged, properties: dict[str, str], *
     and Retry when the catalog kept refusing past the policy's limits (the caller may try the action
     again; it is idempotent). A lost answer is settled by looking for the snapshot id in the metadata.
     """
-    policy = policy or CommitPolicy.of(table.metadata.properties)
     stats = stats if stats is not None else CommitStats()
-    started = time.monotonic()
     lists: list[str] = []
     try:
-        for attempt in range(1, policy.attempts + 1):
-            stats.attempts = attempt
-            if _attempt(table, staged, properties, branch, attempt, lists):
-                break
-            stats.conflicts += 1
-            if time.monotonic() - started >= policy.total_seconds or attempt == policy.attempts:
-                raise Retry(f"commit lost {attempt} races to concurrent writers in "
-                            f"{time.monotonic() - started:.1f} s", delay=5.0)
-            sleep(policy.wait(attempt))
-            table.refresh()
+        retry_commit(table, lambda attempt: _attempt(table, staged, properties, branch, attempt, lists),
+                     policy=policy, stats=stats, sleep=sleep)
     except (ConflictAbort, Retry):
-        _remove(table, staged.written() + lists)
+        remove_files(table, staged.written() + lists)
         raise
     finally:
-        stats.apply_seconds = time.monotonic() - started
         stats.manifests_rewritten_on_retry = staged.rewrites_on_retry
     landed = table.metadata.snapshot_by_id(staged.snapshot_id)
     assert landed is not None, "the commit succeeded but its snapshot is not in the metadata"
-    _remove(table, [p for p in lists if p != landed.manifest_list])
+    remove_files(table, [p for p in lists if p != landed.manifest_list])
     return landed
+
+
+def retry_commit(table: Table, attempt: Callable[[int], bool], *, policy: CommitPolicy | None = None,
+                 stats: CommitStats | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+    """The one retry loop: ``attempt(n)`` (n from 1) tries once on the table's current metadata and
+    returns True when its change is in the table, False when a concurrent commit won the race; the loop
+    then waits (jittered, :meth:`CommitPolicy.wait`), reloads the table and tries again. Raises Retry past
+    the policy's limits; whatever ``attempt`` raises (ConflictAbort: the change no longer applies) goes
+    through. Snapshot changes use :func:`apply_with_retry`; a metadata-only change (snapshot expiry)
+    calls this directly with an attempt that plans on the head it is given."""
+    policy = policy or CommitPolicy.of(table.metadata.properties)
+    stats = stats if stats is not None else CommitStats()
+    started = time.monotonic()
+    try:
+        for n in range(1, policy.attempts + 1):
+            stats.attempts = n
+            if attempt(n):
+                return
+            stats.conflicts += 1
+            if time.monotonic() - started >= policy.total_seconds or n == policy.attempts:
+                raise Retry(f"commit lost {n} races to concurrent writers in "
+                            f"{time.monotonic() - started:.1f} s", delay=5.0)
+            sleep(policy.wait(n))
+            table.refresh()
+    finally:
+        stats.apply_seconds = time.monotonic() - started
 
 
 def _attempt(table: Table, staged: Staged, properties: dict[str, str], branch: str, attempt: int,
@@ -208,13 +219,3 @@ def _write_manifest_list(table: Table, metadata: TableMetadata, staged: Staged, 
                              avro_compression=avro_codec(metadata)) as writer:
         writer.add_manifests(staged.manifests(metadata, table))
     return path
-
-
-def _remove(table: Table, paths: Iterable[str]) -> None:
-    for path in paths:
-        try:
-            table.io.delete(path)
-        except FileNotFoundError:
-            pass
-        except Exception as exc:  # orphan removal finds what could not be deleted here
-            log.warning("could not remove uncommitted metadata file %s: %s", path, exc)

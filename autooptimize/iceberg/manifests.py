@@ -2,10 +2,10 @@
 
 The commit is one REPLACE snapshot that carries every live data file over unchanged — same path, same
 snapshot id, same data and file sequence numbers — into new manifests sorted by partition, so a scan
-that filters on the partition opens few manifests. Delete manifests are kept as they are. Each commit
-attempt (pyiceberg retries on concurrent commits) rewrites the head it commits on, so a concurrent
-append is carried over rather than lost, and nothing is committed unless the new manifests, read back,
-hold exactly the entries of the old ones.
+that filters on the partition opens few manifests. Delete manifests are kept as they are. The new
+manifests are written once and committed through the service's one commit loop: a concurrent append is
+carried over (its manifests are kept beside ours), and nothing is committed unless the new manifests,
+read back, hold exactly the entries of the old ones.
 """
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestFile
+from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Operation, Snapshot, Summary
-from pyiceberg.table.update.snapshot import _SnapshotProducer
-from pyiceberg.typedef import EMPTY_DICT
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import MAIN_BRANCH
+from pyiceberg.table.snapshots import Operation, Snapshot
 
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
-from autooptimize.iceberg.producer import commit_producer
+from autooptimize.iceberg.commits import apply_with_retry
+from autooptimize.iceberg.staging import ManifestFactory, remove_files
 
 DEFAULT_MANIFEST_TARGET_SIZE = 8 * 1024 * 1024  # Iceberg's commit.manifest.target-size-bytes default
 
@@ -80,53 +82,62 @@ def _fingerprint(entry: ManifestEntry) -> tuple[Any, ...]:
             entry.sequence_number or 0, entry.file_sequence_number or 0, df.spec_id)
 
 
-class _RewriteManifests(_SnapshotProducer["_RewriteManifests"]):
-    """A snapshot producer that adds and removes no file and rewrites the data manifests of its parent."""
+class StagedManifestRewrite:
+    """A REPLACE that adds and removes no file: the head's data manifests written again, clustered by
+    partition, once. On a new head it applies as long as the head still lists every manifest it replaces
+    (a concurrent append only adds manifests, which are kept); when someone else rewrote one of them
+    (a merge marking files deleted, another manifest rewrite), the rewrite is staged again against that
+    head. Nothing is written unless the new manifests, read back, hold exactly the old entries."""
 
-    def __init__(self, transaction: Any, io: Any, target_size: int,
-                 snapshot_properties: dict[str, str] = EMPTY_DICT) -> None:
-        # OVERWRITE so pyiceberg's summary arithmetic carries the totals; _summary relabels it REPLACE.
-        super().__init__(operation=Operation.OVERWRITE, transaction=transaction, io=io,
-                         snapshot_properties=snapshot_properties)
+    operation = Operation.REPLACE
+
+    def __init__(self, table: Table, target_size: int) -> None:
+        self.snapshot_id = table.metadata.new_snapshot_id()
+        self._table = table
         self._target_size = target_size
+        self._factory = ManifestFactory(table, self.snapshot_id)
+        self._replaced: set[str] = set()
+        self._new: list[ManifestFile] = []
+        self.rewrites_on_retry = 0
         self.report = ManifestRewrite()
+        self._stage(table.metadata)
 
-    def _validate_concurrency(self) -> None:
-        return None  # every attempt rewrites the head it commits on; no file is added or removed
-
-    def _deleted_entries(self) -> list[ManifestEntry]:
-        return []
-
-    def _existing_manifests(self) -> list[ManifestFile]:
-        head = self._transaction.table_metadata.snapshot_by_name(self._target_branch)
+    def _stage(self, metadata: TableMetadata) -> None:
+        head = metadata.snapshot_by_name(MAIN_BRANCH)
         if head is None:
             raise ConflictAbort("the table has no snapshot to rewrite the manifests of")
-        manifests = head.manifests(self._io)
+        manifests = head.manifests(self._table.io)
         old = [m for m in manifests if m.content == ManifestContent.DATA]
-        kept = [m for m in manifests if m.content != ManifestContent.DATA]
         by_spec: dict[int, list[ManifestEntry]] = defaultdict(list)
         for manifest in old:
-            for entry in manifest.fetch_manifest_entry(self._io, discard_deleted=True):
+            for entry in manifest.fetch_manifest_entry(self._table.io, discard_deleted=True):
                 by_spec[manifest.partition_spec_id].append(entry)
         before = sorted(_fingerprint(e) for entries in by_spec.values() for e in entries)
-        report = ManifestRewrite(
-            before=ManifestSet.of(old), files=len(before), rows=sum(f[1] for f in before), delete_manifests_kept=len(kept),
-        )
+        report = ManifestRewrite(before=ManifestSet.of(old), files=len(before), rows=sum(f[1] for f in before),
+                                 delete_manifests_kept=len(manifests) - len(old))
+        specs = metadata.specs()
         new: list[ManifestFile] = []
         for spec_id, entries in sorted(by_spec.items()):
             entries.sort(key=_sort_key)
-            new.extend(self._write_clustered(spec_id, entries, report))
-        after = sorted(_fingerprint(e) for m in new for e in m.fetch_manifest_entry(self._io, discard_deleted=True))
+            new.extend(self._write_clustered(specs[spec_id], entries, report))
+        after = sorted(_fingerprint(e) for m in new
+                       for e in m.fetch_manifest_entry(self._table.io, discard_deleted=True))
         if after != before:
             raise VerificationFailed(
                 f"rewritten manifests hold {len(after)} entries ({sum(f[1] for f in after)} rows), "
                 f"the originals {len(before)} ({report.rows} rows), or the entries differ"
             )
+        if self._new:  # the earlier staging is superseded: its manifests would only be orphans
+            stale = {m.manifest_path for m in self._new}
+            remove_files(self._table, stale)
+            self._factory.paths = [p for p in self._factory.paths if p not in stale]
+            self.rewrites_on_retry += len(new)
         report.after = ManifestSet.of(new)
-        self.report = report
-        return new + kept
+        self.report, self._new = report, new
+        self._replaced = {m.manifest_path for m in old}
 
-    def _write_clustered(self, spec_id: int, entries: list[ManifestEntry], report: ManifestRewrite) -> list[ManifestFile]:
+    def _write_clustered(self, spec: PartitionSpec, entries: list[ManifestEntry],
+                         report: ManifestRewrite) -> list[ManifestFile]:
         """Entries sorted by partition into manifests of about the target size; a partition is never split
         across manifests, so each manifest's partition bounds are tight."""
         written: list[ManifestFile] = []
@@ -142,36 +153,48 @@ class _RewriteManifests(_SnapshotProducer["_RewriteManifests"]):
                     writer = None
                 last_partition = partition
             if writer is None:
-                writer = self.new_manifest_writer(self.spec(spec_id))
+                writer = self._factory.writer(spec, ManifestContent.DATA)
                 writer.__enter__()
-            writer.existing(entry)
+            writer.add_entry(ManifestEntry.from_args(
+                status=ManifestEntryStatus.EXISTING, snapshot_id=entry.snapshot_id,
+                sequence_number=entry.sequence_number, file_sequence_number=entry.file_sequence_number,
+                data_file=entry.data_file))
         if writer is not None:
             writer.__exit__(None, None, None)
             written.append(writer.to_manifest_file())
         report.written.extend(str(m.manifest_path) for m in written)
         return written
 
-    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
-        summary = super()._summary(snapshot_properties)
+    def _listed(self, head: TableMetadata, table: Table) -> list[ManifestFile]:
+        snapshot = head.snapshot_by_name(MAIN_BRANCH)
+        return snapshot.manifests(table.io) if snapshot is not None else []
+
+    def validate(self, head: TableMetadata, table: Table) -> None:
+        listed = {m.manifest_path for m in self._listed(head, table)}
+        if not self._replaced <= listed:
+            self._stage(head)  # someone rewrote a manifest we replace: cluster that head instead
+
+    def manifests(self, head: TableMetadata, table: Table) -> list[ManifestFile]:
+        kept = [m for m in self._listed(head, table) if m.manifest_path not in self._replaced]
+        return self._new + kept
+
+    def summary(self) -> dict[str, str]:
         report = self.report
-        return Summary(
-            operation=Operation.REPLACE,
-            **summary.additional_properties,
-            **{
-                "manifests-created": str(report.after.count),
-                "manifests-replaced": str(report.before.count),
-                "manifests-kept": str(report.delete_manifests_kept),
-                "entries-processed": str(report.files),
-            },
-        )
+        return {"manifests-created": str(report.after.count), "manifests-replaced": str(report.before.count),
+                "manifests-kept": str(report.delete_manifests_kept), "entries-processed": str(report.files)}
+
+    def written(self) -> list[str]:
+        return list(self._factory.paths)
 
 
-def commit_manifest_rewrite(table: Table, properties: dict[str, str], target_size: int) -> tuple[Snapshot, ManifestRewrite]:
-    """Commit one REPLACE snapshot whose data manifests are the current ones rewritten by partition.
+def commit_manifest_rewrite(table: Table, properties: dict[str, str],
+                            target_size: int) -> tuple[Snapshot, ManifestRewrite]:
+    """Commit one REPLACE snapshot whose data manifests are the head's rewritten by partition, through the
+    service's one commit loop (:func:`~autooptimize.iceberg.commits.apply_with_retry`).
 
-    Raises ConflictAbort when concurrent commits keep winning (nothing was committed) and
-    VerificationFailed when the new manifests would not hold exactly the old entries (nothing committed,
-    the new manifests removed). ``properties`` go into the snapshot summary (the action id).
+    Raises Retry when concurrent commits keep winning past the table's ``commit.retry.*`` limits and
+    VerificationFailed when the new manifests would not hold exactly the old entries; nothing is committed
+    and the manifests written are removed. ``properties`` go into the snapshot summary (the action id).
     """
     if table.format_version >= 3:
         raise ActionRefused(
@@ -179,7 +202,10 @@ def commit_manifest_rewrite(table: Table, properties: dict[str, str], target_siz
             f"table format v{table.format_version} keeps row lineage in its manifests; rewriting them is only "
             "supported for v1 and v2 tables",
         )
-    tx = table.transaction()
-    producer = _RewriteManifests(tx, table.io, target_size, snapshot_properties=properties)
-    snapshot = commit_producer(table, tx, producer, on_abort=producer._clean_all_uncommitted)
-    return snapshot, producer.report
+    staged = StagedManifestRewrite(table, target_size)
+    try:
+        snapshot = apply_with_retry(table, staged, properties)
+    except VerificationFailed:
+        remove_files(table, staged.written())
+        raise
+    return snapshot, staged.report

@@ -3,6 +3,7 @@ admits it. :mod:`autooptimize.iceberg.commits` runs the retry loop around these.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -26,6 +27,8 @@ from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector
 
 from autooptimize.errors import ConflictAbort, VerificationFailed
 
+log = logging.getLogger(__name__)
+
 
 def avro_codec(metadata: TableMetadata) -> Any:
     return metadata.properties.get("write.avro.compression-codec", "gzip")
@@ -42,7 +45,7 @@ class DeleteManifestWriter(ManifestWriterV2):
         return {**super()._meta, "content": "deletes"}
 
 
-class _ManifestFactory:
+class ManifestFactory:
     """Writes the manifests of one snapshot id (data or delete content, any spec)."""
 
     def __init__(self, table: Table, snapshot_id: int) -> None:
@@ -110,7 +113,7 @@ class StagedAppend:
         deletes_only = all(f.content != DataFileContent.DATA for f in added)
         self.operation = Operation.DELETE if deletes_only else Operation.APPEND
         self.snapshot_id = table.metadata.new_snapshot_id()
-        self._factory = _ManifestFactory(table, self.snapshot_id)
+        self._factory = ManifestFactory(table, self.snapshot_id)
         self._added = self._factory.added(added)
         self._summary = _collector(table, added, [])
         self._check = check
@@ -146,7 +149,7 @@ class StagedReplace:
         self._table = table
         self._removed = {str(f.file_path): f for f in removed}
         self._allowed_deletes = allowed_deletes
-        self._factory = _ManifestFactory(table, self.snapshot_id)
+        self._factory = ManifestFactory(table, self.snapshot_id)
         self._added = self._factory.added(added)
         self._summary = _collector(table, added, removed)
         self._removed_partitions = {(f.spec_id, f.partition) for f in removed if f.content == DataFileContent.DATA}
@@ -187,7 +190,10 @@ class StagedReplace:
         missing = sorted(wanted - found)
         if missing:
             raise ConflictAbort(f"{len(missing)} input file(s) are no longer live, e.g. {missing[0]}")
-        if not first:
+        if not first:  # the earlier rewrites are superseded: remove them rather than leave orphans
+            stale = {m.manifest_path for m in self._replaced.values()}
+            remove_files(self._table, stale)
+            self._factory.paths = [p for p in self._factory.paths if p not in stale]
             self.rewrites_on_retry += len(replaced)
         self._replaced = replaced
 
@@ -256,3 +262,14 @@ def _in_summary(summary: Any, field_type: Any, value: Any) -> bool:
         return bool(lower <= value <= upper)
     except Exception:  # an unexpected bound encoding: read the manifest rather than guess
         return True
+
+
+def remove_files(table: Table, paths: Iterable[str]) -> None:
+    """Remove metadata files a change wrote and did not commit (a missing one is fine)."""
+    for path in paths:
+        try:
+            table.io.delete(path)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # orphan removal finds what could not be deleted here
+            log.warning("could not remove uncommitted metadata file %s: %s", path, exc)

@@ -141,3 +141,60 @@ def test_append_with_a_check_is_refused_when_the_check_fails(catalog):
     snapshot = apply_with_retry(table, StagedAppend(table, [added]), {"k": "v"})
     assert snapshot.summary.operation.value == "append" and snapshot.summary["k"] == "v"
     assert _rows(table) == 20
+
+
+def _entries(table):
+    """(path, snapshot id, data sequence number) of every live data file, from the current manifests."""
+    table.refresh()
+    out = set()
+    for manifest in table.current_snapshot().manifests(table.io):
+        if manifest.content == ManifestContent.DATA:
+            for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                out.add((str(e.data_file.file_path), e.snapshot_id, e.sequence_number))
+    return out
+
+
+def test_manifest_rewrite_is_staged_once_and_keeps_a_concurrent_append(catalog):
+    from autooptimize.iceberg.manifests import StagedManifestRewrite, data_manifests
+
+    table = make_table(catalog, {DAY1: 4, DAY2: 3}, rows=10, name="mrace")
+    before = _entries(table)
+    staged = StagedManifestRewrite(table, target_size=1)
+    written = staged.written()
+    assert written and staged.report.before.count == 7
+    other = catalog.load_table(table.name())
+    other.append(batch(90_000, 5, DAY2))  # the head moves under the rewrite
+    appended = _entries(other) - before
+    stats = CommitStats()
+    snapshot = apply_with_retry(table, staged, {"autooptimize.action-id": "m1"}, stats=stats)
+    assert stats.conflicts == 1 and stats.manifests_rewritten_on_retry == 0
+    assert staged.written() == written, "a lost race writes no manifest again"
+    assert snapshot.summary.operation.value == "replace"
+    assert _entries(table) == before | appended, "every file kept with its snapshot id and sequence number"
+    listed = {m.manifest_path for m in data_manifests(table)}
+    assert set(written) <= listed and len(listed) == len(written) + 1  # ours, plus the append's own
+    assert _rows(table) == 7 * 10 + 5
+
+
+def test_manifest_rewrite_stages_again_when_a_merge_rewrote_its_manifests(catalog):
+    from autooptimize.iceberg.manifests import StagedManifestRewrite
+
+    table = make_table(catalog, {DAY1: 4}, rows=10, name="mremerge")
+    staged = StagedManifestRewrite(table, target_size=1)
+    first = staged.written()
+    other = catalog.load_table(table.name())
+    inputs = _day1(other)
+    output, _ = _merged_output(other, inputs)
+    commit_replace(other, inputs, [output], {"autooptimize.action-id": "merge"})
+    after_merge = _entries(other)
+    stats = CommitStats()
+    apply_with_retry(table, staged, {"autooptimize.action-id": "m2"}, stats=stats)
+    assert stats.conflicts == 1 and stats.manifests_rewritten_on_retry >= 1
+    assert not set(staged.written()) & set(first), "the superseded staging's manifests are not kept"
+    assert _entries(table) == after_merge and _rows(table) == 40
+    import os
+
+    meta = table.location().removeprefix("file://") + "/metadata"
+    names = set(os.listdir(meta))
+    assert not any(p.rsplit("/", 1)[-1] in names for p in first), "the first staging's manifests are removed"
+    assert all(p.rsplit("/", 1)[-1] in names for p in staged.written())

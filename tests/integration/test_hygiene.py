@@ -230,6 +230,34 @@ def test_expire_snapshots_retain_last_and_dry_run(settings, catalog):
     assert out["plan"]["deleted"]["by_kind"] == {"manifest-list": 1}
 
 
+def test_expire_snapshots_wins_against_a_writer_through_the_one_commit_loop(settings, catalog, monkeypatch):
+    """A writer commits before each of the first six expiry attempts (more than any fixed small retry count):
+    every attempt plans again on the new head, waits its jittered backoff, and the seventh commits."""
+    from autooptimize.services.hygiene import expire
+
+    table = make_table(catalog, {DAY1: 4}, rows=10)
+    old_ids = [s.snapshot_id for s in table.metadata.snapshots]
+    time.sleep(1.1)
+    writer = catalog.load_table(table.name())
+    commit = expire._commit_expiry
+    raced = []
+
+    def racing_commit(t, ids):
+        if len(raced) < 6:
+            writer.append(batch(50_000 + 10 * len(raced), 10, DAY2))
+            raced.append(ids)
+        return commit(t, ids)
+
+    monkeypatch.setattr(expire, "_commit_expiry", racing_commit)
+    out = _run(settings, table, "expire_snapshots", older_than="1s", allow_short_retention=True, retain_last=2)
+    assert out["state"] == "succeeded", out
+    assert len(raced) == 6
+    table.refresh()
+    remaining = [s.snapshot_id for s in table.metadata.snapshots]
+    assert not set(old_ids[:3]) & set(remaining) and len(remaining) >= 2
+    assert table.scan().to_arrow().num_rows == 40 + 60, "every row the writer committed is read"
+
+
 def test_expire_snapshots_resumes_deleting_after_a_crash(settings, catalog):
     table, _first, (_f1, f2, f3) = _history_table(catalog)
     before = both_readers(table)

@@ -18,9 +18,10 @@ from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, RemoveS
 from autooptimize.config import Settings
 from autooptimize.domain.actions import Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.durations import format_duration
-from autooptimize.errors import ConflictAbort, VerificationFailed
+from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
+from autooptimize.iceberg.commits import retry_commit
 from autooptimize.iceberg.references import ReferenceReader, delete_files, is_within, normalise_path
 from autooptimize.services.hygiene.common import (
     AUDIT_PATHS,
@@ -175,6 +176,12 @@ def _expiry_candidates(table: Table, reader: ReferenceReader, expired: list[dict
     return candidates
 
 
+def _statistics(table: Table, ids: set[int]) -> list[str]:
+    """The statistics files (table and partition) of the snapshots ``ids``: they go with them."""
+    paths = [f.statistics_path for f in table.metadata.statistics if f.snapshot_id in ids]
+    return paths + [f.statistics_path for f in table.metadata.partition_statistics if f.snapshot_id in ids]
+
+
 def _commit_expiry(table: Table, snapshot_ids: list[int]) -> None:
     """Remove the snapshots in one metadata commit that also asserts every ref is where it was planned,
     so a concurrent rollback to an expiring snapshot fails the commit instead of losing it."""
@@ -215,43 +222,57 @@ def run_expire_snapshots(settings: Settings, request: MergeRequest, spark: Any,
     files, rows, digest = live_digest(table, current)
     outcome.rows_in, outcome.checksum_in = rows, digest
     outcome.files_in = len(table.metadata.snapshots)
-    for attempt in range(settings.commit_retries + 1):
+    def plan_on_head() -> tuple[Any, set[int]]:
         plan = plan_expiry(table, older_than, retain_last, int(time.time() * 1000), in_flight_action_ids(settings))
         outcome.plan = {
             "older_than": format_duration(older_than), "retain_last": retain_last,
             "snapshots": len(table.metadata.snapshots), "kept": plan.kept,
             "expire": [s.snapshot_id for s in plan.expire][:SAMPLE], "expire_count": len(plan.expire),
         }
-        if not plan.expire:
-            outcome.reason = "nothing_to_expire"
-            outcome.files_out = outcome.files_in
-            return outcome
+        return plan, {s.snapshot_id for s in plan.expire}
+
+    plan, ids = plan_on_head()
+    if not plan.expire:
+        outcome.reason = "nothing_to_expire"
+        outcome.files_out = outcome.files_in
+        return outcome
+    if request.dry_run:
         expired = [{"snapshot_id": s.snapshot_id, "manifest_list": s.manifest_list} for s in plan.expire]
-        ids = {s.snapshot_id for s in plan.expire}
-        statistics = [f.statistics_path for f in table.metadata.statistics if f.snapshot_id in ids]
-        statistics += [f.statistics_path for f in table.metadata.partition_statistics if f.snapshot_id in ids]
-        if request.dry_run:
-            candidates = _expiry_candidates(table, reader, expired, statistics)
-            remaining = {p for s in table.metadata.snapshots if s.snapshot_id not in ids
-                         for p in reader.snapshot_files(s)}
-            would = sorted(p for p in candidates if p not in remaining and is_within(table.location(), p))
-            outcome.reason = "dry_run"
-            outcome.plan.update(would_delete=len(would), would_delete_sample=would[:SAMPLE])
-            return outcome
-        checkpoint = {"expired": expired, "statistics": statistics, "snapshots_before": outcome.files_in,
+        candidates = _expiry_candidates(table, reader, expired, _statistics(table, ids))
+        remaining = {p for s in table.metadata.snapshots if s.snapshot_id not in ids
+                     for p in reader.snapshot_files(s)}
+        would = sorted(p for p in candidates if p not in remaining and is_within(table.location(), p))
+        outcome.reason = "dry_run"
+        outcome.plan.update(would_delete=len(would), would_delete_sample=would[:SAMPLE])
+        return outcome
+    if hooks.before_commit:
+        hooks.before_commit()
+
+    def attempt(n: int) -> bool:
+        """Plan on the head this attempt sees (a concurrent commit may change what is old enough or
+        referenced), record the plan, then commit it; False when a concurrent commit won."""
+        nonlocal plan, ids, checkpoint
+        if n > 1:
+            plan, ids = plan_on_head()
+        if not plan.expire:
+            return True
+        expired = [{"snapshot_id": s.snapshot_id, "manifest_list": s.manifest_list} for s in plan.expire]
+        checkpoint = {"expired": expired, "statistics": _statistics(table, ids), "snapshots_before": outcome.files_in,
                       "older_than": older_than, "retain_last": retain_last}
         save_checkpoint(checkpoint)
         outcome.checkpoint = checkpoint
-        if hooks.before_commit:
-            hooks.before_commit()
         try:
             _commit_expiry(table, sorted(ids))
-            break
         except CommitFailedException as exc:
-            if attempt == settings.commit_retries:
-                raise ConflictAbort(f"expiry kept failing on concurrent updates: {exc}") from None
             log.info("expire_snapshots %s: concurrent update, planning again (%s)", request.action_id, exc)
-            table = load_table(settings, request.identifier)
+            return False
+        return True
+
+    retry_commit(table, attempt)
+    if not plan.expire:
+        outcome.reason = "nothing_to_expire"
+        outcome.files_out = outcome.files_in
+        return outcome
     if hooks.after_commit:
         hooks.after_commit(table.metadata.current_snapshot_id or 0)
     after_files, after_rows, after_digest = live_digest(table, table.current_snapshot())
