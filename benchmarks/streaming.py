@@ -333,6 +333,8 @@ class RunFigures:
     # service only
     actions_by_state: dict[str, int] = field(default_factory=dict)
     actions_by_kind: dict[str, int] = field(default_factory=dict)
+    #: per policy rule (``explain``'s names): partitions merged and their planned input bytes (MB)
+    rewritten_by_rule: dict[str, list[float]] = field(default_factory=dict)
     aborted_or_failed: int | None = None
     failures: list[str] = field(default_factory=list)
     latency_actions: int = 0
@@ -633,6 +635,11 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
     done = [r for r in rows if r.get("state") == "succeeded"]
     fig.action_bytes_in = sum(int(r.get("bytes_in") or 0) for r in done)
     fig.action_bytes_out = sum(int(r.get("bytes_out") or 0) for r in done)
+    for r in done:
+        for part in (r.get("plan") or {}).get("partitions") or []:
+            entry = fig.rewritten_by_rule.setdefault(str(part.get("rule")), [0, 0.0])
+            entry[0] += 1
+            entry[1] = round(entry[1] + int(part.get("bytes_rewritten") or 0) / 1e6, 1)
     latencies = []
     for r in rows:
         if r.get("trigger") != "event":
@@ -869,6 +876,9 @@ def report(result: dict[str, Any]) -> str:
         goal="yes")
     lines.append("")
     unmatched = f", {s['latency_unmatched']} without a matching writer commit" if s["latency_unmatched"] else ""
+    lines.append("service partitions merged and input MB by policy rule: "
+                 + (", ".join(f"{rule} {n}× {mb} MB" for rule, (n, mb) in sorted(s["rewritten_by_rule"].items()))
+                    or "-"))
     lines.append(f"service actions by state: {s['actions_by_state'] or '{}'}; by kind: {s['actions_by_kind'] or '{}'}; "
                  f"latency over {s['latency_actions']} event action(s){unmatched}")
     if s.get("maintenance_kinds"):

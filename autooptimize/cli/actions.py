@@ -105,7 +105,15 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from autooptimize.services.explain import explain
 
-    result = explain(current_settings(), args.table, args.partition, args.target_size)
+    settings = current_settings()
+
+    def spark() -> object:  # only before the table's first rewrite, to calibrate as the action will
+        from spark_actors.session import get_session
+
+        return get_session(settings)
+
+    result = explain(settings, args.table, args.partition, args.target_size,
+                     spark=None if args.no_calibrate else spark)
     if args.json:
         print(json.dumps(result, default=str))
         return 0

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from autooptimize.config import Settings
@@ -9,17 +12,24 @@ from autooptimize.domain.entropy import EntropyStats
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import parse_partition
 from autooptimize.services.choose import choose, planning_request
-from autooptimize.services.rewrite.merge import plan_to_dict, select_partitions
+from autooptimize.services.rewrite.merge import calibrated, plan_to_dict, select_partitions
 from autooptimize.services.tracking import ACTION_KINDS, size_arg, tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
 
 
 def explain(settings: Settings, identifier: str, partition: str | None = None,
-            target_file_size: Any = None) -> dict[str, Any]:
+            target_file_size: Any = None, spark: Callable[[], Any] | None = None) -> dict[str, Any]:
     """Per partition: the action decide would choose (``merge``, ``sort``, ``compact_deletes`` or
     ``none``) and its reason code, the groups (input file paths, bytes in, files out), bytes
-    rewritten, files replaced, MSE before and after, and every candidate's value and cost."""
+    rewritten, files replaced, MSE before and after, and every candidate's value and cost.
+
+    Before a table's first rewrite there is no measured output size, and a merge calibrates one with
+    a Spark sample before it plans (:func:`~autooptimize.services.rewrite.merge.calibrated`). Given
+    ``spark`` (a function returning a Spark session, called only then), explain calibrates the same
+    way, on the same deterministic sample, so it shows the groups the action will replace; the sample
+    is written under a directory of its own and removed. Without it the plan is on raw bytes and
+    ``sizing.source`` says ``none``."""
     table = load_table(settings, identifier)
     key = parse_partition(table, partition).key if partition is not None else None
     with session_scope(settings) as session:
@@ -33,6 +43,9 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     target, tolerance = request.target_file_size, request.tolerance
     allowed = frozenset(tuning.allowed_actions if tuning else ACTION_KINDS)
     partitions = select_partitions(table, request.spec_id, key)
+    if request.sizing.bytes_per_row is None and spark is not None:
+        probe = dataclasses.replace(request, action_id=f"explain-{uuid.uuid4().hex[:12]}")
+        request = dataclasses.replace(calibrated(spark(), table, partitions, probe), action_id=request.action_id)
     rows = []
     for pf in partitions:
         choice = choose(table, pf, request, allowed)

@@ -9,7 +9,15 @@ from autooptimize.iceberg.checksum import table_checksum
 from autooptimize.services import actions, explain, tracking
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import get_action
-from tests.integration.tables import DAY1, DAY2, identifier, live_files, make_table, second_reader_checksum
+from tests.integration.tables import (
+    DAY1,
+    DAY2,
+    files_on_disk,
+    identifier,
+    live_files,
+    make_table,
+    second_reader_checksum,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -36,9 +44,20 @@ def test_outputs_land_within_20_percent_of_target(settings, spark, catalog):
     assert raw > 4 * TARGET
     before, second = table_checksum(table), second_reader_checksum(table)
 
+    # before the first rewrite, explain calibrates as the action will, so it shows the groups it replaces
+    uncalibrated = explain.explain(settings, ident, partition="day=2026-01-01")
+    assert uncalibrated["sizing"]["source"] == "none"
+    foreseen = explain.explain(settings, ident, partition="day=2026-01-01", spark=lambda: spark)
+    assert foreseen["sizing"]["source"] == "calibration"
+    foreseen_groups = [sorted(g["files"]) for p in foreseen["partitions"] for g in p["groups"]]
+    assert foreseen_groups != [sorted(g["files"]) for p in uncalibrated["partitions"] for g in p["groups"]]
+    assert not [p for p in files_on_disk(table) if "ao-explain-" in p], "explain's sample is removed"
+
     first = actions.execute(settings, actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False),
                             spark=spark)
     assert first["state"] == "succeeded", first
+    with session_scope(settings) as s:
+        assert [sorted(g["inputs"]) for g in get_action(s, first["id"]).checkpoint["groups"]] == foreseen_groups
     assert first["plan"]["sizing"]["source"] == "calibration"
     sizes = _sizes(table, first["id"])
     assert len(sizes) >= 2
