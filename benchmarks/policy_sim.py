@@ -30,7 +30,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autooptimize.domain.planning import PlanFile, RewriteGroup, plan_iceberg_bin_pack
+from autooptimize.domain.planning import PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
 from autooptimize.domain.policy import DEFAULT_FAN_IN, DEFAULT_SETTLE_SECONDS, plan_partition
 
 KiB = 1 << 10
@@ -129,13 +129,16 @@ def run_policy(commits: list[list[tuple[int, int]]], target: int, fan_in: int, s
         if hour in pending:
             return
         live = now - t.newest[hour] < settle
-        result = plan_partition(t.files(hour), target, tolerance, live=live, fan_in=fan_in)
+        files = t.files(hour)
+        result = plan_partition(files, target, tolerance, live=live, fan_in=fan_in)
+        # what the merge action runs: the policy's files, spread evenly over outputs, never grown
+        plan = balance_outputs(result.plan, files, grow=False)
         if rules is not None:
             rules[result.rule] = rules.get(result.rule, 0) + 1
         if not live:
             judged_settled.add(hour)
-        if result.plan.groups:
-            pending[hour] = (c + LATENCY_COMMITS, result.plan.groups)
+        if plan.groups:
+            pending[hour] = (c + LATENCY_COMMITS, plan.groups)
 
     for c, files in enumerate(commits):
         now = c * COMMIT_SECONDS

@@ -20,6 +20,7 @@ from autooptimize.domain.policy import LIVE_LARGE_DIVISOR, PolicyPlan, capped_by
 from autooptimize.errors import InvalidArgument
 
 MiB = 1 << 20
+KiB = 1 << 10
 KB = 1000
 S = 128 * MiB
 T = S // 4
@@ -159,3 +160,22 @@ def test_policy_invariants(sizes: list[int], tolerance: int, live: bool, fan_in:
             assert all(s <= fan_in * sum(members[:k]) for k, s in enumerate(members) if k)
     if result.rule == "settled_full":
         assert not excess_attention_of(sizes_after(result, files), small, tolerance)
+
+
+def test_the_merge_runs_a_tier_as_chosen_and_never_grows_it_with_the_merged_file_beside_it():
+    """Found by benchmarks.streaming: output balancing grew each live tier of eight small files with the
+    partition's earlier merged output (the "smallest spare file" under the band), so every live merge
+    rewrote that file again and write amplification reached 2.8."""
+    from autooptimize.domain.planning import balance_outputs
+
+    target = 8 * MiB
+    merged = PlanFile("merged", 3 * MiB)
+    small = [PlanFile(f"s{i}", 200 * KiB + i) for i in range(8)]
+    files = [merged, *small]
+    chosen = plan_partition(files, target, target // 4, live=True)
+    assert chosen.rule == "tiered"
+    assert {f.path for g in chosen.plan.groups for f in g.files} == {f.path for f in small}
+    grown = balance_outputs(chosen.plan, files)  # the band-filling reshape that bin packing uses
+    assert "merged" in {f.path for g in grown.groups for f in g.files}
+    kept = balance_outputs(chosen.plan, files, grow=False)
+    assert {f.path for g in kept.groups for f in g.files} == {f.path for f in small}

@@ -15,7 +15,8 @@ OUTPUT_BAND_PERCENT = 20
 
 
 def balance_outputs(
-    plan: Plan, files: Sequence[PlanFile], *, min_input_files: int = 2, band_percent: int = OUTPUT_BAND_PERCENT
+    plan: Plan, files: Sequence[PlanFile], *, min_input_files: int = 2, band_percent: int = OUTPUT_BAND_PERCENT,
+    grow: bool = True,
 ) -> Plan:
     """Reshape ``plan`` so each output lands within ``band_percent`` of the target where the files allow.
 
@@ -27,6 +28,10 @@ def balance_outputs(
     files only grows that way; no file is dropped or grouped twice. The reshaped plan is returned
     only when its outputs deviate less from the target than the original's (even inside the band: the
     size estimate has an error of its own), and every group keeps ``min_input_files`` files.
+
+    ``grow=False`` keeps the set of rewritten files as the plan chose it and only spreads it evenly: the
+    live-partition policy chooses its files on purpose (a tier of small files, never the merged file
+    beside it), and growing its group towards the band would rewrite that merged file on every merge.
     """
     if plan.is_empty:
         return plan
@@ -40,7 +45,7 @@ def balance_outputs(
     pool = [f for g in plan.groups for f in g.files]
     chosen = {f.path for f in pool}
     total = sum(f.rewritten_size for f in pool)
-    if total < low:
+    if grow and total < low:
         spare = sorted((f for f in files if f.path not in chosen and f.size < target and f.rewritten_size < target),
                        key=lambda f: (f.rewritten_size, f.size, f.path))
         for f in spare:

@@ -152,7 +152,8 @@ def plan_partition_with_rule(table: Table, pf: PartitionFiles, request: MergeReq
         live = newest is not None and is_live((now_ms - newest) / 1000, request.settle_seconds)
         chosen = plan_by_policy(files, request.target_file_size, request.tolerance, live=live,
                                 fan_in=request.fan_in, min_input_files=request.min_input_files)
-        plan = balance_outputs(chosen.plan, files, min_input_files=request.min_input_files)
+        # the policy chose its files on purpose: spread them evenly, never grow the group (see balance_outputs)
+        plan = balance_outputs(chosen.plan, files, min_input_files=request.min_input_files, grow=False)
         return cap_groups(plan, files, request.max_group_bytes, request.min_input_files), chosen.rule
     subsets = [s for s in (with_ids, without_ids) if s]  # read by id and by name: never one group
     plans = [balance_outputs(plan_bin_pack(s, request.target_file_size, request.tolerance,
