@@ -49,6 +49,7 @@ from pyiceberg.typedef import Record
 
 from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.errors import ActionRefused, VerificationFailed
+from autooptimize.iceberg.fileio import exists, list_files
 from spark_actors.types import output_schema_problem, unsupported_reason
 
 
@@ -125,10 +126,7 @@ def _plain_data_file(table: Table, path: str, partition: tuple[int, Record]) -> 
 
 
 def _is_empty_dir(table: Table, directory: str) -> bool:
-    import pyarrow.fs as pafs
-
-    fs, root = pafs.FileSystem.from_uri(directory)
-    return fs.get_file_info(root).type == pafs.FileType.NotFound
+    return not exists(table.io, directory) and not list_files(table.io, directory)
 
 
 def rewrite_group_arrow(

@@ -7,12 +7,12 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.fs as pafs
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.schema import Schema
 
 from autooptimize.engines.digest import EMPTY_DIGEST, ContentDigest, spark_digest, spark_digest_columns
 from autooptimize.errors import VerificationFailed
+from autooptimize.iceberg.fileio import delete_tree, list_files
 from spark_actors.schema import spark_schema
 from spark_actors.types import output_schema_problem
 
@@ -35,27 +35,15 @@ def content_digest(spark: SparkSession, schema: Schema, paths: list[str]) -> Con
     return spark_digest(df.agg(*spark_digest_columns(df)).collect()[0])
 
 
-def list_parquet(directory: str) -> list[str]:
-    """Parquet files under ``directory`` (a URI), as URIs with the directory's scheme."""
-    fs, root = pafs.FileSystem.from_uri(directory)
-    # pyarrow strips the scheme ("file:///a" -> "/a", "s3://b/k" -> "b/k"); Iceberg wants it back.
-    prefix = directory.split("://", 1)[0] + "://" if "://" in directory else ""
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    return sorted(
-        prefix + info.path
-        for info in infos
-        if info.type == pafs.FileType.File
-        and info.base_name.endswith(".parquet")
-        and not info.base_name.startswith(("_", "."))
-    )
+def list_parquet(directory: str, io: Any = None) -> list[str]:
+    """Parquet files under ``directory`` (a URI), as URIs with the directory's scheme, listed through
+    ``io`` (the table's FileIO; a local one when omitted)."""
+    return list_files(io, directory, ".parquet")
 
 
-def delete_dir(directory: str) -> None:
-    """Remove ``directory`` and everything below it; missing is fine."""
-    fs, root = pafs.FileSystem.from_uri(directory)
-    info = fs.get_file_info(root)
-    if info.type != pafs.FileType.NotFound:
-        fs.delete_dir(root)
+def delete_dir(directory: str, io: Any = None) -> None:
+    """Remove ``directory`` and everything below it through ``io``; missing is fine."""
+    delete_tree(io, directory)
 
 
 def rewrite_group(
@@ -100,8 +88,8 @@ def rewrite_group(
     writer = shaped.write.mode("error")
     writer.option("compression", codec).parquet(output_dir)
     digest_in = spark_digest(observation.get)
-    paths = list_parquet(output_dir)
     io = io if io is not None else PyArrowFileIO()
+    paths = list_parquet(output_dir, io)
     for path in paths:
         problem = output_schema_problem(schema, path, io)
         if problem is not None:

@@ -15,6 +15,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +136,8 @@ def _start(settings: Settings, spark_dir: Path) -> ServerInfo:
     with contextlib.suppress(OSError):
         pid_file.unlink()
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    # the Python workers (arrow_on_spark's tasks) run this interpreter: it has pyiceberg and autooptimize
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.update(
         SPARK_CONNECT_AUTHENTICATE_TOKEN=token,
         SPARK_PID_DIR=str(spark_dir),

@@ -90,3 +90,52 @@ def catalog(settings):
     except NamespaceAlreadyExistsError:
         pass
     return cat
+
+
+S3_CATALOG = "s3test"
+S3_BUCKET = "lake"
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-protocol server on loopback (moto's server mode, spoken to over HTTP like any store);
+    yields the FileIO properties a catalog passes to pyiceberg and to the Spark workers."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    props = {"s3.endpoint": f"http://{host}:{port}", "s3.access-key-id": "autooptimize-test",
+             "s3.secret-access-key": "autooptimize-test-secret", "s3.region": "us-east-1",
+             "s3.path-style-access": "true"}
+    boto3.client("s3", endpoint_url=props["s3.endpoint"], aws_access_key_id=props["s3.access-key-id"],
+                 aws_secret_access_key=props["s3.secret-access-key"],
+                 region_name=props["s3.region"]).create_bucket(Bucket=S3_BUCKET)
+    yield props
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_settings(settings, s3_server):
+    """The service's settings with AO_CATALOG naming a SQL catalog whose warehouse is ``s3://lake/wh``
+    (configured the pyiceberg way, through PYICEBERG_CATALOG__S3TEST__* variables)."""
+    env = {"TYPE": "sql", "URI": settings.database_url, "WAREHOUSE": f"s3://{S3_BUCKET}/wh"}
+    env.update({key.replace(".", "__").upper(): value for key, value in s3_server.items()})  # s3.endpoint → S3__ENDPOINT
+    for key, value in env.items():
+        os.environ[f"PYICEBERG_CATALOG__{S3_CATALOG.upper()}__{key}"] = value
+    return settings.model_copy(update={"catalog": S3_CATALOG})
+
+
+@pytest.fixture(scope="session")
+def s3_catalog(s3_settings):
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+    from autooptimize.iceberg.catalog import get_catalog
+
+    cat = get_catalog(s3_settings)
+    try:
+        cat.create_namespace("test")
+    except NamespaceAlreadyExistsError:
+        pass
+    return cat

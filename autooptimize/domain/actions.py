@@ -25,10 +25,12 @@ class OutcomeState(StrEnum):
 
 
 class Engine(StrEnum):
-    """Which path rewrote a group: Spark, or pyarrow through pyiceberg (types/files Spark cannot)."""
+    """Which path rewrote a group: Spark, or pyarrow through pyiceberg (types/files Spark cannot) in the
+    worker process, or that pyarrow path run as a Spark task (tables on object stores)."""
 
     SPARK = "spark"
     ARROW = "arrow"
+    ARROW_ON_SPARK = "arrow_on_spark"
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,9 @@ def get_catalog(settings: Settings) -> Catalog:
         if catalog is not None:
             return catalog
         try:
-            if Config().get_catalog_config(settings.catalog):
-                catalog = load_catalog(settings.catalog)
+            configured = Config().get_catalog_config(settings.catalog)  # read now, not at pyiceberg's import
+            if configured:
+                catalog = load_catalog(settings.catalog, **configured)
             else:
                 settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
                 catalog = load_catalog(settings.catalog, **default_catalog_properties(settings))

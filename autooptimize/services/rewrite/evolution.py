@@ -3,6 +3,7 @@ faithfully, older-spec partitions moved to the current spec), and the DataFiles 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from pyiceberg.partitioning import PartitionSpec
@@ -19,17 +20,21 @@ from autooptimize.services.rewrite.verify import observed_digest, verify_group
 
 
 def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory: str, files_out: int,
-                      codec: str, by_path: dict[str, LiveFile], hooks: Hooks, respec: bool) -> GroupResult:
+                      codec: str, by_path: dict[str, LiveFile], hooks: Hooks, respec: bool,
+                      spark: Any = None) -> GroupResult:
     """Rewrite one group on the pyarrow path and verify it; returns the group's checkpoint record.
 
     Raises VerificationFailed unless rows and content checksum of the outputs (read back through
     pyiceberg) equal those of the inputs, the footers hold those rows, and every respec output holds
-    only rows of the partition it is recorded under.
+    only rows of the partition it is recorded under. Given ``spark``, the rewrite runs as a Spark task
+    (how a table on an object store is rewritten); otherwise in this process.
     """
+    from spark_actors.arrow_on_spark import rewrite_group_arrow_on_spark
     from spark_actors.arrow_rewrite import digest_files, rewrite_group_arrow
 
     spec = table.spec() if respec else None
-    result = rewrite_group_arrow(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,
+    run = rewrite_group_arrow if spark is None else functools.partial(rewrite_group_arrow_on_spark, spark)
+    result = run(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,
                                  spec=spec, input_partition=None if respec else (pf.spec_id, pf.record))
     partitions = list(result.partitions)
     digest_in = Digest(result.rows_in, result.checksum_in)
@@ -51,7 +56,8 @@ def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], direc
     encoded = None if spec is None else tuple((int(sid), tuple(encode_partition(spec, table, record)))
                                               for sid, record in partitions)
     return group_result(pf, inputs, sum(by_path[p].size for p in inputs), list(result.paths), outputs,
-                        digest_in.rows, digest_in.checksum, digest_out, engine=Engine.ARROW.value,
+                        digest_in.rows, digest_in.checksum, digest_out,
+                        engine=(Engine.ARROW if spark is None else Engine.ARROW_ON_SPARK).value,
                         output_partitions=encoded)
 
 

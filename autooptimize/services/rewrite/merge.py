@@ -30,6 +30,7 @@ from autooptimize.iceberg.commit import (
     commit_replace,
     data_file_from_footer,
 )
+from autooptimize.iceberg.fileio import is_local
 from autooptimize.iceberg.files import PartitionFiles, live_partitions
 from autooptimize.services import evolution
 from autooptimize.services.rewrite.evolution import evolution_data_files, evolution_rewrite
@@ -173,6 +174,8 @@ def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], reque
     written under the action's own directory and removed.
     """
     target = request.target_file_size
+    if not is_local(table):  # the sample is written by Spark's own writer, which reaches only local files
+        return request
     for pf in partitions:
         if refusal(table, pf) is not None:
             continue
@@ -249,13 +252,16 @@ class MergeKind:
         with_ids = {evolution.has_field_ids(table, p) for p in inputs}
         if len(with_ids) != 1:
             raise VerificationFailed(f"group {directory} mixes files with and without field ids")
-        spark_can = engine_for(table.schema(), field_ids=with_ids.pop()) == SPARK
+        # Spark's own Parquet IO reaches only local files; a table on an object store goes through the
+        # pyarrow path, run as a Spark task (spark_actors/arrow_on_spark.py)
+        spark_can = engine_for(table.schema(), field_ids=with_ids.pop()) == SPARK and is_local(table)
         if order is not None and (respec or not spark_can):
             raise ActionRefused("sort_not_supported",
                                 "sorting needs the Spark path: this group has types or files without field ids "
                                 "that only the pyarrow path rewrites faithfully; merge it instead")
         if respec or not spark_can:
-            return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec)
+            return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec,
+                                     spark=None if is_local(table) else spark)
         columns = order[0] if order else None
         result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
                                sort=spark_sort(columns), io=table.io)

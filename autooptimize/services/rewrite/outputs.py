@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from pyiceberg.table import Table
 
@@ -15,6 +16,7 @@ from autooptimize.config import Settings
 from autooptimize.domain.actions import MergeRequest
 from autooptimize.errors import ActionRefused, Retry, VerificationFailed
 from autooptimize.iceberg.commit import action_added_paths, live_data_paths
+from autooptimize.iceberg.fileio import delete_tree, filesystem, list_files
 from autooptimize.iceberg.files import PartitionFiles, partition_dir
 
 log = logging.getLogger(__name__)
@@ -53,8 +55,7 @@ def action_dirs(table: Table, action_id: str) -> list[str]:
     import pyarrow.fs as pafs
 
     location = data_location(table)
-    fs, root = pafs.FileSystem.from_uri(location)
-    prefix = location.split("://", 1)[0] + "://" if "://" in location else ""
+    fs, root, prefix = filesystem(table.io, location)
     return sorted(
         prefix + info.path
         for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
@@ -62,12 +63,12 @@ def action_dirs(table: Table, action_id: str) -> list[str]:
     )
 
 
-def writing(directories: list[str]) -> bool:
+def writing(directories: list[str], io: Any = None) -> bool:
     """True while a Spark job's ``_temporary`` directory exists below one of ``directories``."""
     import pyarrow.fs as pafs
 
     for directory in directories:
-        fs, root = pafs.FileSystem.from_uri(directory)
+        fs, root, _ = filesystem(io, directory)
         for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
             if info.type == pafs.FileType.Directory and info.base_name == "_temporary":
                 return True
@@ -89,25 +90,22 @@ def remove_uncommitted(table: Table, directories: list[str] | tuple[str, ...], a
     for directory in directories:
         if not directory.startswith(location) or "/ao-" not in directory:
             raise VerificationFailed(f"refusing to delete {directory}: not an autooptimize output in the table")
-        _prune(directory, keep)
+        _prune(table.io, directory, keep)
 
 
-def _prune(directory: str, keep: set[str]) -> None:
+def _prune(io: Any, directory: str, keep: set[str]) -> None:
     import pyarrow.fs as pafs
 
-    from spark_actors.rewrite import delete_dir, list_parquet
-
-    if not any(p in keep for p in list_parquet(directory)):
-        delete_dir(directory)
+    if not any(p in keep for p in list_files(io, directory, ".parquet")):
+        delete_tree(io, directory)
         return
-    fs, root = pafs.FileSystem.from_uri(directory)
-    prefix = directory.split("://", 1)[0] + "://" if "://" in directory else ""
+    fs, root, prefix = filesystem(io, directory)
     children = [prefix + info.path for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
                 if info.type == pafs.FileType.Directory]
     if not children:
         log.info("keeping %s: it holds files the table references", directory)
     for child in children:
-        _prune(child, keep)
+        _prune(io, child, keep)
 
 
 def fence_earlier_writer(settings: Settings, table: Table, request: MergeRequest,
@@ -137,7 +135,7 @@ def fence_earlier_writer(settings: Settings, table: Table, request: MergeRequest
             quiet_since = None
         elif quiet_since is None:
             quiet_since = now_
-        if quiet_since is not None and (not writing(action_dirs(table, request.action_id))
+        if quiet_since is not None and (not writing(action_dirs(table, request.action_id), table.io)
                                         or now_ - quiet_since >= WRITER_GRACE_SECONDS):
             return
         if now_ >= deadline:

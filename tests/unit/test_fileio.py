@@ -1,0 +1,53 @@
+"""The one way the service turns a location into a filesystem (autooptimize.iceberg.fileio), on local files."""
+
+from __future__ import annotations
+
+import os
+
+from autooptimize.iceberg.fileio import (
+    delete_tree,
+    exists,
+    filesystem,
+    is_local,
+    list_files,
+    normalise,
+    scheme_of,
+)
+
+
+def test_listing_keeps_the_callers_spelling_and_skips_hidden_files(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    for name in ("a/b/x.parquet", "a/_SUCCESS", "a/.x.crc", "a/y.parquet", "a/z.txt"):
+        (tmp_path / name).write_bytes(b"1")
+    bare = str(tmp_path)
+    assert list_files(None, bare, ".parquet") == [f"{bare}/a/b/x.parquet", f"{bare}/a/y.parquet"]
+    assert list_files(None, f"file://{bare}") == [f"file://{bare}/a/b/x.parquet", f"file://{bare}/a/y.parquet",
+                                                   f"file://{bare}/a/z.txt"]
+    assert list_files(None, f"{bare}/missing") == []
+
+
+def test_delete_tree_and_exists(tmp_path):
+    (tmp_path / "d" / "e").mkdir(parents=True)
+    (tmp_path / "d" / "e" / "f.parquet").write_bytes(b"1")
+    (tmp_path / "keep.parquet").write_bytes(b"1")
+    assert exists(None, f"file://{tmp_path}/d") and not exists(None, f"{tmp_path}/nope")
+    delete_tree(None, f"file://{tmp_path}/d")
+    delete_tree(None, f"file://{tmp_path}/d")  # missing is fine
+    assert os.listdir(tmp_path) == ["keep.parquet"]
+
+
+def test_locations_are_spelled_one_way():
+    assert normalise("/x/y") == normalise("file:/x/y") == normalise("file:///x/y") == "file:///x/y"
+    assert normalise("s3://b/k") == "s3://b/k"
+    assert (scheme_of("/x"), scheme_of("S3://b/k"), scheme_of("gs://b")) == ("file", "s3", "gs")
+
+    class _Table:
+        def __init__(self, location: str) -> None:
+            self._location = location
+
+        def location(self) -> str:
+            return self._location
+
+    assert is_local(_Table("file:///w/t")) and is_local(_Table("/w/t")) and not is_local(_Table("s3://b/t"))
+    _, path, prefix = filesystem(None, "file:///w/t")
+    assert (path, prefix) == ("/w/t", "file://")
