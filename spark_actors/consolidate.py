@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 PART_COL = "aop{}"
+# Spark writes both null and "" as HIVE_NULL directories; every string partition value is written
+# behind this marker, so "" reaches the directory as "v" and only a null becomes HIVE_NULL
+STRING_MARK = "v"
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,14 @@ def _partition_expr(pfield: Any, schema: Schema, col: Column | None) -> Any:
         )
     if c is None:
         return None
+    if isinstance(tr.result_type(t), StringType):
+        return F.concat(F.lit(STRING_MARK), _transformed(tr, t, c))
+    return _transformed(tr, t, c)
+
+
+def _transformed(tr: Any, t: Any, c: Column) -> Any:
+    from pyspark.sql import functions as F
+
     ts = c.cast("timestamp") if isinstance(t, TimestampType) else c
     if isinstance(tr, IdentityTransform):
         if isinstance(t, DateType):
@@ -116,7 +127,9 @@ def _parse_value(text: str, pfield: Any, schema: Schema) -> Any:
     source_type = schema.find_field(pfield.source_id).field_type
     result = pfield.transform.result_type(source_type)
     if isinstance(result, StringType):
-        return text
+        if not text.startswith(STRING_MARK):
+            raise InvalidArgument(f"partition directory value {text!r} lacks its marker {STRING_MARK!r}")
+        return text[len(STRING_MARK):]
     if isinstance(result, BooleanType):
         return text == "true"
     if isinstance(result, DecimalType):

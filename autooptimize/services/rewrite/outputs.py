@@ -6,6 +6,7 @@ committed is removed, and never a file the table references.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from typing import Any
@@ -40,14 +41,27 @@ def data_location(table: Table) -> str:
 
 
 def action_dir(table: Table, pf: PartitionFiles, action_id: str) -> str:
-    """The directory an action writes a partition's output to; owned by that action alone.
+    """The directory an action writes a partition's output to; owned by that action alone, and by
+    that partition alone.
 
     The partition part is :func:`~autooptimize.iceberg.files.partition_dir` of Iceberg's partition path
-    (no ``%XX`` escapes or glob characters reach Spark); the ``ao-<id>`` part keeps it unique.
+    (no ``%XX`` escapes or glob characters reach Spark); the ``ao-<id>`` part keeps it unique to the
+    action. Where that name could stand for another partition too (a null and the string "null" are
+    both ``null`` in Iceberg's path; ``a b`` and ``a_b`` are both ``a_b`` once escapes are replaced), a
+    ``key-<hash of the partition's identity>`` level keeps the two apart.
     """
     base = data_location(table)
-    part = "/" + partition_dir(pf.path) if pf.path else ""
+    part = "/" + _partition_part(pf) if pf.path else ""
     return f"{base}{part}/ao-{action_id}"
+
+
+def _partition_part(pf: PartitionFiles) -> str:
+    name = partition_dir(pf.path)
+    ambiguous = name != pf.path or any(segment.endswith("=null") for segment in pf.path.split("/"))
+    if not ambiguous:
+        return name
+    identity = hashlib.sha256(f"{pf.spec_id}:{pf.key}".encode()).hexdigest()[:12]
+    return f"{name}/key-{identity}"
 
 
 def action_dirs(table: Table, action_id: str) -> list[str]:
