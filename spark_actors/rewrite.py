@@ -12,7 +12,7 @@ from pyiceberg.schema import Schema
 
 from autooptimize.engines.digest import EMPTY_DIGEST, ContentDigest, spark_digest, spark_digest_columns
 from autooptimize.errors import VerificationFailed
-from autooptimize.iceberg.fileio import delete_tree, list_files
+from autooptimize.iceberg.paths import walk
 from spark_actors.schema import spark_schema
 from spark_actors.types import output_schema_problem
 
@@ -37,13 +37,13 @@ def content_digest(spark: SparkSession, schema: Schema, paths: list[str]) -> Con
 
 def list_parquet(directory: str, io: Any = None) -> list[str]:
     """Parquet files under ``directory`` (a URI), as URIs with the directory's scheme, listed through
-    ``io`` (the table's FileIO; a local one when omitted)."""
-    return list_files(io, directory, ".parquet")
-
-
-def delete_dir(directory: str, io: Any = None) -> None:
-    """Remove ``directory`` and everything below it through ``io``; missing is fine."""
-    delete_tree(io, directory)
+    ``io`` (the table's FileIO; a local one when omitted); links are not followed
+    (autooptimize.iceberg.paths.walk)."""
+    return sorted(
+        e.uri for e in walk(directory, directory, io)
+        if e.kind == "file" and e.uri.endswith(".parquet")
+        and not e.uri.rsplit("/", 1)[-1].startswith(("_", "."))
+    )
 
 
 def rewrite_group(

@@ -4,46 +4,23 @@ A file is referenced when any snapshot of the table can read it or when the tabl
 the current metadata file and those in the metadata log, every snapshot's manifest list, every manifest
 those lists name, every data and delete file live (ADDED or EXISTING) in those manifests, and the
 statistics and partition-statistics files. Paths are compared in one normal form, because writers spell
-the same local file ``/x``, ``file:/x`` or ``file:///x``.
+the same local file ``/x``, ``file:/x`` or ``file:///x``. Listing and deleting go through
+autooptimize.iceberg.paths: no link is followed, nothing outside the table's resolved location is touched.
 """
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
 
-import pyarrow.fs as pafs
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFileContent, read_manifest_list
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from autooptimize.errors import InvalidArgument
+from autooptimize.iceberg.paths import PathRefused, delete_file, normalise_path, refusal, walk
 
-_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
 METADATA_KINDS = ("metadata", "manifest-list", "manifest", "statistics")
-
-
-def normalise_path(path: str) -> str:
-    """One spelling per file: ``file:///abs/path`` for local files, ``scheme://netloc/path`` otherwise."""
-    path = str(path)
-    parts = urlsplit(path)
-    scheme = parts.scheme.lower()
-    if scheme in ("", "file"):
-        local = path if not scheme else parts.path
-        if scheme and parts.netloc not in ("", "localhost"):
-            # file://host/x: keep the host in the path; a false match can only keep a file, never lose one
-            local = f"/{parts.netloc}{parts.path}"
-        return "file://" + posixpath.normpath("/" + local.lstrip("/"))
-    scheme = _SCHEME_ALIASES.get(scheme, scheme)
-    return f"{scheme}://{parts.netloc}{posixpath.normpath(parts.path or '/')}"
-
-
-def is_within(directory: str, path: str) -> bool:
-    """Whether ``path`` lies strictly inside ``directory`` (both in any spelling)."""
-    root = normalise_path(directory).rstrip("/") + "/"
-    return normalise_path(path).startswith(root)
 
 
 class ReferenceReader:
@@ -118,13 +95,15 @@ def metadata_files(table: Table) -> dict[str, str]:
 
 def table_directories(table: Table) -> dict[str, str | None]:
     """The data and metadata directories (``write.data.path`` / ``write.metadata.path`` or the defaults);
-    a directory configured outside the table location maps to None: nothing there is ever touched."""
+    a directory configured outside the table location, or reached through a link leading out of it,
+    maps to None: nothing there is ever touched."""
     location = table.location().rstrip("/")
     props = table.properties
     dirs: dict[str, str | None] = {}
     for name, key in (("data", "write.data.path"), ("metadata", "write.metadata.path")):
         path = props.get(key, f"{location}/{name}").rstrip("/")
-        dirs[name] = path if normalise_path(path) == normalise_path(location) or is_within(location, path) else None
+        inside = normalise_path(path) == normalise_path(location) or refusal(location, path, "list") is None
+        dirs[name] = path if inside else None
     return dirs
 
 
@@ -134,35 +113,35 @@ class StoredFile:
     path: str  # normalised
     size: int
     mtime: float | None  # seconds since the epoch; None when the filesystem does not say
+    link: bool = False  # a symlink (listed, never followed)
 
 
-def list_files(directory: str) -> Iterator[StoredFile]:
-    """Every file below ``directory`` (recursively); nothing when it does not exist."""
-    fs, root = pafs.FileSystem.from_uri(directory)
-    prefix = directory.split("://", 1)[0] + "://" if "://" in directory else ""
-    if prefix == "file://" and not root.startswith("/"):
-        root = "/" + root
-    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
-        if info.type != pafs.FileType.File:
-            continue
-        uri = prefix + info.path if prefix else info.path
-        mtime = info.mtime.timestamp() if info.mtime is not None else None
-        yield StoredFile(uri=uri, path=normalise_path(uri), size=int(info.size or 0), mtime=mtime)
+def list_files(location: str, directory: str, io: FileIO | None = None) -> Iterator[StoredFile]:
+    """Every file and link below ``directory`` (recursively, under the table ``location``, through the
+    table's FileIO ``io``), never following a link; nothing when it does not exist. PathRefused when
+    ``directory`` itself resolves outside ``location``."""
+    for entry in walk(location, directory, io):
+        if entry.kind != "dir":
+            yield StoredFile(uri=entry.uri, path=normalise_path(entry.uri), size=entry.size, mtime=entry.mtime,
+                             link=entry.kind == "link")
 
 
-def delete_files(directory: str, uris: Iterable[str]) -> list[str]:
-    """Delete files (all inside ``directory``); returns those actually deleted (a missing file is skipped).
+@dataclass
+class Deletion:
+    """What :func:`delete_files` did: the URIs deleted, and each one refused (with why)."""
 
-    Raises InvalidArgument (before deleting that file) for a URI outside ``directory``."""
-    fs, _ = pafs.FileSystem.from_uri(directory)
-    deleted = []
+    deleted: list[str] = field(default_factory=list)
+    refused: list[PathRefused] = field(default_factory=list)
+
+
+def delete_files(location: str, uris: Iterable[str], io: FileIO | None = None) -> Deletion:
+    """Delete files (each must resolve under the table ``location``) through the table's FileIO ``io``;
+    a missing file is skipped, a file outside is refused and left alone (see autooptimize.iceberg.paths)."""
+    done = Deletion()
     for uri in uris:
-        if not is_within(directory, uri):
-            raise InvalidArgument(f"refusing to delete {uri}: not inside {directory}")
-        _, path = pafs.FileSystem.from_uri(uri)
         try:
-            fs.delete_file(path)
-        except FileNotFoundError:
-            continue
-        deleted.append(uri)
-    return deleted
+            if delete_file(location, uri, io):
+                done.deleted.append(uri)
+        except PathRefused as refused:
+            done.refused.append(refused)
+    return done

@@ -28,8 +28,10 @@ from autooptimize.errors import (
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import parse_partition
 from autooptimize.iceberg.partitions import human_values
+from autooptimize.iceberg.paths import PathRefused
 from autooptimize.services.kinds import KINDS, kind_of
 from autooptimize.services.ports import ActionTicket, Dispatch
+from autooptimize.services.refusals import record_refusals
 from autooptimize.services.rewrite.lifecycle import abandon, committed_outcome, committed_parts
 from autooptimize.services.sizing import learned
 from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
@@ -251,6 +253,8 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
             outcome = kind.resolve()(settings, request, spark, save_checkpoint, hooks)
         # under partial progress a failure may follow committed parts: exc.outcome then sums them
         except ActionRefused as exc:
+            if isinstance(exc, PathRefused):
+                record_refusals(settings, [exc], action_id=action_id)
             return _finish(settings, action_id, ActionState.REFUSED, reason=exc.reason, error=str(exc),
                            outcome=getattr(exc, "outcome", None))
         except ConflictAbort as exc:

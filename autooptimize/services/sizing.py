@@ -75,10 +75,11 @@ def calibrate(spark: Any, table: Any, paths: list[str], directory: str, codec: s
     """Write ``paths`` as one file with Spark under ``directory`` (removed afterwards) and measure."""
     import pyarrow.parquet as pq
 
-    from spark_actors.rewrite import delete_dir, list_parquet
+    from autooptimize.iceberg.paths import delete_tree
+    from spark_actors.rewrite import list_parquet
     from spark_actors.schema import spark_schema
 
-    delete_dir(directory)
+    delete_tree(table.location(), directory, table.io)
     try:
         df = spark.read.schema(spark_schema(table.schema())).parquet(*paths)
         df.coalesce(1).write.mode("error").option("compression", codec).parquet(directory)
@@ -89,5 +90,5 @@ def calibrate(spark: Any, table: Any, paths: list[str], directory: str, codec: s
                 rows += pq.read_metadata(stream).num_rows
             size += len(f)
     finally:
-        delete_dir(directory)
+        delete_tree(table.location(), directory, table.io)
     return Sizing(size / rows, "calibration") if rows else NO_SIZING

@@ -6,20 +6,20 @@ from __future__ import annotations
 import json
 import logging
 import urllib.request
-from pathlib import Path
 from typing import Any
 
-import pyarrow.fs as pafs
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import select, update
 
 from autooptimize.config import Settings, redact_url
 from autooptimize.errors import ConflictAbort, VerificationFailed
+from autooptimize.iceberg import paths
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_KIND_PROPERTY
 from autooptimize.iceberg.commits import StagedAppend, apply_with_retry
 from autooptimize.services.buffer.hooks import Hooks, call_hook
+from autooptimize.services.refusals import record_refusals
 from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit, now
@@ -124,10 +124,15 @@ def finish_committed(settings: Settings, table_id: int, only: str | None = None)
         identifier = session.get(BufferTable, table_id).identifier  # type: ignore[union-attr]
     for batch_id, checkpoint in pending:
         with session_scope(settings) as session:
-            paths = list(session.scalars(select(BufferFile.path).where(
+            buffered = list(session.scalars(select(BufferFile.path).where(
                 BufferFile.batch_id == batch_id, BufferFile.state == FileState.COMMITTED.value)))
-        for path in paths:
-            Path(path).unlink(missing_ok=True)
+        refused = []
+        for path in buffered:
+            try:
+                paths.delete_file(str(settings.buffer_dir), path)
+            except paths.PathRefused as exc:  # recorded, left alone; the batch is done all the same
+                refused.append(exc)
+        record_refusals(settings, refused, batch=batch_id, table=identifier)
         if checkpoint:
             _delete_strays(settings, identifier, checkpoint)
         with session_scope(settings) as session:
@@ -140,39 +145,39 @@ def _delete_strays(settings: Settings, identifier: str, checkpoint: dict[str, An
     """Delete files in the batch's directory that its commit does not reference (earlier attempts)."""
     output_dir = checkpoint["output_dir"]
     batch_dir = output_dir.rsplit("/", 1)[0]
-    keep = {p for part in checkpoint["partitions"] for p in part["outputs"]}
+    keep = {paths.normalise_path(p) for part in checkpoint["partitions"] for p in part["outputs"]}
     table = load_table(settings, identifier)
     if not _owned_batch_dir(table, batch_dir):
         return
-    fs, root = pafs.FileSystem.from_uri(batch_dir)
-    prefix = batch_dir.split("://", 1)[0] + "://" if "://" in batch_dir else ""
-    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
-        if info.type == pafs.FileType.File and (prefix + info.path) not in keep \
-                and _normal(prefix + info.path) not in {_normal(k) for k in keep}:
-            fs.delete_file(info.path)
-
-
-def _normal(path: str) -> str:
-    return path.replace("file:///", "file:/").replace("file://", "file:")
+    refused = []
+    for entry in paths.walk(table.location(), batch_dir, table.io):
+        if entry.kind != "dir" and paths.normalise_path(entry.uri) not in keep:
+            try:
+                paths.delete_file(table.location(), entry.uri, table.io)
+            except paths.PathRefused as exc:
+                refused.append(exc)
+    record_refusals(settings, refused, table=identifier)
 
 
 def _owned_batch_dir(table: Table, directory: str) -> bool:
-    location = table.location().rstrip("/") + "/"
-    return directory.startswith(location) and "/ao-batch-" in directory
+    """Whether ``directory`` is a batch directory resolving inside the table's location."""
+    return "/ao-batch-" in directory and paths.refusal(table.location(), directory, "delete") is None
 
 
 def delete_uncommitted(table: Table, batch_dir: str) -> None:
-    """Remove a batch directory that no snapshot references (the caller checked the history)."""
+    """Remove a batch directory that no snapshot references (the caller checked the history).
+    PathRefused for a directory that is not a batch directory resolving inside the table."""
     from autooptimize.iceberg.commit import live_data_paths
-    from spark_actors.rewrite import delete_dir, list_parquet
+    from spark_actors.rewrite import list_parquet
 
-    if not _owned_batch_dir(table, batch_dir):
-        raise VerificationFailed(f"refusing to delete {batch_dir}: not a batch directory in the table")
+    if "/ao-batch-" not in batch_dir:
+        raise paths.PathRefused(batch_dir, table.location(), "not_a_batch_directory", "delete")
+    paths.check(table.location(), batch_dir, "delete")
     table.refresh()
-    live = live_data_paths(table)
-    if any(p in live for p in list_parquet(batch_dir)):
+    live = {paths.normalise_path(p) for p in live_data_paths(table)}
+    if any(paths.normalise_path(p) in live for p in list_parquet(batch_dir, table.io)):
         raise VerificationFailed(f"refusing to delete {batch_dir}: the table references files in it")
-    delete_dir(batch_dir)
+    paths.delete_tree(table.location(), batch_dir, table.io)
 
 
 def batch_view(batch: BufferBatch, identifier: str, reason: str | None = None) -> dict[str, Any]:

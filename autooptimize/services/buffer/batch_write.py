@@ -16,9 +16,11 @@ from sqlalchemy import select
 
 from autooptimize.config import Settings
 from autooptimize.errors import FileRejected, Retry, ServiceUnavailable, VerificationFailed
+from autooptimize.iceberg import paths
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.services.buffer.hooks import Hooks, call_hook
 from autooptimize.services.buffer.landing import QUARANTINE_DIR, check_file
+from autooptimize.services.refusals import record_refusals
 from autooptimize.storage.buffer_models import BufferFile, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit
@@ -36,7 +38,6 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
                     output_dir: str, hooks: Hooks) -> tuple[dict[str, Any], list[Any]] | None:
     """Write the batch's files, quarantining unreadable ones; None when none is left."""
     from spark_actors.consolidate import consolidate_files
-    from spark_actors.rewrite import delete_dir
 
     schema, spec = table.schema(), table.spec()
     for _ in range(3):
@@ -61,7 +62,7 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
                 raise VerificationFailed(f"{out.required_nulls} row(s) have nulls in required columns")
         except (VerificationFailed, FileRejected) as exc:
             bad = _probe(settings, identifier, files, schema, spec)
-            delete_dir(output_dir)
+            paths.delete_tree(table.location(), output_dir, table.io)
             if not bad:
                 raise VerificationFailed(f"batch {batch_id}: {exc}") from None
             continue
@@ -70,17 +71,17 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
         except Exception as exc:
             if type(exc).__module__.startswith("pyspark"):
                 bad = _probe(settings, identifier, files, schema, spec)
-                delete_dir(output_dir)
+                paths.delete_tree(table.location(), output_dir, table.io)
                 if bad:
                     continue
                 raise Retry(f"batch {batch_id}: Spark failed ({type(exc).__name__}); will retry", delay=10) from None
             raise
         if out.digest_in.rows != rows_in:
-            delete_dir(output_dir)
+            paths.delete_tree(table.location(), output_dir, table.io)
             raise VerificationFailed(f"batch {batch_id}: Spark read {out.digest_in.rows} rows but the landed "
                                      f"footers hold {rows_in}")
         if out.digest_out != out.digest_in:
-            delete_dir(output_dir)
+            paths.delete_tree(table.location(), output_dir, table.io)
             raise VerificationFailed(
                 f"batch {batch_id}: output differs from its input: rows {out.digest_in.rows} → {out.digest_out.rows}, "
                 f"checksum {out.digest_in.checksum} → {out.digest_out.checksum}")
@@ -94,7 +95,7 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
                                "key": spec.partition_to_path(record, schema) if spec.fields else ""})
         footer_rows = sum(int(d.record_count) for d in data_files)
         if footer_rows != out.digest_out.rows:
-            delete_dir(output_dir)
+            paths.delete_tree(table.location(), output_dir, table.io)
             raise VerificationFailed(f"batch {batch_id}: output footers hold {footer_rows} rows, "
                                      f"expected {out.digest_out.rows}")
         checkpoint = {
@@ -140,12 +141,19 @@ def _quarantine(settings: Settings, file_id: int, identifier: str, reason: str) 
         assert f is not None
         source = Path(f.path)
         target = settings.buffer_dir / identifier / QUARANTINE_DIR / source.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.exists():
-            source.replace(target)
-        f.path, f.state, f.reason = str(target), FileState.QUARANTINED.value, reason
+        root = str(settings.buffer_dir)
+        refused = [r for r in (paths.refusal(root, str(source), "move"), paths.refusal(root, str(target), "write"))
+                   if r is not None]
+        if not refused:  # a file outside the buffer is only marked: it was never ours to move
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.exists():
+                source.replace(target)
+            f.path = str(target)
+        f.state, f.reason = FileState.QUARANTINED.value, reason
+        batch_id = f.batch_id
         audit(session, "buffer.file_quarantined", table=identifier, batch=f.batch_id, file=f.source, reason=reason)
-    log.warning("quarantined %s of %s: %s", target, identifier, reason)
+    record_refusals(settings, refused, table=identifier, batch=batch_id)
+    log.warning("quarantined %s of %s: %s", source, identifier, reason)
 
 
 def _json_value(value: Any) -> Any:

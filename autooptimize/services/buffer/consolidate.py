@@ -32,6 +32,7 @@ from autooptimize.config import Settings
 from autooptimize.domain.buffer_rules import evaluate
 from autooptimize.errors import ServiceUnavailable, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.paths import PathRefused
 from autooptimize.services.buffer.batch_commit import (
     batch_view,
     commit_append,
@@ -46,6 +47,7 @@ from autooptimize.services.buffer.landing import request_consolidation, sweep_or
 from autooptimize.services.buffer.rules import buffer_level, rules_of
 from autooptimize.services.buffer.watch import poll_watch
 from autooptimize.services.ports import Dispatch
+from autooptimize.services.refusals import record_refusals
 from autooptimize.services.rewrite.outputs import data_location
 from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
@@ -199,8 +201,12 @@ def run_batch(settings: Settings, batch_id: str, spark: Any, hooks: Hooks | None
             return record_commit(settings, batch_id, identifier, snapshot_id, hooks, reason="resumed_from_checkpoint")
         log.warning("batch %s: checkpointed output is gone; consolidating again", batch_id)
 
-    batch_dir = f"{data_location(table)}/ao-batch-{batch_id}"
-    delete_uncommitted(table, batch_dir)  # leftovers of an earlier attempt: nothing of it is committed
+    try:
+        batch_dir = f"{data_location(table)}/ao-batch-{batch_id}"
+        delete_uncommitted(table, batch_dir)  # leftovers of an earlier attempt: nothing of it is committed
+    except PathRefused as exc:  # nothing is written where the table would not find it
+        record_refusals(settings, [exc], batch=batch_id, table=identifier)
+        raise
     output_dir = f"{batch_dir}/a{attempt}"
     result = write_verified(settings, spark, table, batch_id, identifier, output_dir, hooks)
     if result is None:  # every file was quarantined

@@ -3,7 +3,8 @@
 Landing is cheap on purpose: it reads the file's footer (and only the partition source columns), checks
 the schema by name against the table, copies or moves the file under the buffer root (never into the
 table), and records it with one INSERT. A file that is not Parquet or does not fit the table's schema is
-rejected with the reason and changes nothing. Consolidation (services/buffer/consolidate.py) commits batches.
+rejected with the reason and changes nothing. Nothing is written or deleted outside the buffer root, judged
+on resolved paths (autooptimize.iceberg.paths). Consolidation (services/buffer/consolidate.py) commits batches.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ from sqlalchemy.dialects.postgresql import insert
 from autooptimize.config import Settings
 from autooptimize.domain.buffer_rules import Decision, evaluate
 from autooptimize.errors import ActionRefused, FileRejected, InvalidArgument, ServiceUnavailable
+from autooptimize.iceberg import paths
 from autooptimize.iceberg.catalog import load_table, parse_identifier
 from autooptimize.services.buffer.rules import buffer_level, ensure_buffer_table, rules_of
 from autooptimize.services.ports import Dispatch
+from autooptimize.services.refusals import record_refusals
 from autooptimize.storage.buffer_models import BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit
@@ -195,7 +198,18 @@ def _partitions(path: Path, schema: Schema, spec: PartitionSpec, arrow: pa.Schem
 # --- landing -------------------------------------------------------------------------------------
 
 def _zone(settings: Settings, identifier: str) -> Path:
-    return settings.buffer_dir / identifier
+    """The table's zone; PathRefused (recorded) when it resolves outside the buffer root."""
+    zone = settings.buffer_dir / identifier
+    _inside_buffer(settings, identifier, zone, "write")
+    return zone
+
+
+def _inside_buffer(settings: Settings, identifier: str, path: Path, operation: str) -> None:
+    """PathRefused, recorded as ``path.refused``, unless ``path`` resolves inside the buffer root."""
+    problem = paths.refusal(str(settings.buffer_dir), str(path), operation)
+    if problem is not None:
+        record_refusals(settings, [problem], table=identifier)
+        raise problem
 
 
 def land(settings: Settings, identifier: str, files: Sequence[str | Path], *, move: bool = False,
@@ -225,7 +239,7 @@ def land(settings: Settings, identifier: str, files: Sequence[str | Path], *, mo
         except FileRejected as exc:
             rejected.append({"file": str(source), "reason": str(exc)})
             continue
-        target = _place(zone, source, move)
+        target = _place(settings, identifier, zone, source, move)
         staged.append((target, meta, str(source)))
     if staged:
         try:
@@ -251,9 +265,10 @@ def land(settings: Settings, identifier: str, files: Sequence[str | Path], *, mo
             "fires": decision.rule if decision is not None and decision.fire else None}
 
 
-def _place(zone: Path, source: Path, move: bool) -> Path:
+def _place(settings: Settings, identifier: str, zone: Path, source: Path, move: bool) -> Path:
     """Copy or move ``source`` into the zone: written under a temporary name, then renamed."""
     bucket = zone / datetime.now(UTC).strftime("%Y%m%d%H")
+    _inside_buffer(settings, identifier, bucket, "write")
     bucket.mkdir(parents=True, exist_ok=True)
     # "m-": the producer gave the file up (moved); "c-": the producer kept its own (copied). After a
     # crash between placing and recording, sweep_orphans adopts the first and deletes the second.
@@ -302,8 +317,11 @@ def sweep_orphans(settings: Settings, identifier: str, *, min_age: float = ORPHA
     if not zone.is_dir():
         return {"adopted": 0, "deleted": 0}
     cutoff = time.time() - min_age
-    candidates = [p for p in zone.glob("*/*") if p.is_file() and p.parent.name != QUARANTINE_DIR
-                  and p.stat().st_mtime < cutoff]
+    root = str(settings.buffer_dir)
+    # files of the zone's buckets (<zone>/<bucket>/<file>); links are neither followed nor touched
+    candidates = [Path(paths.local_path(e.uri)) for e in paths.walk(root, str(zone))
+                  if e.kind == "file" and e.mtime is not None and e.mtime < cutoff]
+    candidates = [p for p in candidates if p.parent.parent == zone and p.parent.name != QUARANTINE_DIR]
     if not candidates:
         return {"adopted": 0, "deleted": 0}
     with session_scope(settings) as session:
@@ -315,12 +333,12 @@ def sweep_orphans(settings: Settings, identifier: str, *, min_age: float = ORPHA
         if path.name.startswith("m-") and path.suffix == ".parquet":
             result = land(settings, identifier, [path], move=True, notify=False)
             if result["landed"]:
-                path.unlink(missing_ok=True)  # landed again under a new name
+                paths.delete_file(root, str(path))  # landed again under a new name
                 adopted += 1
             else:
                 quarantine_dropped(path, result["rejected"][0]["reason"])
             continue
-        path.unlink(missing_ok=True)
+        paths.delete_file(root, str(path))
         deleted += 1
     if adopted or deleted:
         with session_scope(settings) as session:
@@ -329,7 +347,10 @@ def sweep_orphans(settings: Settings, identifier: str, *, min_age: float = ORPHA
 
 
 def quarantine_dropped(path: Path, reason: str) -> None:
+    """Move a dropped file into ``.quarantine/`` beside it, with its reason; PathRefused when that
+    directory leads elsewhere (a link)."""
     target_dir = path.parent / QUARANTINE_DIR
+    paths.check(str(path.parent), str(target_dir), "write")
     target_dir.mkdir(exist_ok=True)
     target = target_dir / path.name
     if path.exists():

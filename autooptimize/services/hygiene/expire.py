@@ -22,7 +22,8 @@ from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
 from autooptimize.iceberg.commits import retry_commit
-from autooptimize.iceberg.references import ReferenceReader, delete_files, is_within, normalise_path
+from autooptimize.iceberg.paths import is_within, normalise_path
+from autooptimize.iceberg.references import ReferenceReader, delete_files
 from autooptimize.services.hygiene.common import (
     AUDIT_PATHS,
     SAMPLE,
@@ -33,6 +34,7 @@ from autooptimize.services.hygiene.common import (
     int_option,
 )
 from autooptimize.services.hygiene.digest import live_digest
+from autooptimize.services.refusals import record_refusals
 from autooptimize.services.rewrite.kind import CheckpointWriter
 
 log = logging.getLogger(__name__)
@@ -79,7 +81,9 @@ def _delete_unreferenced(settings: Settings, table: Table, reader: ReferenceRead
     doomed = sorted((p for p in candidates if p not in references and is_within(location, p)),
                     key=lambda p: (_DELETE_ORDER.get(candidates[p], 5), p))
     sizes = _stat(table, doomed)
-    deleted = delete_files(location, [p for p in doomed if p in sizes])
+    deletion = delete_files(location, [p for p in doomed if p in sizes], table.io)
+    record_refusals(settings, deletion.refused[:AUDIT_PATHS], action_id=action_id)
+    deleted = deletion.deleted
     freed = sum(sizes[p] for p in deleted)
     result = {
         "files_deleted": len(deleted),
@@ -87,6 +91,7 @@ def _delete_unreferenced(settings: Settings, table: Table, reader: ReferenceRead
         "by_kind": dict(Counter(candidates[p] for p in deleted)),
         "kept_still_referenced": len(still_referenced),
         "kept_outside_location": len(outside),
+        "refused": len(deletion.refused),
         "deleted_sample": deleted[:SAMPLE],
     }
     if deleted or outside:

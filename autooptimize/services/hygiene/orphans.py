@@ -15,13 +15,12 @@ from autooptimize.domain.actions import Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.durations import format_duration
 from autooptimize.errors import ActionRefused
 from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.paths import PathRefused, is_within, normalise_path
 from autooptimize.iceberg.references import (
     ReferenceReader,
     StoredFile,
     delete_files,
-    is_within,
     list_files,
-    normalise_path,
     table_directories,
 )
 from autooptimize.services.hygiene.common import (
@@ -35,6 +34,7 @@ from autooptimize.services.hygiene.common import (
     in_flight_action_ids,
 )
 from autooptimize.services.hygiene.digest import live_digest
+from autooptimize.services.refusals import record_refusals
 from autooptimize.services.rewrite.kind import CheckpointWriter
 from autooptimize.storage.models import ActionState
 
@@ -72,7 +72,8 @@ def _ao_segments(relative: str) -> list[str]:
 def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_age: int, now: float) -> OrphanScan:
     """Files in the data and metadata directories that no snapshot or metadata references and that no
     guard keeps: younger than ``min_age``, inside the ``ao-<id>`` directory of an action that is not
-    finished (or not known), hidden (``.x``/``_x``), Hadoop's version hint, or of unknown age."""
+    finished (or not known), hidden (``.x``/``_x``), Hadoop's version hint, a symlink (listed, never
+    followed, never deleted), or of unknown age."""
     scan = OrphanScan()
     location = normalise_path(table.location()).rstrip("/")
     references = reader.table_references(table)
@@ -81,8 +82,11 @@ def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_
         if directory is None:
             scan.skipped_dirs[name] = "outside_table_location"
             continue
-        for stored in list_files(directory):
-            files.setdefault(stored.path, stored)
+        try:
+            for stored in list_files(table.location(), directory, table.io):
+                files.setdefault(stored.path, stored)
+        except PathRefused:  # the directory itself leads out of the table (a link on its way)
+            scan.skipped_dirs[name] = "resolves_outside_table_location"
     ao_ids = {i for f in files.values() for i in _ao_segments(f.path[len(location):])}
     states = action_states(settings, [i for i in ao_ids if _UUID.match(i)])
     for path, stored in sorted(files.items()):
@@ -96,7 +100,9 @@ def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_
         relative = path[len(location) + 1:]
         parts = relative.split("/")
         ao = _ao_segments(relative)
-        if any(p.startswith((".", "_")) for p in parts):
+        if stored.link:
+            scan.keep("symlink", path)
+        elif any(p.startswith((".", "_")) for p in parts):
             scan.keep("hidden", path)
         elif parts[-1] == "version-hint.text":
             scan.keep("version_hint", path)
@@ -159,7 +165,9 @@ def run_remove_orphans(settings: Settings, request: MergeRequest, spark: Any,
     location = normalise_path(table.location()).rstrip("/")
     doomed = [f for f in scan.orphans
               if f.path not in references and not set(_ao_segments(f.path[len(location):])) & in_flight]
-    deleted = set(delete_files(table.location(), [f.uri for f in doomed]))
+    deletion = delete_files(table.location(), [f.uri for f in doomed], table.io)
+    record_refusals(settings, deletion.refused[:AUDIT_PATHS], action_id=request.action_id)
+    deleted = set(deletion.deleted)
     gone = [f for f in doomed if f.uri in deleted]
     outcome.files_out = len(gone)
     outcome.bytes_out = sum(f.size for f in gone)
@@ -170,7 +178,8 @@ def run_remove_orphans(settings: Settings, request: MergeRequest, spark: Any,
     outcome.rows_out, outcome.checksum_out = after_rows, after_digest
     outcome.plan.update(deleted=len(gone), deleted_bytes=outcome.bytes_out,
                         deleted_sample=[f.uri for f in gone[:SAMPLE]],
-                        kept_at_last_look=len(scan.orphans) - len(doomed))
+                        kept_at_last_look=len(scan.orphans) - len(doomed),
+                        refused=[r.audit_detail() for r in deletion.refused[:SAMPLE]])
     outcome.state, outcome.reason = "succeeded", None
     outcome.timings["total"] = time.monotonic() - started
     return outcome

@@ -18,6 +18,7 @@ from autooptimize.config import Settings
 from autooptimize.domain.actions import GroupResult, Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.iceberg import paths
 from autooptimize.iceberg.commit import (
     ACTION_ID_PROPERTY,
     ACTION_KIND_PROPERTY,
@@ -106,7 +107,7 @@ class CompactKind:
     def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
                 request: MergeRequest) -> GroupResult:
         from spark_actors.deletes import SequencedFile, compact_group
-        from spark_actors.rewrite import content_digest, delete_dir
+        from spark_actors.rewrite import content_digest
 
         plan: CompactionPlan = unit.work
         data = [SequencedFile(f.path, sequence_number(f)) for f in plan.inputs]
@@ -140,10 +141,10 @@ class CompactKind:
                        for p in result.paths]
             # Spark writes an empty file when every row is deleted; the inputs are then removed with no output
             for empty in [o for o in written if int(o.record_count) == 0]:
-                table.io.delete(str(empty.file_path))
+                paths.delete_file(table.location(), str(empty.file_path), table.io)
             outputs.extend(o for o in written if int(o.record_count) > 0)
             if not outputs:
-                delete_dir(directory)
+                paths.delete_tree(table.location(), directory, table.io)
             return sum(int(o.record_count) for o in outputs)
 
         verify_group(directory, reader="Spark", files_in=len(plan.inputs), metadata_rows=rows_in,

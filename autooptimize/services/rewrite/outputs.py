@@ -1,7 +1,8 @@
 """Where a rewrite action writes, and how its output is fenced and removed.
 
 An action owns the ``ao-<action id>`` directories under the table's data location. Output that is not
-committed is removed, and never a file the table references.
+committed is removed, and never a file the table references. Every directory written or removed must
+resolve inside the table's location (autooptimize.iceberg.paths); a link is never followed.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from pyiceberg.table import Table
 
 from autooptimize.config import Settings
 from autooptimize.domain.actions import MergeRequest
-from autooptimize.errors import ActionRefused, Retry, VerificationFailed
+from autooptimize.errors import Retry
+from autooptimize.iceberg import paths
 from autooptimize.iceberg.commit import action_added_paths, live_data_paths
-from autooptimize.iceberg.fileio import delete_tree, filesystem, list_files
 from autooptimize.iceberg.files import PartitionFiles, partition_dir
 
 log = logging.getLogger(__name__)
@@ -29,15 +30,13 @@ WRITER_GRACE_SECONDS = 10.0
 
 
 def data_location(table: Table) -> str:
-    """Where rewritten files go; refuses a data path outside the table's location."""
+    """Where rewritten files go; PathRefused for a data path that does not resolve inside the table's
+    location (``../x`` in it, or a link on its way out)."""
     location = table.location().rstrip("/")
     data_path = table.properties.get("write.data.path", f"{location}/data").rstrip("/")
-    if not (data_path + "/").startswith(location + "/"):
-        raise ActionRefused(
-            "data_path_outside_location",
-            f"write.data.path {data_path} is outside the table location {location}; autooptimize never writes there",
-        )
-    return data_path
+    if paths.normalise_path(data_path) == paths.normalise_path(location):
+        return data_path
+    return paths.check(location, data_path, "write under")
 
 
 def action_dir(table: Table, pf: PartitionFiles, action_id: str) -> str:
@@ -52,7 +51,7 @@ def action_dir(table: Table, pf: PartitionFiles, action_id: str) -> str:
     """
     base = data_location(table)
     part = "/" + _partition_part(pf) if pf.path else ""
-    return f"{base}{part}/ao-{action_id}"
+    return paths.check(table.location(), f"{base}{part}/ao-{action_id}", "write")
 
 
 def _partition_part(pf: PartitionFiles) -> str:
@@ -65,61 +64,52 @@ def _partition_part(pf: PartitionFiles) -> str:
 
 
 def action_dirs(table: Table, action_id: str) -> list[str]:
-    """Every ``ao-<action_id>`` directory under the table's data location."""
-    import pyarrow.fs as pafs
-
-    location = data_location(table)
-    fs, root, prefix = filesystem(table.io, location)
-    return sorted(
-        prefix + info.path
-        for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-        if info.type == pafs.FileType.Directory and info.base_name == f"ao-{action_id}"
-    )
+    """Every ``ao-<action_id>`` directory under the table's data location (links are not followed)."""
+    return sorted(e.uri for e in paths.walk(table.location(), data_location(table), table.io)
+                  if e.kind == "dir" and e.uri.rsplit("/", 1)[-1] == f"ao-{action_id}")
 
 
-def writing(directories: list[str], io: Any = None) -> bool:
-    """True while a Spark job's ``_temporary`` directory exists below one of ``directories``."""
-    import pyarrow.fs as pafs
-
-    for directory in directories:
-        fs, root, _ = filesystem(io, directory)
-        for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
-            if info.type == pafs.FileType.Directory and info.base_name == "_temporary":
-                return True
-    return False
+def writing(directories: list[str] | tuple[str, ...], io: Any = None) -> bool:
+    """True while a Spark job's ``_temporary`` directory exists below one of ``directories`` (listed
+    through ``io``, the table's FileIO); links are not followed."""
+    return any(e.kind == "dir" and e.uri.rsplit("/", 1)[-1] == "_temporary"
+               for directory in directories for e in paths.walk(directory, directory, io))
 
 
 def remove_uncommitted(table: Table, directories: list[str] | tuple[str, ...], action_id: str | None = None) -> None:
-    """Delete our output directories, never a file the table references.
+    """Delete our output directories, never a file the table references, never outside the table.
 
     A file is referenced when it is live, or (given ``action_id``) when a snapshot of that action added
     it: parts committed under partial progress may since have been replaced, yet history keeps them. A
     directory holding referenced files is descended into, and only its unreferenced subdirectories go.
+    A directory that is not an ``ao-`` output resolving inside the table raises PathRefused before
+    anything is deleted.
     """
     if not directories:
         return
-    table.refresh()
-    keep = live_data_paths(table) | (action_added_paths(table, action_id) if action_id else set())
-    location = table.location().rstrip("/") + "/"
+    location = table.location()
     for directory in directories:
-        if not directory.startswith(location) or "/ao-" not in directory:
-            raise VerificationFailed(f"refusing to delete {directory}: not an autooptimize output in the table")
-        _prune(table.io, directory, keep)
+        if "/ao-" not in directory:
+            raise paths.PathRefused(directory, location, "not_an_autooptimize_output", "delete")
+        paths.check(location, directory, "delete")
+    table.refresh()
+    keep = {paths.normalise_path(p) for p in live_data_paths(table) | (
+        action_added_paths(table, action_id) if action_id else set())}
+    for directory in directories:
+        _prune(table.io, location, directory, keep)
 
 
-def _prune(io: Any, directory: str, keep: set[str]) -> None:
-    import pyarrow.fs as pafs
-
-    if not any(p in keep for p in list_files(io, directory, ".parquet")):
-        delete_tree(io, directory)
+def _prune(io: Any, location: str, directory: str, keep: set[str]) -> None:
+    below = list(paths.walk(location, directory, io))
+    if not any(paths.normalise_path(e.uri) in keep for e in below if e.kind != "dir"):
+        paths.delete_tree(location, directory, io)
         return
-    fs, root, prefix = filesystem(io, directory)
-    children = [prefix + info.path for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-                if info.type == pafs.FileType.Directory]
+    here = paths.normalise_path(directory)
+    children = [e.uri for e in below if e.kind == "dir" and paths.normalise_path(e.uri).rsplit("/", 1)[0] == here]
     if not children:
         log.info("keeping %s: it holds files the table references", directory)
     for child in children:
-        _prune(io, child, keep)
+        _prune(io, location, child, keep)
 
 
 def fence_earlier_writer(settings: Settings, table: Table, request: MergeRequest,
