@@ -8,6 +8,7 @@ import logging
 import urllib.request
 from typing import Any
 
+from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import select, update
@@ -26,6 +27,8 @@ from autooptimize.storage.repositories import audit, now
 
 log = logging.getLogger(__name__)
 BATCH_ID_PROPERTY = "autooptimize.batch-id"
+#: a batch in these states may have landed in the catalog without PostgreSQL knowing it yet
+UNFINISHED = (BatchState.CLAIMED.value, BatchState.WRITTEN.value)
 
 
 def find_batch_snapshot(table: Table, batch_id: str) -> Snapshot | None:
@@ -34,6 +37,42 @@ def find_batch_snapshot(table: Table, batch_id: str) -> Snapshot | None:
         if snapshot.summary is not None and snapshot.summary.get(BATCH_ID_PROPERTY) == batch_id:
             return snapshot
     return None
+
+
+def find_committed_outputs(table: Table, checkpoint: dict[str, Any]) -> int | None:
+    """The snapshot that added the checkpoint's outputs, when one of them is live in the table.
+
+    Only this batch writes under its directory, so a live output means the batch landed, even when its
+    snapshot has since been expired by another engine (our own expiry keeps it, see
+    :func:`unrecorded_batches`). Reads the current snapshot's data manifests: only done on a resume.
+    """
+    outputs = {paths.normalise_path(p) for part in checkpoint.get("partitions", []) for p in part["outputs"]}
+    snapshot = table.current_snapshot()
+    if snapshot is None or not outputs:
+        return None
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DATA:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if paths.normalise_path(str(entry.data_file.file_path)) in outputs:
+                return int(entry.snapshot_id) if entry.snapshot_id is not None else snapshot.snapshot_id
+    return None
+
+
+def unrecorded_batches(settings: Settings, snapshots: list[Snapshot]) -> set[str]:
+    """Batch ids carried by ``snapshots`` whose commit PostgreSQL has not recorded yet.
+
+    For such a batch the snapshot is the only sign that it landed: a resumed consolidation looks for it
+    there, so expiry must keep it until :func:`record_commit` has run (from then on the batch's row says
+    it is committed, whatever happens to the snapshot). Read after the snapshots: a batch's row exists
+    before its commit, so every batch in them is either unfinished here or already recorded.
+    """
+    ids = {s.summary[BATCH_ID_PROPERTY] for s in snapshots if s.summary is not None and s.summary.get(BATCH_ID_PROPERTY)}
+    if not ids:
+        return set()
+    with session_scope(settings) as session:
+        return set(session.scalars(select(BufferBatch.id).where(BufferBatch.id.in_(ids),
+                                                                BufferBatch.state.in_(UNFINISHED))))
 
 
 class _BatchCommitted(ConflictAbort):

@@ -3,7 +3,9 @@
 A batch's id is decided before any work: a row in ``ao_buffer_batches`` claims its files. The append
 snapshot's summary carries the id (``autooptimize.batch-id``). On every run, and so on every retry:
 
-1. the id is in the table's history → only the bookkeeping is left (mark committed, remove buffer files);
+1. the id is in the table's history, or a checkpointed output is live in the table (its snapshot may
+   have been expired by another engine) → only the bookkeeping is left (mark committed, remove buffer
+   files). Our own expiry keeps a batch's snapshot until this bookkeeping has recorded it;
 2. the batch's output is checkpointed and still on disk → commit it without rewriting;
 3. otherwise read the files with Spark, cast them to the table's schema by name, write target-size files
    per partition under ``<data>/ao-batch-<id>/a<attempt>/``, verify rows and content checksum of the cast
@@ -34,10 +36,12 @@ from autooptimize.errors import ServiceUnavailable, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.paths import PathRefused
 from autooptimize.services.buffer.batch_commit import (
+    UNFINISHED,
     batch_view,
     commit_append,
     delete_uncommitted,
     find_batch_snapshot,
+    find_committed_outputs,
     finish_committed,
     record_commit,
 )
@@ -55,7 +59,6 @@ from autooptimize.storage.locks import AdvisoryLock
 from autooptimize.storage.repositories import audit, now
 
 log = logging.getLogger(__name__)
-UNFINISHED = (BatchState.CLAIMED.value, BatchState.WRITTEN.value)
 
 
 # --- the per-table loop --------------------------------------------------------------------------
@@ -194,6 +197,9 @@ def run_batch(settings: Settings, batch_id: str, spark: Any, hooks: Hooks | None
         return record_commit(settings, batch_id, identifier, committed.snapshot_id, hooks, reason="already_committed")
 
     if state == BatchState.WRITTEN.value and checkpoint:
+        landed = find_committed_outputs(table, checkpoint)  # its snapshot may be gone, its files are not
+        if landed is not None:
+            return record_commit(settings, batch_id, identifier, landed, hooks, reason="already_committed")
         data_files = checkpointed_files(table, checkpoint)
         if data_files is not None:
             snapshot_id = commit_append(settings, table, batch_id, data_files)

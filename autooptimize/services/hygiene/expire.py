@@ -24,6 +24,7 @@ from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
 from autooptimize.iceberg.commits import retry_commit
 from autooptimize.iceberg.paths import is_within, normalise_path
 from autooptimize.iceberg.references import ReferenceReader, delete_files
+from autooptimize.services.buffer.batch_commit import BATCH_ID_PROPERTY, unrecorded_batches
 from autooptimize.services.hygiene.common import (
     AUDIT_PATHS,
     SAMPLE,
@@ -129,10 +130,13 @@ def retention(settings: Settings, table: Table, options: dict[str, Any]) -> tupl
 
 
 def plan_expiry(table: Table, older_than: int, retain_last: int, now_ms: int,
-                in_flight: set[str] | frozenset[str] = frozenset()) -> ExpiryPlan:
+                in_flight: set[str] | frozenset[str] = frozenset(),
+                unrecorded_batches: set[str] | frozenset[str] = frozenset()) -> ExpiryPlan:
     """Snapshots older than ``older_than`` seconds, except: the current one, every branch and tag head,
     the ``retain_last`` newest ancestors of every branch (more if the branch asks, and those within a
-    branch's own max age), and any snapshot committed by an action still queued or running."""
+    branch's own max age), any snapshot committed by an action still queued or running, and any
+    snapshot of a consolidation batch whose commit PostgreSQL has not recorded yet (its snapshot is what
+    tells a resumed consolidation that the batch landed)."""
     metadata = table.metadata
     keep: dict[int, str] = {}
 
@@ -166,6 +170,9 @@ def plan_expiry(table: Table, older_than: int, retain_last: int, now_ms: int,
         action_id = snapshot.summary.get(ACTION_ID_PROPERTY) if snapshot.summary is not None else None
         if action_id in in_flight:
             protect(snapshot.snapshot_id, "in_flight_action")
+        batch_id = snapshot.summary.get(BATCH_ID_PROPERTY) if snapshot.summary is not None else None
+        if batch_id in unrecorded_batches:
+            protect(snapshot.snapshot_id, "unrecorded_batch")
     plan = ExpiryPlan(older_than=older_than, retain_last=retain_last)
     plan.expire = [s for s in metadata.snapshots if s.snapshot_id not in keep]
     plan.kept = dict(Counter(keep[s.snapshot_id] for s in metadata.snapshots if s.snapshot_id in keep))
@@ -228,7 +235,8 @@ def run_expire_snapshots(settings: Settings, request: MergeRequest, spark: Any,
     outcome.rows_in, outcome.checksum_in = rows, digest
     outcome.files_in = len(table.metadata.snapshots)
     def plan_on_head() -> tuple[Any, set[int]]:
-        plan = plan_expiry(table, older_than, retain_last, int(time.time() * 1000), in_flight_action_ids(settings))
+        plan = plan_expiry(table, older_than, retain_last, int(time.time() * 1000), in_flight_action_ids(settings),
+                           unrecorded_batches(settings, table.metadata.snapshots))
         outcome.plan = {
             "older_than": format_duration(older_than), "retain_last": retain_last,
             "snapshots": len(table.metadata.snapshots), "kept": plan.kept,
