@@ -1,6 +1,6 @@
 """The consolidation job: read buffered files by name, cast them to the table's schema, write
 target-size files per partition of the table's spec, and measure rows and a content checksum of the
-cast input and of the written output (read back by field id)."""
+cast input (the caller reads the written output back with another reader)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from pyiceberg.types import (
 
 from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
 from autooptimize.errors import InvalidArgument
-from spark_actors.rewrite import content_digest, list_parquet
+from spark_actors.rewrite import list_parquet
 from spark_actors.schema import FIELD_ID_KEY, spark_schema
 
 if TYPE_CHECKING:
@@ -57,8 +57,7 @@ class PartitionOutput:
 @dataclass(frozen=True)
 class ConsolidateOutput:
     partitions: tuple[PartitionOutput, ...]
-    digest_in: ContentDigest
-    digest_out: ContentDigest
+    digest_in: ContentDigest  # of the cast input, observed while writing (the caller reads the outputs back)
     required_nulls: int  # rows with a null in a required column (must be 0 to commit)
 
 
@@ -204,10 +203,8 @@ def consolidate_files(
                 raise InvalidArgument(f"unexpected directory {part!r} in {output_dir}")
             values.append(_parse_value(text, pfield, schema))
         by_values.setdefault(tuple(values), []).append(path)
-    digest_out = content_digest(spark, schema, paths)
     return ConsolidateOutput(
         partitions=tuple(PartitionOutput(v, tuple(p)) for v, p in sorted(by_values.items(), key=lambda i: str(i[0]))),
         digest_in=digest_in,
-        digest_out=digest_out,
         required_nulls=int(measured["required_nulls"] or 0),
     )

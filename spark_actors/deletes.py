@@ -1,5 +1,6 @@
 """The delete-compaction job: read data files by field id, drop the rows their position and equality
-deletes remove, write target-size Parquet files, and measure both sides in the same pass.
+deletes remove, write target-size Parquet files, and measure the rows read and kept in the same pass
+(the caller reads the outputs back with another reader).
 
 Position deletes are applied by an anti-join on (data file, ``_metadata.row_index``) and only when the
 delete file's data sequence number is >= the data file's; equality deletes by a null-safe anti-join on
@@ -22,7 +23,7 @@ from pyiceberg.types import PrimitiveType
 
 from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
 from autooptimize.errors import ActionRefused
-from spark_actors.rewrite import content_digest, list_parquet
+from spark_actors.rewrite import list_parquet
 from spark_actors.schema import FIELD_ID_KEY, spark_schema
 
 if TYPE_CHECKING:
@@ -51,8 +52,7 @@ class SequencedFile:
 class CompactionOutput:
     paths: tuple[str, ...]
     rows_read: int  # data rows read (each matched to its input file)
-    digest_kept: ContentDigest  # the delete-applied input, observed while writing
-    digest_out: ContentDigest  # the written files, read back by field id
+    digest_kept: ContentDigest  # the delete-applied input, observed while writing (the caller reads the outputs back)
 
     @property
     def rows_deleted(self) -> int:
@@ -173,10 +173,8 @@ def compact_group(
 
     digest_kept = spark_digest(kept_observation.get)
     paths = list_parquet(output_dir)
-    digest_out = content_digest(spark, schema, paths)
     return CompactionOutput(
         paths=tuple(paths),
         rows_read=int(read.get["rows"] or 0),
         digest_kept=digest_kept,
-        digest_out=digest_out,
     )

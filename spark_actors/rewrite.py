@@ -1,5 +1,6 @@
 """The rewrite job: read input files by field id, write target-size Parquet files, and measure rows
-and a content checksum of both sides so the caller can refuse to commit anything that differs."""
+and a content checksum of what was read, so the caller can compare it with the outputs read back by
+another reader and refuse to commit anything that differs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.schema import Schema
 
-from autooptimize.engines.digest import EMPTY_DIGEST, ContentDigest, spark_digest, spark_digest_columns
+from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.paths import walk
 from spark_actors.schema import spark_schema
@@ -23,16 +24,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class GroupOutput:
     paths: tuple[str, ...]
-    digest_in: ContentDigest
-    digest_out: ContentDigest
-
-
-def content_digest(spark: SparkSession, schema: Schema, paths: list[str]) -> ContentDigest:
-    """Rows and checksum of ``paths`` read by field id through ``schema`` (the empty digest for none)."""
-    if not paths:
-        return EMPTY_DIGEST
-    df = spark.read.schema(spark_schema(schema)).parquet(*paths)
-    return spark_digest(df.agg(*spark_digest_columns(df)).collect()[0])
+    digest_in: ContentDigest  # of the rows read, observed while writing (the caller reads the outputs back)
 
 
 def list_parquet(directory: str, io: Any = None) -> list[str]:
@@ -58,8 +50,8 @@ def rewrite_group(
 ) -> GroupOutput:
     """Rewrite ``inputs`` into ``files_out`` files under ``output_dir`` (which must not exist).
 
-    The input digest is observed during the write (one pass); the output digest is measured by
-    reading the written files back by field id. With ``sort`` (``(column, descending, nulls_first)``
+    The input digest is observed during the write (one pass); the caller measures the outputs with
+    another reader (autooptimize.services.rewrite.verify.output_digest). With ``sort`` (``(column, descending, nulls_first)``
     each) the rows are range-partitioned on the first column, so the files hold disjoint ranges of
     it (equal values never straddle two files), and sorted on every column within each file.
     """
@@ -94,5 +86,4 @@ def rewrite_group(
         problem = output_schema_problem(schema, path, io)
         if problem is not None:
             raise VerificationFailed(problem)
-    digest_out = content_digest(spark, schema, paths)
-    return GroupOutput(paths=tuple(paths), digest_in=digest_in, digest_out=digest_out)
+    return GroupOutput(paths=tuple(paths), digest_in=digest_in)

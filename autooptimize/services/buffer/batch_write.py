@@ -1,5 +1,6 @@
 """Writing one batch: read its buffered files with Spark, cast them to the table's schema, write
-target-size files per partition, and verify rows and content checksum; unusable files are quarantined."""
+target-size files per partition, and verify rows and content checksum (the output read back by field id
+with plain pyarrow); unusable files are quarantined."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sqlalchemy import select
 from autooptimize.config import Settings
 from autooptimize.errors import FileRejected, Retry, ServiceUnavailable, VerificationFailed
 from autooptimize.iceberg import paths
+from autooptimize.iceberg.checksum import parquet_digest
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.services.buffer.hooks import Hooks, call_hook
 from autooptimize.services.buffer.landing import QUARANTINE_DIR, check_file
@@ -80,11 +82,13 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
             paths.delete_tree(table.location(), output_dir, table.io)
             raise VerificationFailed(f"batch {batch_id}: Spark read {out.digest_in.rows} rows but the landed "
                                      f"footers hold {rows_in}")
-        if out.digest_out != out.digest_in:
+        # the output read back by field id with plain pyarrow, not by Spark, which wrote it
+        digest_out = parquet_digest(schema, [p for part in out.partitions for p in part.paths], table.io)
+        if digest_out != out.digest_in:
             paths.delete_tree(table.location(), output_dir, table.io)
             raise VerificationFailed(
-                f"batch {batch_id}: output differs from its input: rows {out.digest_in.rows} → {out.digest_out.rows}, "
-                f"checksum {out.digest_in.checksum} → {out.digest_out.checksum}")
+                f"batch {batch_id}: output differs from its input: rows {out.digest_in.rows} → {digest_out.rows}, "
+                f"checksum {out.digest_in.checksum} → {digest_out.checksum}")
         data_files = []
         partitions = []
         for part in out.partitions:
@@ -94,14 +98,14 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
             partitions.append({"values": [_json_value(v) for v in part.values], "outputs": list(part.paths),
                                "key": spec.partition_to_path(record, schema) if spec.fields else ""})
         footer_rows = sum(int(d.record_count) for d in data_files)
-        if footer_rows != out.digest_out.rows:
+        if footer_rows != digest_out.rows:
             paths.delete_tree(table.location(), output_dir, table.io)
             raise VerificationFailed(f"batch {batch_id}: output footers hold {footer_rows} rows, "
-                                     f"expected {out.digest_out.rows}")
+                                     f"expected {digest_out.rows}")
         checkpoint = {
             "spec_id": spec.spec_id, "output_dir": output_dir, "file_ids": [f.id for f in files],
             "partitions": partitions, "rows_in": rows_in, "rows_out": footer_rows,
-            "checksum_in": out.digest_in.checksum, "checksum_out": out.digest_out.checksum,
+            "checksum_in": out.digest_in.checksum, "checksum_out": digest_out.checksum,
             "bytes_out": sum(int(d.file_size_in_bytes) for d in data_files),
         }
         return checkpoint, data_files

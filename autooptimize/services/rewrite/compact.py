@@ -38,7 +38,7 @@ from autooptimize.services.compact import (
 from autooptimize.services.evolution import has_field_ids
 from autooptimize.services.rewrite.kind import CheckpointWriter, Committed, Planned, Unit, group_result
 from autooptimize.services.rewrite.lifecycle import run_rewrite
-from autooptimize.services.rewrite.verify import as_digest, observed_digest, verify_group
+from autooptimize.services.rewrite.verify import as_digest, output_digest, read_back_digest, verify_group
 
 
 def _mse(sizes: list[int], target: int) -> float:
@@ -107,7 +107,6 @@ class CompactKind:
     def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
                 request: MergeRequest) -> GroupResult:
         from spark_actors.deletes import SequencedFile, compact_group
-        from spark_actors.rewrite import content_digest
 
         plan: CompactionPlan = unit.work
         data = [SequencedFile(f.path, sequence_number(f)) for f in plan.inputs]
@@ -120,9 +119,7 @@ class CompactKind:
         # below ~1M delete rows (tens of MB as file numbers, positions and keys) a broadcast beats a shuffle
         broadcast = sum(d.record_count for d in plan.deletes) <= BROADCAST_DELETE_ROWS
         result = compact_group(spark, table.schema(), data, deletes, directory, plan.files_out, codec, broadcast)
-        digest_out = observed_digest(hooks, list(result.paths),
-                                     as_digest(result.digest_out),
-                                     lambda: as_digest(content_digest(spark, table.schema(), list(result.paths))))
+        digest_out = read_back_digest(hooks, list(result.paths), lambda: output_digest(table, list(result.paths)))
         rows_in = sum(f.record_count for f in plan.inputs)
         equality = any(d.equality_ids is not None for d in deletes)
 

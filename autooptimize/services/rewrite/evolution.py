@@ -16,7 +16,7 @@ from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.files import LiveFile, PartitionFiles
 from autooptimize.services.evolution import decode_partition, encode_partition
 from autooptimize.services.rewrite.kind import group_result
-from autooptimize.services.rewrite.verify import observed_digest, verify_group
+from autooptimize.services.rewrite.verify import output_digest, read_back_digest, verify_group
 
 
 def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory: str, files_out: int,
@@ -24,13 +24,13 @@ def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], direc
                       spark: Any = None) -> GroupResult:
     """Rewrite one group on the pyarrow path and verify it; returns the group's checkpoint record.
 
-    Raises VerificationFailed unless rows and content checksum of the outputs (read back through
-    pyiceberg) equal those of the inputs, the footers hold those rows, and every respec output holds
-    only rows of the partition it is recorded under. Given ``spark``, the rewrite runs as a Spark task
-    (how a table on an object store is rewritten); otherwise in this process.
+    Raises VerificationFailed unless rows and content checksum of the outputs (read back by field id
+    with plain pyarrow) equal those of the inputs (read through pyiceberg), the footers hold those rows,
+    and every respec output holds only rows of the partition it is recorded under. Given ``spark``, the
+    rewrite runs as a Spark task (how a table on an object store is rewritten); otherwise in this process.
     """
     from spark_actors.arrow_on_spark import rewrite_group_arrow_on_spark
-    from spark_actors.arrow_rewrite import digest_files, rewrite_group_arrow
+    from spark_actors.arrow_rewrite import rewrite_group_arrow
 
     spec = table.spec() if respec else None
     run = rewrite_group_arrow if spark is None else functools.partial(rewrite_group_arrow_on_spark, spark)
@@ -38,8 +38,7 @@ def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], direc
                                  spec=spec, input_partition=None if respec else (pf.spec_id, pf.record))
     partitions = list(result.partitions)
     digest_in = Digest(result.rows_in, result.checksum_in)
-    digest_out = observed_digest(hooks, list(result.paths), Digest(result.rows_out, result.checksum_out),
-                                 lambda: Digest(*digest_files(table, list(result.paths), partitions)))
+    digest_out = read_back_digest(hooks, list(result.paths), lambda: output_digest(table, list(result.paths)))
     outputs: list[Any] = []
 
     def footer_rows() -> int:

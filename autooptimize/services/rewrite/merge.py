@@ -43,7 +43,13 @@ from autooptimize.services.rewrite.sort import (
     sort_spec,
     spark_sort,
 )
-from autooptimize.services.rewrite.verify import as_digest, observed_digest, verify_group
+from autooptimize.services.rewrite.verify import (
+    as_digest,
+    inputs_digest,
+    output_digest,
+    read_back_digest,
+    verify_group,
+)
 from autooptimize.services.sizing import NO_SIZING, calibrate, calibration_sample
 
 log = logging.getLogger(__name__)
@@ -241,7 +247,7 @@ class MergeKind:
 
     def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
                 request: MergeRequest) -> GroupResult:
-        from spark_actors.rewrite import content_digest, rewrite_group
+        from spark_actors.rewrite import rewrite_group
         from spark_actors.types import SPARK, engine_for
 
         pf, group = unit.partition, unit.work
@@ -263,12 +269,12 @@ class MergeKind:
             return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec,
                                      spark=None if is_local(table) else spark)
         columns = order[0] if order else None
+        by_id = inputs_digest(table, inputs)  # pyarrow reads the inputs while Spark rewrites them
         result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
                                sort=spark_sort(columns), io=table.io)
         paths = list(result.paths)
         digest_in = as_digest(result.digest_in)
-        digest_out = observed_digest(hooks, paths, as_digest(result.digest_out),
-                                     lambda: as_digest(content_digest(spark, table.schema(), paths)))
+        digest_out = read_back_digest(hooks, paths, lambda: output_digest(table, paths))
         sort_order_id = order[1] if order else None
         outputs: list[Any] = []
 
@@ -278,7 +284,8 @@ class MergeKind:
 
         verify_group(directory, reader="Spark", files_in=len(inputs),
                      metadata_rows=sum(by_path[p].record_count for p in inputs), rows_read=digest_in.rows,
-                     expected_out=digest_in, digest_out=digest_out, footer_rows=footer_rows)
+                     expected_out=digest_in, digest_out=digest_out, footer_rows=footer_rows,
+                     inputs_by_id=by_id.result())
         check_sorted_group(table, outputs, columns)
         return group_result(pf, inputs, sum(by_path[p].size for p in inputs), paths, outputs, digest_in.rows,
                             digest_in.checksum, digest_out, engine=Engine.SPARK.value, sort_order_id=sort_order_id)

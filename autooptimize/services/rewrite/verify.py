@@ -1,29 +1,39 @@
 """The verify ladder every rewritten group passes before it may be checkpointed or committed.
 
-Digests are passed as values (rows + checksum string), so any checksum kind slots in: the Spark
-content digest, the pyarrow one, or a later one, as long as input and output use the same kind.
+Digests are passed as values (rows + checksum string) of the one content digest
+(autooptimize/engines/digest.py), which Spark and pyarrow compute alike. The writer measures what it
+read; the outputs are always read back by another reader, plain pyarrow taking every column by its
+Parquet field id (:func:`output_digest`), and where no delete is applied the inputs are read that way
+too. A reader that maps a column to the wrong field (by name after a rename, by position) then
+disagrees with pyarrow instead of agreeing with itself on both sides.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
+
+from pyiceberg.table import Table
 
 from autooptimize.domain.actions import Digest, Hooks
 from autooptimize.errors import VerificationFailed
+from autooptimize.iceberg.checksum import parquet_digest
 
 
 def verify_group(where: str, *, reader: str, files_in: int, metadata_rows: int, rows_read: int,
                  expected_out: Digest, digest_out: Digest, footer_rows: Callable[[], int],
-                 rows_deleted: int | None = None, after_read: Callable[[], None] | None = None) -> None:
+                 rows_deleted: int | None = None, after_read: Callable[[], None] | None = None,
+                 inputs_by_id: Digest | None = None) -> None:
     """Raise VerificationFailed unless, in this order:
 
     1. ``rows_read`` (what ``reader`` read from the ``files_in`` inputs) == ``metadata_rows``;
     2. ``after_read()`` (a kind's own check, e.g. the rows the deletes remove) passes;
-    3. ``digest_out`` (read back from the written files) == ``expected_out`` (the digest of the rows that
-       should be written, observed in the same pass as the read) and, with deletes,
-       ``rows_read − rows_deleted`` == ``digest_out.rows``;
-    4. ``footer_rows()`` (row counts in the outputs' Parquet footers) == ``digest_out.rows``.
+    3. ``inputs_by_id`` (when given: the inputs read by field id with plain pyarrow) == ``expected_out``
+       (the digest of the rows ``reader`` read and should write, observed in the same pass as the read);
+    4. ``digest_out`` (the written files read back by field id, :func:`output_digest`) == ``expected_out``
+       and, with deletes, ``rows_read − rows_deleted`` == ``digest_out.rows``;
+    5. ``footer_rows()`` (row counts in the outputs' Parquet footers) == ``digest_out.rows``.
     """
     if rows_read != metadata_rows:
         raise VerificationFailed(
@@ -31,6 +41,12 @@ def verify_group(where: str, *, reader: str, files_in: int, metadata_rows: int, 
         )
     if after_read is not None:
         after_read()
+    if inputs_by_id is not None and inputs_by_id != expected_out:
+        raise VerificationFailed(
+            f"{reader} and pyarrow (by field id) read the inputs of {where} differently, a column mapped to "
+            f"another field: rows {expected_out.rows} vs {inputs_by_id.rows}, checksum {expected_out.checksum} "
+            f"vs {inputs_by_id.checksum}"
+        )
     if rows_deleted is None:
         if digest_out != expected_out:
             raise VerificationFailed(
@@ -48,13 +64,26 @@ def verify_group(where: str, *, reader: str, files_in: int, metadata_rows: int, 
         raise VerificationFailed(f"output footers of {where} hold {footers} rows, expected {digest_out.rows}")
 
 
-def observed_digest(hooks: Hooks, paths: list[str], written: Digest, read_back: Callable[[], Digest]) -> Digest:
-    """The digest to verify the outputs with: the writer's own, or, when an ``after_write`` hook may have
-    touched the files, one read back from them after the hook ran."""
+def output_digest(table: Table, paths: list[str]) -> Digest:
+    """The digest of written files read back by field id with plain pyarrow (not by the writer)."""
+    return as_digest(parquet_digest(table.schema(), paths, table.io))
+
+
+def inputs_digest(table: Table, paths: list[str]) -> Future[Digest]:
+    """:func:`output_digest` of a group's inputs, read in the background while the group is rewritten."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ao-digest")
+    try:
+        return pool.submit(output_digest, table, paths)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends with its one task
+
+
+def read_back_digest(hooks: Hooks, paths: list[str], read_back: Callable[[], Digest]) -> Digest:
+    """The outputs' digest read back by ``read_back``, after an ``after_write`` hook (tests touch the
+    files there) has run."""
     if hooks.after_write:
         hooks.after_write(list(paths))
-        return read_back()
-    return written
+    return read_back()
 
 
 def as_digest(content: Any) -> Digest:
