@@ -25,8 +25,8 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     table = load_table(settings, identifier)
     key = parse_partition(table, partition).key if partition is not None else None
     with session_scope(settings) as session:
-        row = tracked_table(session, settings.catalog, identifier)
-        tuning = tuning_of(row) if row is not None else None
+        tracked = tracked_table(session, settings.catalog, identifier)
+        tuning = tuning_of(tracked) if tracked is not None else None
     request = planning_request(
         settings, identifier, tuning, spec_id=table.spec().spec_id if key is not None else None,
         partition_key=key, target_file_size=target_override,
