@@ -151,7 +151,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from autooptimize.demo import run_demo
+    from autooptimize.services.tracking import size_arg
 
+    size_arg("target_file_size", args.target_size)  # before the demo writes its table
     result = run_demo(current_settings(), files=args.files, partitions=args.partitions, target_size=args.target_size,
                       as_json=args.json)
     ok = (result["files_after"] * 4 <= result["files_before"] and result["rows_after"] == result["rows_before"]
