@@ -1,7 +1,9 @@
 """One Settings object. No other module reads ``os.environ`` for our settings.
 
-Every field is read from an ``AO_*`` environment variable (``AO_DATABASE_URL`` …). Secrets are
-``SecretStr`` so they never print in logs or reprs.
+Every field is read from an ``AO_*`` environment variable (``AO_DATABASE_URL`` …) and validated when
+the settings are loaded: a bad value raises ConfigError naming the variable and what would be valid.
+Secrets are ``SecretStr`` so they never print in reprs, may not be empty, and are remembered by
+:mod:`autooptimize.redact` so that no message or log shows them.
 """
 
 from __future__ import annotations
@@ -10,38 +12,52 @@ import functools
 import math
 import re
 from pathlib import Path
-from typing import Annotated
-from urllib.parse import urlsplit
+from typing import Annotated, Any
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from autooptimize.errors import ConfigError
+from autooptimize.domain.sizes import MAX_BYTES, MiB, parse_size
+from autooptimize.errors import ConfigError, InvalidArgument
+from autooptimize.redact import redact, remember_secrets
 
-MiB = 1024 * 1024
+#: The largest value of an integer setting that is not a size (PostgreSQL integer, seconds, counts).
+MAX_INT = 2**31 - 1
 DISPATCH_MODES = ("direct", "rpq")
 DEFAULT_PRIORITY_WEIGHTS = "high=6,normal=3,low=1"
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": MiB, "MB": MiB, "MIB": MiB,
-          "G": 1024 * MiB, "GB": 1024 * MiB, "GIB": 1024 * MiB, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_HOST = re.compile(r"\A(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}"
+                   r"[A-Za-z0-9])?)*\.?|\[[0-9A-Fa-f:.]+\])\Z")
+_SECRET_FIELDS = ("spark_token", "flower_password")
+_SIZE_FIELDS = ("default_target_file_size", "default_tolerance", "max_group_bytes", "buffer_min_bytes",
+                "buffer_max_bytes")
 
 
-def parse_size(value: str | int, name: str = "size") -> int:
-    """Parse ``134217728``, ``128MiB``, ``64MB`` or ``1.5GiB`` into bytes (binary units)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    match = _SIZE_RE.match(str(value))
-    if not match or match.group(2) is not None and match.group(2).upper() not in _UNITS:
-        raise ConfigError(f"{name}={value!r} is not a size; use bytes or a unit like 64MiB, 512KiB, 1GiB")
-    number, unit = match.group(1), (match.group(2) or "").upper()
-    return int(float(number) * _UNITS[unit])
+def _check_url(value: str, name: str, example: str, schemes: tuple[str, ...]) -> SplitResult:
+    """``value`` split as a URL of one of ``schemes`` with a well-formed host and port; ValueError otherwise."""
+    if _CONTROL.search(value) or any(c.isspace() for c in value):
+        raise ValueError(f"must be a {name} URL such as {example}, without spaces or control characters")
+    parts = urlsplit(value)
+    if parts.scheme not in schemes:
+        raise ValueError(f"must be a {name} URL such as {example}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"has a port that is not a number from 1 to 65535; use a URL such as {example}") from None
+    host = parts.hostname or ""
+    if host and not _HOST.match(host if ":" not in host else f"[{host}]"):
+        raise ValueError(f"has host {host!r}, which is not a host name or address; use a URL such as {example}")
+    if port == 0:
+        raise ValueError(f"has port 0; use a port from 1 to 65535, as in {example}")
+    return parts
 
 
 class Settings(BaseSettings):
     """Service configuration, from ``AO_*`` environment variables."""
 
-    model_config = SettingsConfigDict(env_prefix="AO_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="AO_", extra="ignore", frozen=True, allow_inf_nan=False)
 
     database_url: str = "postgresql+psycopg2://postgres@localhost:5432/autooptimize"
     redis_url: str = "redis://localhost:6379/0"
@@ -53,7 +69,7 @@ class Settings(BaseSettings):
     spark_driver_memory: str = "2g"
     spark_cores: int = Field(default=2, ge=1)
     spark_port: int = Field(default=15002, ge=0, le=65535)
-    # token of a Spark Connect server this service does not start (e.g. `autooptimize spark serve`)
+    # token of a Spark Connect server this service does not start (e.g. `autooptimize spark serve`); not empty
     spark_token: SecretStr | None = None
 
     # tracking: fnmatch patterns of identifiers tracked automatically with default tuning
@@ -70,9 +86,9 @@ class Settings(BaseSettings):
 
     # defaults for newly tracked tables
     default_target_file_size: int = Field(default=128 * MiB, gt=0)
-    default_tolerance: int | None = None  # None: a quarter of the target size
+    default_tolerance: int | None = Field(default=None, gt=0)  # None: a quarter of the target size
 
-    # Flower basic auth; generated into AO_HOME when unset
+    # Flower basic auth; the password is generated into AO_HOME when unset, and may not be empty
     flower_user: str = "admin"
     flower_password: SecretStr | None = None
     flower_port: int = Field(default=5555, ge=1, le=65535)
@@ -124,10 +140,12 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _postgres_only(cls, value: str) -> str:
-        if not value.startswith(("postgresql://", "postgresql+psycopg2://", "postgres://")):
-            raise ValueError(
-                "must be a PostgreSQL URL such as postgresql+psycopg2://user@host:5432/autooptimize"
-            )
+        example = "postgresql+psycopg2://user@host:5432/autooptimize"
+        parts = _check_url(value, "PostgreSQL", example, ("postgresql", "postgresql+psycopg2", "postgres"))
+        database = unquote(parts.path.lstrip("/"))
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]{0,62}", database):
+            raise ValueError(f"names database {database!r}; use letters, digits, '_' or '-' (at most 63), as in "
+                             f"{example}")
         if value.startswith("postgres://"):
             value = "postgresql+psycopg2://" + value[len("postgres://"):]
         elif value.startswith("postgresql://"):
@@ -137,15 +155,78 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_only(cls, value: str) -> str:
-        if urlsplit(value).scheme not in ("redis", "rediss"):
-            raise ValueError("must be a Redis URL such as redis://localhost:6379/0")
+        example = "redis://localhost:6379/0 or redis://:<password>@host:6379/0"
+        parts = _check_url(value, "Redis", example, ("redis", "rediss"))
+        db = parts.path.lstrip("/") or parse_qs(parts.query).get("db", ["0"])[0]
+        if not re.fullmatch(r"\d{1,5}", db):
+            raise ValueError(f"names database {db!r}; a Redis database is a number such as 0, as in {example}")
         return value
 
     @field_validator("spark_remote")
     @classmethod
     def _spark_remote(cls, value: str) -> str:
-        if value != "local" and not value.startswith("sc://"):
-            raise ValueError("must be 'local' or a Spark Connect URL such as sc://host:15002/;token=...")
+        if value == "local":
+            return value
+        example = "'local' or a Spark Connect URL such as sc://host:15002"
+        if not value.startswith("sc://"):
+            raise ValueError(f"must be {example}")
+        if not urlsplit(value).hostname:
+            raise ValueError(f"names no host; use {example}")
+        _check_url(value, "Spark Connect", "sc://host:15002", ("sc",))
+        if re.search(r";token=(;|$)", value):
+            raise ValueError("has an empty token; give the server's token, or leave it out and set AO_SPARK_TOKEN")
+        return value
+
+    @field_validator("spark_token", "flower_password")
+    @classmethod
+    def _secret(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if value is None:
+            return value
+        secret = value.get_secret_value()
+        name = f"AO_{str(info.field_name).upper()}"
+        if not secret.strip():
+            raise ValueError(f"is empty; set it to a long random value (e.g. the output of "
+                             f"`python -c 'import secrets; print(secrets.token_urlsafe(24))'`) or unset {name}")
+        if _CONTROL.search(secret) or secret != secret.strip() or ";" in secret:
+            raise ValueError("holds whitespace, ';' or control characters; use letters, digits and punctuation")
+        return value
+
+    @field_validator("flower_user")
+    @classmethod
+    def _flower_user(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.@\-]{1,64}", value):
+            raise ValueError("must be a user name of 1 to 64 letters, digits, '_', '.', '@' or '-' (no ':')")
+        return value
+
+    @field_validator("flower_address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if not _HOST.match(value if ":" not in value else f"[{value}]"):
+            raise ValueError("must be a host name or IP address to listen on, such as 127.0.0.1 or 0.0.0.0")
+        return value
+
+    @field_validator("spark_driver_memory")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        if not re.fullmatch(r"[1-9]\d{0,6}[kmgt]", value, re.IGNORECASE):
+            raise ValueError("must be a JVM memory size such as 512m, 2g or 8g")
+        return value
+
+    @field_validator("home", "buffer_root", "buffer_watch_root")
+    @classmethod
+    def _path(cls, value: Path | None) -> Path | None:
+        if value is not None and (not str(value).strip() or _CONTROL.search(str(value))):
+            raise ValueError("must be a directory path without control characters, such as ~/.autooptimize")
+        return value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _bounded(cls, value: Any, info: ValidationInfo) -> Any:
+        # an integer stored in PostgreSQL or handed to sleep() or Redis must fit there
+        if isinstance(value, int) and not isinstance(value, bool):
+            limit = MAX_BYTES if info.field_name in _SIZE_FIELDS else MAX_INT
+            if value > limit:
+                raise ValueError(f"must be at most {limit}")
         return value
 
     @field_validator("catalog")
@@ -174,15 +255,26 @@ class Settings(BaseSettings):
     def auto_track_patterns(self) -> tuple[str, ...]:
         return tuple(p.strip() for p in self.auto_track.split(",") if p.strip())
 
-    @field_validator("default_target_file_size", mode="before")
+    @field_validator(*_SIZE_FIELDS, mode="before")
     @classmethod
-    def _size(cls, value: object) -> object:
-        return parse_size(value, "AO_DEFAULT_TARGET_FILE_SIZE") if isinstance(value, str) else value
+    def _size(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        name = f"AO_{str(info.field_name).upper()}"
+        try:
+            return parse_size(value, name)
+        except InvalidArgument as exc:  # load_settings names the variable
+            raise ValueError(str(exc).removeprefix(f"{name}=")) from None
 
-    @field_validator("buffer_min_bytes", "buffer_max_bytes", "max_group_bytes", mode="before")
-    @classmethod
-    def _buffer_size(cls, value: object, info: ValidationInfo) -> object:
-        return parse_size(value, f"AO_{str(info.field_name).upper()}") if isinstance(value, str) else value
+    def model_post_init(self, context: Any, /) -> None:
+        remember_secrets(self.secret_values())
+
+    def secret_values(self) -> list[str]:
+        """Every secret these settings hold: the URLs' passwords, the Spark token, the Flower password."""
+        found = [urlsplit(url).password for url in (self.database_url, self.redis_url)]
+        found += [s.get_secret_value() for s in (self.spark_token, self.flower_password) if s is not None]
+        found += re.findall(r"token=([^;&]+)", self.spark_remote)
+        return [s for s in found if s]
 
     @field_validator("priority_classes", mode="before")
     @classmethod
@@ -240,7 +332,7 @@ class Settings(BaseSettings):
 
     def redacted_database_url(self) -> str:
         """The database URL with any password masked, for messages and logs."""
-        return redact_url(self.database_url)
+        return redact(self.database_url)
 
 
 def parse_weights(value: str) -> dict[str, float]:
@@ -264,12 +356,6 @@ def parse_weights(value: str) -> dict[str, float]:
     return weights
 
 
-def redact_url(url: str) -> str:
-    """Mask the password of a URL and any ``token=`` parameter."""
-    url = re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
-    return re.sub(r"(token=)[^;&]*", r"\1***", url)
-
-
 def load_settings() -> Settings:
     """Build Settings from the environment; a bad value raises ConfigError naming the variable."""
     try:
@@ -278,10 +364,14 @@ def load_settings() -> Settings:
         problems = []
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"]) or "?"
-            problems.append(f"AO_{field.upper()}: {err['msg']}")
-        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+            message = err["msg"].removeprefix("Value error, ")
+            given = err.get("input")
+            shown = "" if field in _SECRET_FIELDS or not isinstance(given, str) or repr(given) in message else (
+                f" (got {given!r})")
+            problems.append(f"AO_{field.upper()}: {message}{shown}")
+        raise ConfigError(redact("invalid configuration: " + "; ".join(problems))) from None
     except SettingsError as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from None
+        raise ConfigError(redact(f"invalid configuration: {exc}")) from None
 
 
 @functools.lru_cache(maxsize=1)

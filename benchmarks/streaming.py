@@ -100,8 +100,9 @@ from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
-from autooptimize.config import MiB, Settings, parse_size
+from autooptimize.config import Settings
 from autooptimize.domain.policy import DEFAULT_SETTLE_SECONDS
+from autooptimize.domain.sizes import MiB, parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
 from benchmarks.trace import (
     Commit,

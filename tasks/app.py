@@ -9,10 +9,14 @@ from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from autooptimize.config import get_settings
+from autooptimize.redact import install_log_redaction
 from tasks.routing import CONTROL_QUEUE, queues
 
 
 def make_app() -> Celery:
+    # Workers started as `celery -A tasks.app worker` (autooptimize up does) log through Celery's own
+    # handlers: every record is redacted, whoever formats it.
+    install_log_redaction()
     settings = get_settings()
     app = Celery("autooptimize", broker=settings.redis_url, include=["tasks.actions", "tasks.control", "tasks.buffer"])
     app.conf.update(

@@ -11,8 +11,9 @@ from typing import Any
 
 import redis
 
-from autooptimize.config import Settings, redact_url
+from autooptimize.config import Settings
 from autooptimize.errors import ServiceUnavailable
+from autooptimize.redact import redact
 from autooptimize.services.ports import ActionTicket
 from tasks.routing import BUFFER_QUEUE, actor_queue, task_name, task_priority
 from tasks.rpq import LeaseTicket, enqueue_action
@@ -25,7 +26,7 @@ CONSOLIDATION_KEY_TTL = 30
 
 
 def _unreachable(settings: Settings, exc: redis.RedisError) -> ServiceUnavailable:
-    return ServiceUnavailable(f"cannot reach Redis at {redact_url(settings.redis_url)}: {exc}")
+    return ServiceUnavailable(redact(f"cannot reach Redis at {settings.redis_url}: {exc}"))
 
 
 def check_broker(settings: Settings) -> None:
@@ -48,7 +49,7 @@ def _send_action(settings: Settings, kind: str, priority_class: str, *, kwargs: 
         kwargs=kwargs,
         queue=actor_queue(priority_class),
         priority=task_priority(priority_class, settings.priority_classes),
-        kwargsrepr=repr(label),
+        kwargsrepr=redact(repr(label)),  # Flower shows it to whoever logs in
         task_id=task_id,
     )
 
@@ -102,7 +103,8 @@ def send_consolidation(settings: Settings, identifier: str, *, flush: bool = Fal
             return False
         try:
             with _send_lock:
-                app.send_task(CONSOLIDATE_TASK, kwargs={"table": identifier, "flush": flush}, queue=BUFFER_QUEUE)
+                kwargs = {"table": identifier, "flush": flush}
+                app.send_task(CONSOLIDATE_TASK, kwargs=kwargs, kwargsrepr=redact(repr(kwargs)), queue=BUFFER_QUEUE)
         except BaseException:
             client.delete(key)  # not sent: the next landing or tick must be able to ask again
             raise

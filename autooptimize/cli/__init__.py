@@ -1,12 +1,13 @@
 """The ``autooptimize`` command line. Exit codes: 0 done, 1 the action did not succeed, 2 bad input
-(unknown table, malformed partition, invalid option or configuration), 3 a service is unreachable,
-4 timed out waiting."""
+(unknown table, malformed partition, invalid option, argument or configuration; nothing was changed),
+3 a service is unreachable, 4 timed out waiting. Whatever it prints and logs is redacted
+(:mod:`autooptimize.redact`)."""
 
 from __future__ import annotations
 
 import sys
 
-from autooptimize.cli.common import current_settings
+from autooptimize.cli.common import current_settings, redacted_output
 from autooptimize.cli.parser import build_parser
 from autooptimize.errors import (
     ActionNotFound,
@@ -16,13 +17,23 @@ from autooptimize.errors import (
     ServiceUnavailable,
     TableNotFound,
 )
+from autooptimize.redact import install_log_redaction
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code (see the module docstring), never a traceback for our errors."""
-    args = build_parser().parse_args(argv)
+    install_log_redaction()
+    with redacted_output():
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # argparse has printed the usage and why: 2 for bad input, 0 for --help
+            return exc.code if isinstance(exc.code, int) else 2
+        return _run(args)
+
+
+def _run(args: object) -> int:
     try:
-        return int(args.func(args) or 0)
+        return int(args.func(args) or 0)  # type: ignore[attr-defined]
     except (InvalidArgument, TableNotFound, ConfigError, ActionNotFound) as exc:
         print(f"autooptimize: error: {exc}", file=sys.stderr)
         return 2
@@ -38,9 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         from sqlalchemy.exc import OperationalError
 
         if isinstance(exc, OperationalError):
-            from autooptimize.config import redact_url
-
-            url = redact_url(current_settings().database_url)
+            url = current_settings().database_url
             print(f"autooptimize: error: cannot reach PostgreSQL at {url}: {str(exc.orig).strip()}", file=sys.stderr)
             return 3
         raise

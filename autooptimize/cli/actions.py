@@ -20,7 +20,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         "target_file_size": args.target_size, "tolerance": args.tolerance, "min_input_files": args.min_input_files,
         "priority_class": args.priority, "weight": args.weight, "sort_order": args.sort_order,
         "allowed_actions": args.allowed_actions, "max_bytes_per_action": args.max_bytes_per_action,
-        "min_interval_seconds": args.min_interval,
+        "min_interval_seconds": args.min_interval, "allow": args.allow, "disallow": args.disallow,
     }
     result = track(args.table, settings=current_settings(), **{k: v for k, v in tuning.items() if v is not None})
     print_result(result, args.json)
@@ -31,11 +31,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from autooptimize.api import optimize
 
     options: dict[str, str] = {}
-    for item in args.option or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InvalidArgument(f"--option {item!r} must look like name=value")
-        options[key.strip().replace("-", "_")] = value.strip()
+    for key, value in args.option or []:
+        if key in options:
+            raise InvalidArgument(f"--option {key} is given twice ({options[key]!r} and {value!r}); give it once")
+        options[key] = value
     handle = optimize(args.table, partition=args.partition, action=args.action, priority=args.priority,
                       dry_run=args.dry_run, target_file_size=args.target_size, options=options,
                       settings=current_settings())
@@ -143,18 +142,16 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from autooptimize.iceberg.catalog import load_table
     from autooptimize.iceberg.files import parse_partition
     from autooptimize.services.observe.scan import scan_table
-    from autooptimize.services.tracking import ensure_tracked
 
     settings = current_settings()
-    key = None
-    if args.partition:
-        key = parse_partition(load_table(settings, args.table), args.partition).key
-    ensure_tracked(settings, args.table)
-    report = scan_table(settings, args.table, key, reason="requested")
-    import dataclasses
+    table = load_table(settings, args.table)
+    key = parse_partition(table, args.partition).key if args.partition else None
+    report = scan_table(settings, args.table, key, reason="requested")  # a table that is not tracked: exit 2
 
     print_result(dataclasses.asdict(report), args.json)
     return 0
@@ -162,7 +159,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from autooptimize.demo import run_demo
+    from autooptimize.services.tracking import size_arg
 
+    size_arg("target_file_size", args.target_size)  # before the demo writes its table
     result = run_demo(current_settings(), files=args.files, partitions=args.partitions, target_size=args.target_size,
                       as_json=args.json)
     ok = (result["files_after"] * 4 <= result["files_before"] and result["rows_after"] == result["rows_before"]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autooptimize.cli.arguments import seconds
 from autooptimize.cli.common import current_settings
 from autooptimize.errors import InvalidArgument
 from tasks.send import CeleryDispatch
@@ -140,7 +141,7 @@ def add_commands(sub: Any) -> None:
     fl.add_argument("table")
     fl.add_argument("--wait", action="store_true",
                     help="consolidate in this process and wait for the commit (needs Spark Connect)")
-    fl.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a running consolidation")
+    fl.add_argument("--timeout", type=seconds, default=600.0, help="seconds to wait for a running consolidation")
     fl.add_argument("--json", action="store_true")
     fl.set_defaults(func=cmd_flush)
 
@@ -161,6 +162,6 @@ def add_commands(sub: Any) -> None:
 
     wa = bsub.add_parser("watch", help="land settled files dropped in <root>/<namespace.table>/")
     wa.add_argument("--root", help="default AO_BUFFER_WATCH_ROOT")
-    wa.add_argument("--interval", type=float, default=2.0)
+    wa.add_argument("--interval", type=seconds, default=2.0)
     wa.add_argument("--once", action="store_true")
     wa.set_defaults(func=cmd_watch)

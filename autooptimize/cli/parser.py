@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from autooptimize.cli import actions, buffer, up
+from autooptimize.cli.arguments import count, kinds, log_level, node_name, option, seconds
 
 DESCRIPTION = "The ``autooptimize`` command line"
 
@@ -17,20 +18,23 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_sub.add_parser("upgrade", help="create the database if missing and apply migrations")
-    upgrade.add_argument("revision", nargs="?", default="head")
+    upgrade.add_argument("revision", nargs="?", default="head", help="head (default) or a migration id")
     upgrade.set_defaults(func=up.cmd_db)
 
     tr = sub.add_parser("track", help="track a table, or change its tuning")
     tr.add_argument("table")
     tr.add_argument("--target-size", help="target file size, e.g. 128MiB")
     tr.add_argument("--tolerance", help="tolerated RMS file-size error, e.g. 32MiB")
-    tr.add_argument("--min-input-files", type=int)
+    tr.add_argument("--min-input-files", type=count(2))
     tr.add_argument("--priority", help="priority class, e.g. high|normal|low")
-    tr.add_argument("--weight", type=int)
+    tr.add_argument("--weight", type=count(1))
     tr.add_argument("--sort-order", help="comma-separated columns")
-    tr.add_argument("--allowed-actions", help="comma-separated actions, e.g. merge")
+    tr.add_argument("--allowed-actions", type=kinds, help="the allowed actions, comma-separated (replaces them)")
+    tr.add_argument("--allow", type=kinds, metavar="KINDS",
+                    help="also allow these actions, e.g. expire_snapshots,remove_orphans (off by default)")
+    tr.add_argument("--disallow", type=kinds, metavar="KINDS", help="no longer allow these actions")
     tr.add_argument("--max-bytes-per-action")
-    tr.add_argument("--min-interval", type=int, help="seconds between actions on one partition")
+    tr.add_argument("--min-interval", type=count(0), help="seconds between actions on one partition")
     tr.add_argument("--json", action="store_true")
     tr.set_defaults(func=actions.cmd_track)
 
@@ -38,13 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("table")
     op.add_argument("--partition", help="col=value[,col2=value2]; default: every partition")
     op.add_argument("--action", default="merge", help="merge (default) or another action kind")
-    op.add_argument("--option", action="append", metavar="NAME=VALUE",
+    op.add_argument("--option", action="append", type=option, metavar="NAME=VALUE",
                     help="an option of the action kind (repeatable), e.g. --option min-age=3d")
     op.add_argument("--priority")
     op.add_argument("--target-size", help="override the table's target file size for this action")
-    op.add_argument("--dry-run", action="store_true", help="plan only; change nothing")
+    op.add_argument("--dry-run", action="store_true", help="plan only; change and record nothing (not even tracking)")
     op.add_argument("--wait", action="store_true", help="wait for the outcome")
-    op.add_argument("--timeout", type=float, default=3600.0)
+    op.add_argument("--timeout", type=seconds, default=3600.0, help="seconds --wait waits (default 3600)")
     op.add_argument("--json", action="store_true")
     op.set_defaults(func=actions.cmd_optimize)
 
@@ -56,13 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     wk = sub.add_parser("worker", help="run a Celery worker (actors and control)")
     wk.add_argument("--queues", help="comma-separated queues; default: control and every actor queue")
-    wk.add_argument("--concurrency", type=int)
-    wk.add_argument("--loglevel", default="INFO")
-    wk.add_argument("--name", default=None)
+    wk.add_argument("--concurrency", type=count(1, 1024))
+    wk.add_argument("--loglevel", type=log_level, default="INFO")
+    wk.add_argument("--name", type=node_name, default=None)
     wk.set_defaults(func=up.cmd_worker)
 
     upp = sub.add_parser("up", help="run the whole service on this machine until Ctrl-C or SIGTERM")
-    upp.add_argument("--workers", type=int, default=1)
+    upp.add_argument("--workers", type=count(1, 256), default=1)
     upp.add_argument("--no-flower", action="store_true")
     upp.add_argument("--no-beat", action="store_true")
     upp.set_defaults(func=up.cmd_up)
@@ -85,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     wi.set_defaults(func=actions.cmd_whatif)
 
     ls = sub.add_parser("listener", help="watch tracked tables' snapshots and keep partition entropy current")
-    ls.add_argument("--interval", type=float, default=1.0)
-    ls.add_argument("--workers", type=int, default=4)
+    ls.add_argument("--interval", type=seconds, default=1.0)
+    ls.add_argument("--workers", type=count(1, 256), default=4)
     ls.add_argument("--once", action="store_true")
     ls.set_defaults(func=up.cmd_listener)
 
@@ -94,22 +98,22 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--rebuild-only", action="store_true", help="re-enqueue pending actions from PostgreSQL, exit")
     dp.set_defaults(func=up.cmd_dispatcher)
 
-    sc = sub.add_parser("scan", help="recompute a table's (or a partition's) entropy exactly")
+    sc = sub.add_parser("scan", help="recompute a tracked table's (or a partition's) entropy exactly")
     sc.add_argument("table")
     sc.add_argument("--partition")
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=actions.cmd_scan)
 
     bt = sub.add_parser("beat", help="run the periodic scheduler (Celery beat)")
-    bt.add_argument("--loglevel", default="INFO")
+    bt.add_argument("--loglevel", type=log_level, default="INFO")
     bt.set_defaults(func=up.cmd_beat)
 
     fl = sub.add_parser("flower", help="run Flower with basic auth (AO_FLOWER_USER / AO_FLOWER_PASSWORD)")
     fl.set_defaults(func=up.cmd_flower)
 
     dm = sub.add_parser("demo", help="create a table of small files and watch the service merge them")
-    dm.add_argument("--files", type=int, default=240)
-    dm.add_argument("--partitions", type=int, default=4)
+    dm.add_argument("--files", type=count(1, 100_000), default=240)
+    dm.add_argument("--partitions", type=count(1, 1000), default=4)
     dm.add_argument("--target-size", default="1MiB")
     dm.add_argument("--json", action="store_true")
     dm.set_defaults(func=actions.cmd_demo)

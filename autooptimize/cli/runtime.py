@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from autooptimize.config import Settings
-from autooptimize.errors import InvalidArgument
+from autooptimize.errors import ConfigError, InvalidArgument
 from tasks.routing import all_queue_names
 
 
@@ -33,12 +33,16 @@ def worker_argv(settings: Settings, *, queues: str | None = None, concurrency: i
 
 
 def flower_credentials(settings: Settings) -> tuple[str, str, Path | None]:
-    """User and password for Flower's basic auth: from AO_FLOWER_* or generated once into AO_HOME."""
+    """User and password for Flower's basic auth: from AO_FLOWER_* or generated once into AO_HOME.
+    Never an empty user or password (AO_FLOWER_PASSWORD is refused empty when the settings load)."""
     if settings.flower_password is not None:
         return settings.flower_user, settings.flower_password.get_secret_value(), None
     path = settings.home_dir / "flower-credentials"
     if path.exists():
         user, _, password = path.read_text().strip().partition(":")
+        if not user or not password.strip():
+            raise ConfigError(f"{path} holds no user:password for Flower; delete it to have one generated, "
+                              "or set AO_FLOWER_PASSWORD")
         return user, password, path
     password = secrets.token_urlsafe(18)
     path.parent.mkdir(parents=True, exist_ok=True)

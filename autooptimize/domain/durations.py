@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 
 from autooptimize.errors import InvalidArgument
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
+_DURATION_RE = re.compile(r"\A[ \t]*(\d+(?:\.\d+)?)[ \t]*([smhdw]?)[ \t]*\Z", re.IGNORECASE)
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: The longest duration accepted (about 68 years): it fits PostgreSQL's integer and every timer.
+MAX_SECONDS = 2**31 - 1
 
 
 def parse_duration(value: object, name: str = "duration") -> int:
-    """Whole seconds (≥ 0) from an int or a string such as ``7d``; InvalidArgument naming ``name`` otherwise."""
-    if isinstance(value, bool):
-        raise InvalidArgument(f"{name} must be a duration such as 90m, 36h or 7d (got {value!r})")
+    """Whole seconds (0 to :data:`MAX_SECONDS`) from an int or a string such as ``7d`` (a fraction is
+    rounded down); InvalidArgument naming ``name`` otherwise."""
+    valid = f"a duration such as 90s, 45m, 36h or 7d, at most {MAX_SECONDS} seconds"
+    if isinstance(value, bool) or not isinstance(value, int | str | float):
+        raise InvalidArgument(f"{name} must be {valid} (got {value!r})")
     if isinstance(value, int):
-        if value < 0:
-            raise InvalidArgument(f"{name} must not be negative (got {value!r})")
-        return value
-    match = _DURATION_RE.match(str(value)) if isinstance(value, str | float) else None
-    if match is None:
-        raise InvalidArgument(f"{name} must be a duration such as 90m, 36h or 7d (got {value!r})")
-    return int(float(match.group(1)) * _SECONDS[match.group(2).lower()])
+        seconds = value
+    else:
+        match = _DURATION_RE.match(value if isinstance(value, str) else repr(value))
+        if match is None:
+            raise InvalidArgument(f"{name} must be {valid} (got {value!r})")
+        seconds = math.floor(Fraction(match.group(1)) * _SECONDS[match.group(2).lower()])
+    if seconds < 0:
+        raise InvalidArgument(f"{name} must not be negative; use {valid} (got {value!r})")
+    if seconds > MAX_SECONDS:
+        raise InvalidArgument(f"{name} is too long; use {valid} (got {value!r})")
+    return seconds
 
 
 def format_duration(seconds: int) -> str:

@@ -13,10 +13,11 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.utils.config import Config
 
-from autooptimize.config import Settings, redact_url
+from autooptimize.config import Settings
 from autooptimize.errors import InvalidArgument, ServiceUnavailable, TableNotFound
+from autooptimize.redact import redact
 
-_IDENT_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
+_IDENT_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,127}")  # whole part (fullmatch: no trailing newline)
 _catalogs: dict[tuple[int, str, str, str], Catalog] = {}
 _lock = threading.Lock()
 
@@ -24,7 +25,7 @@ _lock = threading.Lock()
 def parse_identifier(identifier: str) -> tuple[str, ...]:
     """Validate ``namespace.table`` (namespaces may nest: ``a.b.table``) and split it."""
     parts = tuple(identifier.split(".")) if isinstance(identifier, str) else ()
-    if len(parts) < 2 or not all(_IDENT_PART.match(p) for p in parts):
+    if len(parts) < 2 or not all(_IDENT_PART.fullmatch(p) for p in parts):
         raise InvalidArgument(
             f"table {identifier!r} is not a valid identifier; use namespace.table with letters, "
             "digits, '_' or '-' in each part (e.g. analytics.events)"
@@ -58,8 +59,8 @@ def get_catalog(settings: Settings) -> Catalog:
         except Exception as exc:  # pyiceberg raises many unrelated types for "cannot connect"
             raise ServiceUnavailable(
                 f"cannot open catalog {settings.catalog!r} "
-                f"(database {redact_url(settings.database_url)}): {type(exc).__name__}: "
-                f"{redact_url(str(exc)).splitlines()[0] if str(exc) else ''}"
+                f"(database {redact(settings.database_url)}): {type(exc).__name__}: "
+                f"{redact(str(exc)).splitlines()[0] if str(exc) else ''}"
             ) from None
         _catalogs[key] = catalog
         return catalog

@@ -19,22 +19,19 @@ from autooptimize.errors import (
     ActionRefused,
     AutoOptimizeError,
     ConflictAbort,
-    InvalidArgument,
     Retry,
     ServiceUnavailable,
     VerificationFailed,
     WaitTimeout,
 )
-from autooptimize.iceberg.catalog import load_table
-from autooptimize.iceberg.files import parse_partition
-from autooptimize.iceberg.partitions import human_values
 from autooptimize.iceberg.paths import PathRefused
 from autooptimize.services.kinds import KINDS, kind_of
 from autooptimize.services.ports import ActionTicket, Dispatch
 from autooptimize.services.refusals import record_refusals
 from autooptimize.services.rewrite.lifecycle import abandon, committed_outcome, committed_parts
 from autooptimize.services.sizing import learned
-from autooptimize.services.tracking import ACTION_KINDS, ensure_tracked, size_arg
+from autooptimize.services.submission import check_submission
+from autooptimize.services.tracking import ensure_tracked
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.locks import AdvisoryLock
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
@@ -92,7 +89,6 @@ def submit(
     kind: str = "merge",
     priority: str | None = None,
     trigger: Trigger = Trigger.AD_HOC,
-    dry_run: bool = False,
     target_file_size: Any = None,
     dispatch: Dispatch | None = None,
     options: dict[str, Any] | None = None,
@@ -100,73 +96,47 @@ def submit(
     """Record an action and hand it to ``dispatch`` for the actors; returns its id.
 
     Everything is validated (table, partition, kind, priority, sizes, the broker reachable) before anything
-    is written. A queued or running action on the same partition and kind is returned instead of a
-    duplicate. A dry run is planned inline, recorded, and never dispatched. Without ``dispatch`` (None, or
-    False as older callers pass) the action is only recorded, for the caller to execute.
+    is written; an untracked table is then tracked with the default tuning. A queued or running action on
+    the same partition and kind is returned instead of a duplicate. Without ``dispatch`` (None, or False
+    as older callers pass) the action is only recorded, for the caller to execute. A dry run is not an
+    action: see :func:`autooptimize.services.preview.preview`.
     """
     dispatch = dispatch or None
-    if kind not in ACTION_KINDS:
-        raise InvalidArgument(f"action {kind!r} is not supported; valid actions: {', '.join(ACTION_KINDS)}")
-    if priority is not None and priority not in settings.priority_classes:
-        raise InvalidArgument(f"priority {priority!r} is not one of {', '.join(settings.priority_classes)}")
-    target = None if target_file_size is None else size_arg("target_file_size", target_file_size)
-    table = load_table(settings, identifier)
-    action_kind = KINDS[kind]
-    extra = action_kind.validate(table, dict(options or {}))
-    spec_id = key = values = None
-    if partition is not None and action_kind.scope == "table":
-        raise InvalidArgument(f"action {kind!r} works on the whole table; it takes no partition (got {partition!r})")
-    if partition is not None:
-        ref = resolve_partition(table, partition)
-        spec_id, key = ref.spec_id, ref.key
-        values = dict(human_values(table.specs()[ref.spec_id], table.schema(), ref))
-    if dispatch is not None and not dry_run:
+    checked = check_submission(settings, identifier, partition=partition, kind=kind, priority=priority,
+                               target_file_size=target_file_size, options=options)
+    spec_id, key = checked.spec_id, checked.partition_key
+    if dispatch is not None:
         dispatch.check()
     table_id = ensure_tracked(settings, identifier)
     with session_scope(settings) as session:
         tracked = session.get(TrackedTable, table_id)
         assert tracked is not None
-        if not dry_run:
-            existing = active_action(session, table_id, spec_id, key, kind)
-            if existing is not None:
-                audit(session, "action.deduplicated", action_id=existing.id, table_id=table_id, trigger=trigger.value)
-                return existing.id
+        existing = active_action(session, table_id, spec_id, key, kind)
+        if existing is not None:
+            audit(session, "action.deduplicated", action_id=existing.id, table_id=table_id, trigger=trigger.value)
+            return existing.id
         action = Action(
             id=str(uuid.uuid4()),
             table_id=table_id,
             spec_id=spec_id,
             partition_key=key,
-            partition_values=values,
+            partition_values=checked.partition_values,
             kind=kind,
             trigger=trigger.value,
             priority_class=priority or default_priority(settings, tracked.priority_class, trigger),
             state=ActionState.QUEUED.value,
-            options={**extra, "target_file_size": target, "dry_run": dry_run},
+            options={**checked.options, "target_file_size": checked.target_file_size, "dry_run": False},
             attempts=0,
             timings={},
         )
         session.add(action)
         session.flush()
         audit(session, "action.submitted", action_id=action.id, table_id=table_id, table=identifier,
-              partition=key, kind=kind, trigger=trigger.value, priority=action.priority_class, dry_run=dry_run)
+              partition=key, kind=kind, trigger=trigger.value, priority=action.priority_class, dry_run=False)
         action_id, priority_class = action.id, action.priority_class
-    if dry_run:
-        execute(settings, action_id, spark=None)
-    elif dispatch is not None:
+    if dispatch is not None:
         dispatch.action(ActionTicket(action_id, identifier, key, kind, priority_class))
     return action_id
-
-
-def resolve_partition(table: Any, partition: str | PartitionRef) -> PartitionRef:
-    """A partition named by a person (``ts_hour=2024-06-01-12``, in the table's current spec) or handed
-    over inside the service (a PartitionRef of any of the table's specs); InvalidArgument otherwise."""
-    if isinstance(partition, PartitionRef):
-        spec = table.specs().get(partition.spec_id)
-        if spec is None or len(spec.fields) != len(partition.values) or not spec.fields:
-            raise InvalidArgument(f"partition {partition.key!r} does not fit partition spec {partition.spec_id} of "
-                                  f"table {'.'.join(table.name())}")
-        return partition
-    return parse_partition(table, partition)
 
 
 def default_priority(settings: Settings, table_class: str, trigger: Trigger) -> str:
@@ -204,31 +174,7 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
             action.attempts += 1
             action.started_at = action.started_at or now()
             audit(session, "action.started", action_id=action_id, table_id=action.table_id, attempt=action.attempts)
-            options = dict(action.options or {})
-            request = MergeRequest(
-                action_id=action_id,
-                identifier=identifier,
-                spec_id=action.spec_id,
-                partition_key=action.partition_key,
-                target_file_size=options.get("target_file_size") or tracked.target_file_size,
-                tolerance=min(tracked.tolerance, options.get("target_file_size") or tracked.target_file_size),
-                min_input_files=tracked.min_input_files,
-                max_bytes=tracked.max_bytes_per_action,
-                checkpoint=action.checkpoint,
-                dry_run=bool(options.get("dry_run")),
-                kind=action.kind,
-                sort_order=tracked.sort_order,
-                options=options,
-                max_group_bytes=settings.max_group_bytes,
-                concurrency=settings.rewrite_concurrency,
-                # someone asked for this one: merge what needs it now; automatic merges follow the policy
-                policy=str(options.get("policy") or ("binpack" if action.trigger == Trigger.AD_HOC.value
-                                                     else settings.merge_policy)),
-                settle_seconds=settings.settle_seconds,
-                fan_in=settings.merge_fan_in,
-            )
-        if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
-            request = dataclasses.replace(request, sizing=learned(settings, identifier))
+        request = action_request(settings, action, tracked)
         kind = kind_of(request.kind)
         if kind is None:
             return _finish(settings, action_id, ActionState.REFUSED, reason="unknown_kind",
@@ -276,6 +222,49 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
             return _give_up(settings, request, f"{type(exc).__name__}: {exc}")
         outcome.timings["wall"] = time.monotonic() - started
         return _finish(settings, action_id, ActionState(outcome.state), reason=outcome.reason, outcome=outcome)
+
+
+def action_request(settings: Settings, action: Action, tracked: TrackedTable) -> MergeRequest:
+    """What the kind's runner is handed for ``action`` of ``tracked`` (stored rows, or unsaved ones for a
+    preview); a partition's rewrite also gets the output sizing the table's rewrites measured."""
+    options = dict(action.options or {})
+    target = options.get("target_file_size") or tracked.target_file_size
+    request = MergeRequest(
+        action_id=action.id,
+        identifier=tracked.identifier,
+        spec_id=action.spec_id,
+        partition_key=action.partition_key,
+        target_file_size=target,
+        tolerance=min(tracked.tolerance, target),
+        min_input_files=tracked.min_input_files,
+        max_bytes=tracked.max_bytes_per_action,
+        checkpoint=action.checkpoint,
+        dry_run=bool(options.get("dry_run")),
+        kind=action.kind,
+        sort_order=tracked.sort_order,
+        options=options,
+        max_group_bytes=settings.max_group_bytes,
+        concurrency=settings.rewrite_concurrency,
+        # someone asked for this one: merge what needs it now; automatic merges follow the policy
+        policy=str(options.get("policy") or ("binpack" if action.trigger == Trigger.AD_HOC.value
+                                             else settings.merge_policy)),
+        settle_seconds=settings.settle_seconds,
+        fan_in=settings.merge_fan_in,
+    )
+    if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
+        request = dataclasses.replace(request, sizing=learned(settings, tracked.identifier))
+    return request
+
+
+def record_outcome(action: Action, outcome: MergeOutcome) -> None:
+    """Copy what an outcome measured onto its action."""
+    for name in ("base_snapshot_id", "files_in", "files_out", "bytes_in", "bytes_out", "rows_in",
+                 "rows_out", "checksum_in", "checksum_out", "mse_before", "mse_after", "plan"):
+        setattr(action, name, getattr(outcome, name))
+    action.committed_snapshot_id = outcome.committed_snapshot_id
+    action.timings = {k: round(v, 3) for k, v in outcome.timings.items()}
+    if outcome.checkpoint is not None:
+        action.checkpoint = outcome.checkpoint
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -350,13 +339,7 @@ def _finish(
         assert action is not None
         tracked = session.get(TrackedTable, action.table_id)
         if outcome is not None:
-            for name in ("base_snapshot_id", "files_in", "files_out", "bytes_in", "bytes_out", "rows_in",
-                         "rows_out", "checksum_in", "checksum_out", "mse_before", "mse_after", "plan"):
-                setattr(action, name, getattr(outcome, name))
-            action.committed_snapshot_id = outcome.committed_snapshot_id
-            action.timings = {k: round(v, 3) for k, v in outcome.timings.items()}
-            if outcome.checkpoint is not None:
-                action.checkpoint = outcome.checkpoint
+            record_outcome(action, outcome)
         action.state = state.value
         action.reason = reason
         action.error = error

@@ -1,4 +1,5 @@
-"""Explain: what optimize would do to each partition now, and why, without changing anything."""
+"""Explain: what optimize would do to each partition now, and why, without changing anything (an
+untracked table is explained with the tuning tracking would give it, and stays untracked)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import parse_partition
 from autooptimize.services.choose import choose, planning_request
 from autooptimize.services.rewrite.merge import calibrated, plan_to_dict, select_partitions
-from autooptimize.services.tracking import ACTION_KINDS, size_arg, tuning_of
+from autooptimize.services.tracking import DEFAULT_ACTIONS, size_arg, tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
 
@@ -30,18 +31,18 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     way, on the same deterministic sample, so it shows the groups the action will replace; the sample
     is written under a directory of its own and removed. Without it the plan is on raw bytes and
     ``sizing.source`` says ``none``."""
+    target_override = size_arg("target_file_size", target_file_size) if target_file_size is not None else None
     table = load_table(settings, identifier)
     key = parse_partition(table, partition).key if partition is not None else None
     with session_scope(settings) as session:
-        row = tracked_table(session, settings.catalog, identifier)
-        tuning = tuning_of(row) if row is not None else None
+        tracked = tracked_table(session, settings.catalog, identifier)
+        tuning = tuning_of(tracked) if tracked is not None else None
     request = planning_request(
         settings, identifier, tuning, spec_id=table.spec().spec_id if key is not None else None,
-        partition_key=key,
-        target_file_size=size_arg("target_file_size", target_file_size) if target_file_size is not None else None,
+        partition_key=key, target_file_size=target_override,
     )
     target, tolerance = request.target_file_size, request.tolerance
-    allowed = frozenset(tuning.allowed_actions if tuning else ACTION_KINDS)
+    allowed = frozenset(tuning.allowed_actions if tuning else DEFAULT_ACTIONS)
     partitions = select_partitions(table, request.spec_id, key)
     if request.sizing.bytes_per_row is None and spark is not None:
         probe = dataclasses.replace(request, action_id=f"explain-{uuid.uuid4().hex[:12]}")
@@ -80,14 +81,15 @@ def whatif(settings: Settings, identifier: str, target_sizes: list[Any], toleran
     from autooptimize.errors import InvalidArgument
 
     if not target_sizes:
-        raise InvalidArgument("whatif needs at least one --target-size")
+        raise InvalidArgument("whatif needs at least one target size (--target-size 64MiB,128MiB)")
+    targets = [size_arg("target_file_size", t) for t in target_sizes]
+    given = [None if t is None else size_arg("tolerance", t) for t in tolerances or [None]]
     table = load_table(settings, identifier)
     partitions = [pf for pf in select_partitions(table, None, None)]
     results = []
-    for raw_target in target_sizes:
-        target = size_arg("target_file_size", raw_target)
-        for raw_tol in tolerances or [None]:
-            tolerance = target // 4 if raw_tol is None else size_arg("tolerance", raw_tol)
+    for target in targets:
+        for tol in given:
+            tolerance = target // 4 if tol is None else tol
             files_before = files_after = rewritten = replaced = 0
             before, after = EntropyStats.empty(), EntropyStats.empty()
             for pf in partitions:

@@ -1,12 +1,21 @@
-"""Tracking a table: validated per-table tuning stored in PostgreSQL."""
+"""Tracking a table: validated per-table tuning stored in PostgreSQL.
+
+A table is tracked only when someone asks (``track``, an action submitted for it, or AO_AUTO_TRACK);
+reading it (status, explain, scan, a dry run) never tracks it. The actions a tracked table allows
+start at :data:`DEFAULT_ACTIONS`: the rewrites and the manifest rewrite, which keep every snapshot and
+file. The destructive hygiene (:data:`DESTRUCTIVE_ACTIONS`: expiring snapshots, removing orphan files)
+is off until allowed per table (``track T --allow expire_snapshots,remove_orphans``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from autooptimize.config import Settings, parse_size
-from autooptimize.errors import ConfigError, InvalidArgument
+from autooptimize.config import Settings
+from autooptimize.domain.checks import bounded_int
+from autooptimize.domain.sizes import parse_size
+from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.services.kinds import KINDS
 from autooptimize.storage.db import session_scope
@@ -14,10 +23,16 @@ from autooptimize.storage.models import TrackedTable
 from autooptimize.storage.repositories import audit, tracked_table
 
 ACTION_KINDS = tuple(KINDS)
+#: Hygiene that deletes: expired snapshots can no longer be read, removed files are gone.
+DESTRUCTIVE_ACTIONS = ("expire_snapshots", "remove_orphans")
+#: What a newly tracked table allows: every kind but the destructive ones.
+DEFAULT_ACTIONS = tuple(k for k in ACTION_KINDS if k not in DESTRUCTIVE_ACTIONS)
 TUNING_FIELDS = (
     "target_file_size", "tolerance", "min_input_files", "priority_class", "weight", "sort_order",
     "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",
 )
+#: Changes to the allowed actions relative to what the table allows now (``track --allow/--disallow``).
+RELATIVE_FIELDS = ("allow", "disallow")
 
 
 @dataclass(frozen=True)
@@ -41,32 +56,46 @@ class TableTuning:
 
 def size_arg(name: str, value: Any) -> int:
     """A positive size from an int or a string like ``64MiB``; InvalidArgument otherwise."""
-    try:
-        size = parse_size(value, name)
-    except ConfigError as exc:
-        raise InvalidArgument(str(exc)) from None
+    size = parse_size(value, name)
     if size <= 0:
         raise InvalidArgument(f"{name} must be a positive size such as 128MiB (got {value!r})")
     return size
 
 
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise InvalidArgument(f"{name} must be an integer ≥ {minimum} (got {value!r})")
-    try:
-        number = int(value)
-    except ValueError:
-        raise InvalidArgument(f"{name} must be an integer ≥ {minimum} (got {value!r})") from None
-    if number < minimum:
-        raise InvalidArgument(f"{name} must be an integer ≥ {minimum} (got {value!r})")
-    return number
+def action_list(name: str, value: Any) -> list[str]:
+    """Action kinds from ``"merge,sort"`` or a list; InvalidArgument names an unknown one and the valid."""
+    if isinstance(value, str):
+        value = [a.strip() for a in value.split(",") if a.strip()]
+    if not isinstance(value, list | tuple) or not all(isinstance(a, str) for a in value):
+        raise InvalidArgument(f"{name} must be comma-separated action kinds from {', '.join(ACTION_KINDS)} "
+                              f"(got {value!r})")
+    bad = [a for a in value if a not in ACTION_KINDS]
+    if bad:
+        raise InvalidArgument(f"{name} names {', '.join(map(repr, bad))}; valid: {', '.join(ACTION_KINDS)}")
+    return list(value)
+
+
+def _allowed(merged: dict[str, Any], allow: Any, disallow: Any) -> tuple[str, ...]:
+    actions = action_list("allowed_actions", merged["allowed_actions"])
+    if allow is not None:
+        actions += [a for a in action_list("allow", allow) if a not in actions]
+    if disallow is not None:
+        dropped = set(action_list("disallow", disallow))
+        actions = [a for a in actions if a not in dropped]
+    if not actions:
+        raise InvalidArgument(f"allowed_actions would be empty; allow at least one of {', '.join(ACTION_KINDS)} "
+                              "(to stop all actions on the table, disable it instead)")
+    return tuple(dict.fromkeys(actions))
 
 
 def validate_tuning(settings: Settings, current: TableTuning | None, table: Any, **changes: Any) -> TableTuning:
-    """Merge ``changes`` into ``current`` (or the defaults) and validate every field."""
-    unknown = sorted(set(changes) - set(TUNING_FIELDS))
+    """Merge ``changes`` into ``current`` (or the defaults) and validate every field. ``allow`` and
+    ``disallow`` add action kinds to, or remove them from, the allowed ones (after ``allowed_actions``)."""
+    unknown = sorted(set(changes) - set(TUNING_FIELDS) - set(RELATIVE_FIELDS))
     if unknown:
-        raise InvalidArgument(f"unknown tuning option(s) {', '.join(unknown)}; valid: {', '.join(TUNING_FIELDS)}")
+        raise InvalidArgument(f"unknown tuning option(s) {', '.join(unknown)}; valid: "
+                              f"{', '.join(TUNING_FIELDS + RELATIVE_FIELDS)}")
+    allow, disallow = changes.pop("allow", None), changes.pop("disallow", None)
     base = current.as_dict() if current else {
         "target_file_size": settings.default_target_file_size,
         "tolerance": None,
@@ -74,7 +103,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         "priority_class": "normal" if "normal" in settings.priority_classes else settings.priority_classes[0],
         "weight": 1,
         "sort_order": None,
-        "allowed_actions": list(ACTION_KINDS),
+        "allowed_actions": list(DEFAULT_ACTIONS),
         "max_bytes_per_action": None,
         "min_interval_seconds": 0,
         "enabled": True,
@@ -86,17 +115,16 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
     if tolerance > target:
         raise InvalidArgument(f"tolerance ({tolerance} bytes) must not exceed target_file_size ({target} bytes)")
     priority = merged["priority_class"]
-    if priority not in settings.priority_classes:
+    if not isinstance(priority, str) or priority not in settings.priority_classes:
         raise InvalidArgument(
             f"priority_class {priority!r} is not one of {', '.join(settings.priority_classes)}"
         )
-    actions = merged["allowed_actions"]
-    if isinstance(actions, str):
-        actions = [a.strip() for a in actions.split(",") if a.strip()]
-    bad = [a for a in actions if a not in ACTION_KINDS]
-    if bad or not actions:
-        raise InvalidArgument(f"allowed_actions {actions!r} must be a non-empty subset of {', '.join(ACTION_KINDS)}")
+    actions = _allowed(merged, allow, disallow)
     sort_order = merged["sort_order"]
+    if sort_order is not None and not isinstance(sort_order, str):
+        raise InvalidArgument(f"sort_order must be comma-separated column names (got {sort_order!r})")
+    if not isinstance(merged["enabled"], bool):
+        raise InvalidArgument(f"enabled must be true or false (got {merged['enabled']!r})")
     if sort_order:
         from autooptimize.services.sort import parse_sort_order
 
@@ -105,14 +133,14 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
     return TableTuning(
         target_file_size=target,
         tolerance=tolerance,
-        min_input_files=_positive_int("min_input_files", merged["min_input_files"], 2),
+        min_input_files=bounded_int("min_input_files", merged["min_input_files"], 2),
         priority_class=priority,
-        weight=_positive_int("weight", merged["weight"]),
+        weight=bounded_int("weight", merged["weight"], 1),
         sort_order=sort_order or None,
-        allowed_actions=tuple(actions),
+        allowed_actions=actions,
         max_bytes_per_action=None if max_bytes is None else size_arg("max_bytes_per_action", max_bytes),
-        min_interval_seconds=_positive_int("min_interval_seconds", merged["min_interval_seconds"], 0),
-        enabled=bool(merged["enabled"]),
+        min_interval_seconds=bounded_int("min_interval_seconds", merged["min_interval_seconds"], 0),
+        enabled=merged["enabled"],
     )
 
 

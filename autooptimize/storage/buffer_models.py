@@ -19,9 +19,10 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column, validates
 from sqlalchemy.types import TIMESTAMP
 
+from autooptimize.redact import redact
 from autooptimize.storage.models import Base, CatalogTableKey
 
 
@@ -77,6 +78,10 @@ class BufferFile(Base):
     batch_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
+    @validates("reason")
+    def _masked(self, _key: str, value: str | None) -> str | None:
+        return redact(value) if value else value
+
 
 class BufferBatch(Base):
     """One consolidation: its id goes into the append snapshot's summary (``autooptimize.batch-id``)."""
@@ -103,4 +108,8 @@ class BufferBatch(Base):
     timings: Mapped[dict[str, float]] = mapped_column(JSONB, default=dict)
     created_at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True), server_default=func.now())
     committed_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
+
+    @validates("error")
+    def _masked(self, _key: str, value: str | None) -> str | None:
+        return redact(value) if value else value
     finished_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)

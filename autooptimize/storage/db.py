@@ -14,8 +14,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from autooptimize.config import Settings, redact_url
-from autooptimize.errors import ConfigError, ServiceUnavailable
+from autooptimize.config import Settings
+from autooptimize.errors import ConfigError, InvalidArgument, ServiceUnavailable
+from autooptimize.redact import redact
 
 _engines: dict[tuple[int, str], Engine] = {}
 
@@ -70,7 +71,7 @@ def ensure_database(settings: Settings) -> None:
                 conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
     except OperationalError as exc:
         raise ServiceUnavailable(
-            f"cannot reach PostgreSQL at {redact_url(settings.database_url)}: {exc.orig}".strip()
+            f"cannot reach PostgreSQL at {redact(settings.database_url)}: {exc.orig}".strip()
         ) from None
     finally:
         admin.dispose()
@@ -87,12 +88,28 @@ def alembic_config(settings: Settings):  # type: ignore[no-untyped-def]
     return cfg
 
 
-def upgrade(settings: Settings, revision: str = "head") -> None:
-    """Create the database if missing and apply migrations up to ``revision``."""
-    from alembic import command
+def known_revisions(settings: Settings) -> list[str]:
+    """The migration revisions ``upgrade`` accepts besides ``head``, oldest first (reads no database)."""
+    from alembic.script import ScriptDirectory
 
+    script = ScriptDirectory.from_config(alembic_config(settings))
+    return [r.revision for r in reversed(list(script.walk_revisions()))]
+
+
+def upgrade(settings: Settings, revision: str = "head") -> None:
+    """Create the database if missing and apply migrations up to ``revision`` (``head`` or a known
+    revision id); an unknown revision raises InvalidArgument before anything is created or changed."""
+    from alembic import command
+    from alembic.util import CommandError
+
+    valid = ["head", *known_revisions(settings)]
+    if revision not in valid:
+        raise InvalidArgument(f"revision {revision!r} is not a migration of autooptimize; valid: {', '.join(valid)}")
     ensure_database(settings)
-    command.upgrade(alembic_config(settings), revision)
+    try:
+        command.upgrade(alembic_config(settings), revision)
+    except CommandError as exc:  # e.g. a revision older than the database's: nothing was applied
+        raise InvalidArgument(f"cannot upgrade to revision {revision!r}: {redact(str(exc))}") from None
 
 
 def check_schema(settings: Settings) -> None:
@@ -102,11 +119,11 @@ def check_schema(settings: Settings) -> None:
             present = conn.execute(text("SELECT to_regclass('ao_actions') IS NOT NULL")).scalar()
     except OperationalError as exc:
         raise ServiceUnavailable(
-            f"cannot reach PostgreSQL at {redact_url(settings.database_url)}: {exc.orig}".strip()
+            f"cannot reach PostgreSQL at {redact(settings.database_url)}: {exc.orig}".strip()
             + " (is it running? run `autooptimize db upgrade` once it is)"
         ) from None
     if not present:
         raise ServiceUnavailable(
-            f"database {redact_url(settings.database_url)} has no autooptimize schema; "
+            f"database {redact(settings.database_url)} has no autooptimize schema; "
             "run `autooptimize db upgrade`"
         )

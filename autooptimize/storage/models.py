@@ -23,8 +23,10 @@ from sqlalchemy import (
     func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, validates
 from sqlalchemy.types import TIMESTAMP
+
+from autooptimize.redact import redact, redact_value
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -177,9 +179,13 @@ class Action(Base):
     started_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
 
+    @validates("error")
+    def _masked(self, _key: str, value: str | None) -> str | None:
+        return redact(value) if value else value  # an error may quote a URL with its password
+
 
 class AuditLog(Base):
-    """Append-only: a database trigger rejects UPDATE and DELETE."""
+    """Append-only: a database trigger rejects UPDATE and DELETE. Secrets in ``detail`` are masked."""
 
     __tablename__ = "ao_audit_log"
     __table_args__ = (Index("ix_ao_audit_log_action", "action_id"),)
@@ -190,3 +196,7 @@ class AuditLog(Base):
     table_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     event: Mapped[str] = mapped_column(String(60))
     detail: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+
+    @validates("detail")
+    def _masked(self, _key: str, value: dict[str, Any]) -> dict[str, Any]:
+        return redact_value(value)  # append-only: a secret written here could never be removed

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from autooptimize.domain.entropy import squared_error
 from autooptimize.errors import AutoOptimizeError
+from autooptimize.redact import redact
 from autooptimize.storage.models import EntropyHistory, PartitionStats
 from autooptimize.storage.observe_models import TableCursor
 from autooptimize.storage.repositories import now
@@ -169,7 +170,7 @@ def mark_needs_scan(session: Session, table_id: int, reason: str) -> None:
 
 
 def record_error(session: Session, table_id: int, error: str) -> None:
-    _upsert_cursor(session, table_id, {"last_error": error, "last_error_at": now()})
+    _upsert_cursor(session, table_id, {"last_error": redact(error), "last_error_at": now()})
 
 
 def count_attention(session: Session, table_id: int, *, enqueued: int, below_threshold: int,

@@ -20,6 +20,7 @@ from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
 from autooptimize.iceberg.manifests import data_manifests
 from autooptimize.iceberg.references import ReferenceReader
 from autooptimize.services import actions, hygiene, tracking
+from autooptimize.services.preview import preview
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, AuditLog, TrackedTable
 from autooptimize.storage.repositories import audit_events
@@ -59,9 +60,9 @@ def both_readers(table) -> tuple[str, str]:
 
 def _run(settings, table, kind, dry_run=False, hooks=None, **options):
     ident = identifier(table)
-    action_id = actions.submit(settings, ident, kind=kind, options=options, dispatch=False, dry_run=dry_run)
     if dry_run:
-        return actions.get_outcome(settings, action_id)
+        return preview(settings, ident, kind=kind, options=options)
+    action_id = actions.submit(settings, ident, kind=kind, options=options, dispatch=False)
     return actions.execute(settings, action_id, spark=None, hooks=hooks)
 
 
@@ -446,8 +447,8 @@ def test_sweep_submits_what_each_table_needs_and_respects_allowed_actions(settin
     busy.transaction().set_properties({"history.expire.max-snapshot-age-ms": "1"}).commit_transaction()
     quiet = make_table(catalog, {DAY1: 1}, rows=5)
     limited = make_table(catalog, {DAY1: 5}, rows=5)
-    tracking.track(settings, identifier(busy))
-    tracking.track(settings, identifier(quiet))
+    tracking.track(settings, identifier(busy), allow="expire_snapshots,remove_orphans")
+    tracking.track(settings, identifier(quiet), allow=["expire_snapshots", "remove_orphans"])
     tracking.track(settings, identifier(limited), allowed_actions="merge,rewrite_manifests")
     swept = settings.model_copy(update={"manifest_threshold": 3})
     time.sleep(0.01)
@@ -498,7 +499,7 @@ def test_beat_task_submits_through_the_queue(settings, catalog):
 
     table = make_table(catalog, {DAY1: 1}, rows=5)
     ident = identifier(table)
-    tracking.track(settings, ident)
+    tracking.track(settings, ident, allow="remove_orphans")
     submitted = hygiene_sweep.run()
     assert submitted[ident] == ["remove_orphans"]
     with session_scope(settings) as s:

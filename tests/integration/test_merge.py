@@ -11,6 +11,7 @@ from autooptimize.domain.actions import Hooks
 from autooptimize.iceberg.checksum import arrow_checksum, table_checksum
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
 from autooptimize.services import actions, tracking
+from autooptimize.services.preview import preview
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit_events
 from tests.integration.tables import (
@@ -280,9 +281,8 @@ def test_dry_run_plans_without_changing_anything(settings, spark, catalog):
     files = set(live_files(table))
     ident = identifier(table)
     tracking.track(settings, ident, target_file_size="1MiB")
-    action_id = actions.submit(settings, ident, partition="day=2026-01-01", dry_run=True)
-    out = actions.get_outcome(settings, action_id)
-    assert out["state"] == "skipped" and out["reason"] == "dry_run"
+    out = preview(settings, ident, partition="day=2026-01-01")
+    assert out["state"] == "skipped" and out["reason"] == "dry_run" and out["id"] is None
     groups = out["plan"]["partitions"][0]["groups"]
     assert {p for g in groups for p in g["files"]} == files
     assert table.refresh().current_snapshot().snapshot_id == snapshot

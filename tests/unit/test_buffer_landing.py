@@ -7,7 +7,7 @@ import pytest
 
 from autooptimize.errors import InvalidArgument
 from autooptimize.services.buffer.landing import _compatible
-from autooptimize.services.buffer.rules import _duration
+from autooptimize.services.buffer.rules import check_rules
 
 
 @pytest.mark.parametrize(("src", "dst", "ok"), [
@@ -36,12 +36,12 @@ def test_compatible_means_a_lossless_cast(src, dst, ok):
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("900", 900), (60, 60), ("90s", 90), ("15m", 900), ("2h", 7200),
-                                               ("1.5h", 5400), ("3d", 259200)])
+                                               ("1.5h", 5400), ("3d", 259200), ("1w", 604800)])
 def test_duration(text, seconds):
-    assert _duration(text, "max-age") == seconds
+    assert check_rules(max_age=text) == {"max_age_seconds": seconds}
 
 
-@pytest.mark.parametrize("text", ["", "soon", "5w", "-1", "0", "0m"])
+@pytest.mark.parametrize("text", ["", "soon", "5y", "-1", "0", "0m", "inf", "nan", "1" * 40, "15m\n", -5, 1.5e300])
 def test_bad_duration_names_the_input(text):
     with pytest.raises(InvalidArgument, match="max-age"):
-        _duration(text, "max-age")
+        check_rules(max_age=text)

@@ -1,26 +1,30 @@
-"""Settings: parsing, validation messages that name the variable, and redaction."""
+"""Settings: parsing, validation messages that name the variable and what is valid, and secrets."""
 
 from __future__ import annotations
 
 import pytest
 
-from autooptimize.config import MiB, Settings, load_settings, parse_size, redact_url
-from autooptimize.errors import ConfigError
+from autooptimize.config import Settings, load_settings
+from autooptimize.domain.sizes import MAX_BYTES, MiB, parse_size
+from autooptimize.errors import ConfigError, InvalidArgument
 from tasks.routing import actor_queue, task_priority
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("134217728", 134217728), ("128MiB", 128 * MiB), ("64MB", 64 * MiB), ("1.5GiB", 1536 * MiB),
-     ("512KiB", 512 * 1024), ("2 G", 2048 * MiB), (4096, 4096)],
+     ("512KiB", 512 * 1024), ("2 G", 2048 * MiB), (4096, 4096), ("0.5KiB", 512), (str(MAX_BYTES), MAX_BYTES),
+     ("8388607TiB", 8388607 * 1024**4)],
 )
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["lots", "12XB", "", "MiB", "1..2MiB"])
+@pytest.mark.parametrize("text", ["lots", "12XB", "", "MiB", "1..2MiB", "1.5", "0.5B", "-1", "-5MiB", "1e9",
+                                  str(MAX_BYTES + 1), "8EiB", "99999999999999999999", "8388608TiB", "64MiB\n",
+                                  " 64\x00MiB", True, 1.5, None, -1, MAX_BYTES + 1])
 def test_parse_size_rejects_nonsense_naming_the_value(text):
-    with pytest.raises(ConfigError, match="64MiB"):
+    with pytest.raises(InvalidArgument, match="target.*(64MiB|bytes)"):
         parse_size(text, "target")
 
 
@@ -40,7 +44,24 @@ def test_defaults_are_the_documented_ones(monkeypatch):
     ("name", "value", "needle"),
     [("AO_DATABASE_URL", "mysql://root@localhost/x", "PostgreSQL URL"), ("AO_REDIS_URL", "amqp://x", "redis://"),
      ("AO_SPARK_REMOTE", "yarn", "sc://"), ("AO_CATALOG", "bad name!", "catalog name"),
-     ("AO_PRIORITY_CLASSES", "High,,", "lower-case"), ("AO_SPARK_PORT", "x", "integer"), ("AO_WORKER_CONCURRENCY", "0", "greater than")],
+     ("AO_PRIORITY_CLASSES", "High,,", "lower-case"), ("AO_SPARK_PORT", "x", "integer"), ("AO_WORKER_CONCURRENCY", "0", "greater than"),
+     # sizes: fractions of a byte, beyond PostgreSQL's bigint, negative
+     ("AO_MAX_GROUP_BYTES", "1.5", "fraction of a byte"), ("AO_MAX_GROUP_BYTES", "99999999999999999999", "out of range"),
+     ("AO_DEFAULT_TARGET_FILE_SIZE", "-64MiB", "not a size"), ("AO_BUFFER_MAX_BYTES", "0.1", "fraction"),
+     ("AO_DEFAULT_TOLERANCE", "0", "greater than 0"),
+     # numbers: fractions where integers are expected, infinities, beyond an integer column
+     ("AO_ACTION_TIMEOUT_SECONDS", "1.5", "integer"), ("AO_SETTLE_SECONDS", "nan", "finite"),
+     ("AO_AUTO_TRACK_SECONDS", "inf", "finite"), ("AO_LEASE_SECONDS", "99999999999", "at most 2147483647"),
+     ("AO_COMMIT_RETRIES", "-1", "greater than or equal to 0"),
+     # URLs
+     ("AO_REDIS_URL", "redis://h:port/0", "port"), ("AO_REDIS_URL", "redis://h:6379/zero", "database"),
+     ("AO_REDIS_URL", "redis://h :6379/0", "spaces"), ("AO_DATABASE_URL", "postgresql://u@h:99999/db", "port"),
+     ("AO_DATABASE_URL", "postgresql://u@h/my%20db", "database"), ("AO_SPARK_REMOTE", "sc://", "no host"),
+     ("AO_SPARK_REMOTE", "sc://h:15002/;token=", "empty token"), ("AO_SPARK_REMOTE", "sc://h:x", "port"),
+     # names, paths and the rest
+     ("AO_FLOWER_USER", "ad:min", "no ':'"), ("AO_FLOWER_USER", "", "user name"),
+     ("AO_FLOWER_ADDRESS", "0.0.0.0; rm", "host name"), ("AO_HOME", "/tmp/a\nb", "control characters"),
+     ("AO_SPARK_DRIVER_MEMORY", "lots", "512m"), ("AO_CATALOG", "cat\n", "catalog name")],
 )
 def test_invalid_settings_name_the_variable(monkeypatch, name, value, needle):
     monkeypatch.setenv(name, value)
@@ -54,10 +75,48 @@ def test_postgres_url_forms_are_normalised(monkeypatch):
     assert load_settings().database_url == "postgresql+psycopg2://u@h:5432/db"
 
 
-def test_redaction_masks_passwords_and_tokens():
-    assert redact_url("postgresql://u:secret@h/db") == "postgresql://u:***@h/db"
-    assert redact_url("sc://h:15002/;token=abc;use_ssl=true") == "sc://h:15002/;token=***;use_ssl=true"
-    assert "secret" not in repr(Settings(flower_password="secret"))
+@pytest.mark.parametrize(("name", "value"), [
+    ("AO_REDIS_URL", "redis://:pw-with-colon:x@redis:6379/0"), ("AO_REDIS_URL", "rediss://u:p@[::1]:6380/2"),
+    ("AO_REDIS_URL", "redis://localhost"), ("AO_DATABASE_URL", "postgresql://u:p%40ss@db.example.com/ao-prod"),
+    ("AO_SPARK_REMOTE", "sc://spark:15002/;use_ssl=true"), ("AO_FLOWER_USER", "ops.team@example"),
+    ("AO_FLOWER_ADDRESS", "0.0.0.0"), ("AO_DEFAULT_TOLERANCE", "32MiB"), ("AO_MAX_GROUP_BYTES", "1.5GiB"),
+])
+def test_valid_values_are_accepted(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    load_settings()
+
+
+@pytest.mark.parametrize("name", ["AO_FLOWER_PASSWORD", "AO_SPARK_TOKEN"])
+@pytest.mark.parametrize("value", ["", "   ", "\t"])
+def test_empty_secrets_are_refused(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=f"{name}: is empty"):
+        load_settings()
+
+
+def test_a_bad_secret_is_never_shown(monkeypatch):
+    monkeypatch.setenv("AO_SPARK_TOKEN", "Zq9;leaky-token-value")
+    with pytest.raises(ConfigError, match="AO_SPARK_TOKEN") as excinfo:
+        load_settings()
+    assert "leaky" not in str(excinfo.value)
+
+
+def test_a_bad_url_is_shown_without_its_password(monkeypatch):
+    monkeypatch.setenv("AO_REDIS_URL", "redis://:Hunter2Hunter2@redis:port/0")
+    with pytest.raises(ConfigError, match="AO_REDIS_URL") as excinfo:
+        load_settings()
+    assert "Hunter2" not in str(excinfo.value) and "redis://:***@redis:port/0" in str(excinfo.value)
+
+
+def test_secrets_stay_out_of_reprs_and_are_remembered_for_redaction():
+    from autooptimize.redact import redact
+
+    s = Settings(flower_password="fl0wer-Pw-7781", spark_token="tok-88-Xy-221",
+                 redis_url="redis://:r3dis-Pw-5512@h:6379/0")
+    assert "fl0wer-Pw-7781" not in repr(s) and "tok-88-Xy-221" not in repr(s)
+    assert s.secret_values() == ["r3dis-Pw-5512", "tok-88-Xy-221", "fl0wer-Pw-7781"]
+    shown = redact("auth failed: r3dis-Pw-5512 / tok-88-Xy-221 / fl0wer-Pw-7781")
+    assert shown == "auth failed: *** / *** / ***"
 
 
 def test_priority_classes_map_to_queues_and_celery_priorities():

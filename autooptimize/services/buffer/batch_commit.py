@@ -13,12 +13,13 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import select, update
 
-from autooptimize.config import Settings, redact_url
+from autooptimize.config import Settings
 from autooptimize.errors import ConflictAbort, VerificationFailed
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_KIND_PROPERTY
 from autooptimize.iceberg.commits import StagedAppend, apply_with_retry
+from autooptimize.redact import redact
 from autooptimize.services.buffer.hooks import Hooks, call_hook
 from autooptimize.services.refusals import record_refusals
 from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFile, BufferTable, FileState
@@ -146,9 +147,9 @@ def _notify(settings: Settings, url: str, event: dict[str, Any]) -> None:
         with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - http(s) only, validated
             response.read()
     except Exception as exc:
-        log.warning("callback %s failed for batch %s: %s", redact_url(url), event["batch"], type(exc).__name__)
+        log.warning("callback %s failed for batch %s: %s", redact(url), event["batch"], type(exc).__name__)
         with session_scope(settings) as session:
-            audit(session, "buffer.callback_failed", batch=event["batch"], url=redact_url(url),
+            audit(session, "buffer.callback_failed", batch=event["batch"], url=redact(url),
                   error=type(exc).__name__)
 
 

@@ -12,10 +12,14 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from autooptimize.config import Settings, parse_size, redact_url
+from autooptimize.config import Settings
 from autooptimize.domain.buffer_rules import BufferLevel, BufferRules, evaluate
-from autooptimize.errors import ConfigError, InvalidArgument
+from autooptimize.domain.checks import bounded_int, check_callback_url
+from autooptimize.domain.durations import parse_duration
+from autooptimize.domain.sizes import parse_size
+from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import load_table, parse_identifier
+from autooptimize.redact import redact
 from autooptimize.storage.buffer_models import BufferBatch, BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit
@@ -53,66 +57,66 @@ def _db_now(session: Session) -> datetime:
     return session.execute(select(func.now())).scalar_one()
 
 
-def _duration(value: Any, name: str) -> int:
-    """Seconds from ``900``, ``90s``, ``15m``, ``2h`` or ``3d``."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        seconds = value
-    else:
-        text = str(value).strip().lower()
-        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-        try:
-            seconds = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
-        except (ValueError, KeyError):
-            raise InvalidArgument(f"{name} {value!r} is not a duration; use seconds or e.g. 90s, 15m, 2h, 3d") from None
-    if seconds <= 0:
-        raise InvalidArgument(f"{name} must be positive (got {value!r})")
-    return seconds
+_OVERRIDES = ("max_age_seconds", "min_bytes", "max_bytes", "max_files", "callback_url")
+
+
+def check_rules(max_age: Any = None, min_bytes: Any = None, max_bytes: Any = None, max_files: Any = None,
+                callback_url: str | None = None, combinable: bool | None = None) -> dict[str, Any]:
+    """The validated rule changes (column name to value; None leaves a rule out); InvalidArgument names
+    the first bad one and what is valid."""
+    changes: dict[str, Any] = {}
+    if max_age is not None:
+        changes["max_age_seconds"] = parse_duration(max_age, "max-age")
+        if changes["max_age_seconds"] <= 0:
+            raise InvalidArgument(f"max-age must be a positive duration such as 90s, 15m or 2h (got {max_age!r})")
+    if min_bytes is not None:
+        changes["min_bytes"] = parse_size(min_bytes, "min-bytes")
+    if max_bytes is not None:
+        changes["max_bytes"] = parse_size(max_bytes, "max-bytes")
+        if changes["max_bytes"] <= 0:
+            raise InvalidArgument(f"max-bytes must be a positive size such as 1GiB (got {max_bytes!r})")
+    if max_files is not None:
+        changes["max_files"] = bounded_int("max-files", max_files, 1)
+    if callback_url is not None:
+        changes["callback_url"] = check_callback_url(callback_url) or None
+    if combinable is not None:
+        if not isinstance(combinable, bool):
+            raise InvalidArgument(f"combinable must be true or false (got {combinable!r})")
+        changes["combinable"] = combinable
+    return changes
 
 
 def set_rules(settings: Settings, identifier: str, *, max_age: Any = None, min_bytes: Any = None,
               max_bytes: Any = None, max_files: Any = None, combinable: bool | None = None,
               callback_url: str | None = None, reset: bool = False) -> dict[str, Any]:
     """Set a table's rules (None leaves a rule as it is; ``reset`` returns all to the defaults).
-    Everything is validated before anything is written."""
+    Everything, the resulting rules' consistency included, is validated before anything is written."""
     parse_identifier(identifier)
+    changes = check_rules(max_age, min_bytes, max_bytes, max_files, callback_url, combinable)
     load_table(settings, identifier)
-    changes: dict[str, Any] = {}
+    with session_scope(settings) as session:
+        current = session.scalars(select(BufferTable).where(
+            BufferTable.catalog == settings.catalog, BufferTable.identifier == identifier)).one_or_none()
+        kept = {} if reset or current is None else {n: getattr(current, n) for n in (*_OVERRIDES, "combinable")}
     try:
-        if max_age is not None:
-            changes["max_age_seconds"] = _duration(max_age, "max-age")
-        if min_bytes is not None:
-            changes["min_bytes"] = parse_size(min_bytes, "min-bytes")
-        if max_bytes is not None:
-            changes["max_bytes"] = parse_size(max_bytes, "max-bytes")
-            if changes["max_bytes"] <= 0:
-                raise InvalidArgument(f"max-bytes must be positive (got {max_bytes!r})")
-        if max_files is not None:
-            changes["max_files"] = int(max_files)
-            if changes["max_files"] <= 0:
-                raise InvalidArgument(f"max-files must be a positive integer (got {max_files!r})")
-    except (ConfigError, ValueError) as exc:
-        raise InvalidArgument(str(exc)) from None
-    if callback_url is not None:
-        if callback_url and not callback_url.startswith(("http://", "https://")):
-            raise InvalidArgument(f"callback {callback_url!r} must be an http:// or https:// URL (or '' to remove)")
-        changes["callback_url"] = callback_url or None
-    if combinable is not None:
-        changes["combinable"] = bool(combinable)
+        rules_of(settings, BufferTable(**{"combinable": True, **kept, **changes}))
+    except ValueError as exc:
+        raise InvalidArgument(f"rules of {identifier} are inconsistent: {exc}") from None
     table_id = ensure_buffer_table(settings, identifier)
     with session_scope(settings) as session:
         row = session.get(BufferTable, table_id, with_for_update=True)
         assert row is not None
         if reset:
-            for name in ("max_age_seconds", "min_bytes", "max_bytes", "max_files", "callback_url"):
+            for name in _OVERRIDES:
                 setattr(row, name, None)
             row.combinable = True
         for name, value in changes.items():
             setattr(row, name, value)
         try:
             rules = rules_of(settings, row)
-        except ValueError as exc:
+        except ValueError as exc:  # a concurrent change since the check above
             raise InvalidArgument(f"rules of {identifier} are inconsistent: {exc}") from None
-        audit(session, "buffer.rules_set", table=identifier, **changes, reset=reset)
+        audit(session, "buffer.rules_set", table=identifier, **changes, reset=reset)  # audit() redacts
         return _rules_view(row, rules)
 
 
@@ -125,7 +129,7 @@ def _rules_view(row: BufferTable, rules: BufferRules) -> dict[str, Any]:
 
 
 def _redacted(url: str | None) -> str | None:
-    return redact_url(url) if url else None
+    return redact(url) if url else None
 
 
 def status(settings: Settings, identifier: str | None = None) -> list[dict[str, Any]]:

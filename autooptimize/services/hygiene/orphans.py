@@ -147,11 +147,8 @@ def run_remove_orphans(settings: Settings, request: MergeRequest, spark: Any,
         "kept": dict(scan.kept), "kept_sample": scan.kept_sample, "skipped_dirs": scan.skipped_dirs,
         "dry_run": request.dry_run,
     }
-    if request.dry_run:
+    if request.dry_run:  # a dry run records nothing (services/preview.py): the outcome lists them
         outcome.reason = "dry_run"
-        if scan.orphans:
-            audit_action(settings, request.action_id, "orphans.listed", files=len(scan.orphans), bytes=outcome.bytes_in,
-                   paths=[f.uri for f in scan.orphans[:AUDIT_PATHS]])
         return outcome
     if not scan.orphans:
         outcome.reason = "no_orphans"
