@@ -23,6 +23,7 @@ from autooptimize.config import Settings
 from autooptimize.errors import InvalidArgument, ServiceUnavailable, WaitTimeout
 from autooptimize.iceberg.catalog import get_catalog
 from autooptimize.iceberg.checksum import table_checksum
+from autooptimize.processes import Stopped, StopSignals, spawn, stop_processes, stop_signals
 
 DEMO_TABLE = "demo.events"
 SCHEMA = Schema(
@@ -89,45 +90,33 @@ def create_demo_table(settings: Settings, files: int, partitions: int, seed: int
     return table
 
 
-def _spawn(settings: Settings, name: str, *args: str) -> subprocess.Popen[bytes]:
-    logs = settings.home_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    out = open(logs / f"demo-{name}.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "autooptimize.cli", *args], stdout=out, stderr=subprocess.STDOUT)
+def _spawn(settings: Settings, stop: StopSignals, started: list[subprocess.Popen[bytes]], name: str,
+           *args: str) -> subprocess.Popen[bytes]:
+    with stop.held():  # a signal now is handled once the child is on ``started``
+        proc = spawn([sys.executable, "-m", "autooptimize.cli", *args], settings.home_dir / "logs" / f"demo-{name}.log")
+        started.append(proc)
+    return proc
 
 
-def _ensure_service(settings: Settings) -> list[subprocess.Popen[bytes]]:
-    """Start a worker when none answers, and a listener (a second one waits on standby if the
-    service already runs one). Returns what the demo started, so it can stop it."""
+def _ensure_service(settings: Settings, stop: StopSignals, started: list[subprocess.Popen[bytes]]) -> None:
+    """Start a worker when none answers, and a listener (a second one waits on standby if the service
+    already runs one), each appended to ``started`` as soon as it runs, so the caller stops them."""
     from tasks.app import app
 
-    started = [_spawn(settings, "listener", "listener")]
+    _spawn(settings, stop, started, "listener", "listener")
     if settings.dispatch == "rpq":
         # a second dispatcher beside a running service's is safe (only less fair); it is stopped at the end
-        started.append(_spawn(settings, "dispatcher", "dispatcher"))
+        _spawn(settings, stop, started, "dispatcher", "dispatcher")
     if app.control.ping(timeout=1.0):
-        return started
-    worker = _spawn(settings, "worker", "worker", "--name", "demo@%h")
-    started.append(worker)
+        return
+    worker = _spawn(settings, stop, started, "worker", "worker", "--name", "demo@%h")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if worker.poll() is not None:
-            _stop(started)
             raise ServiceUnavailable(f"the demo worker exited with {worker.returncode}; see {settings.home_dir}/logs")
         if app.control.ping(timeout=1.0):
-            return started
-    _stop(started)
+            return
     raise ServiceUnavailable("the demo worker did not answer within 60 s")
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def _wait_until_optimized(settings: Settings, since: dt.datetime, timeout: float, say: Any) -> list[dict[str, Any]]:
@@ -171,10 +160,21 @@ def _files(table: Any) -> int:
 
 def run_demo(settings: Settings, *, files: int = 240, partitions: int = 4, target_size: str = "1MiB",
              as_json: bool = False) -> dict[str, Any]:
+    """Run the demo. SIGTERM or Ctrl-C stops it: the processes it started and the Spark Connect server (unless
+    one was running before) are gone within 30 s, and it exits with 128 + the signal number."""
+    with stop_signals() as stop:
+        try:
+            return _run_demo(settings, stop, files, partitions, target_size, as_json)
+        except Stopped as stopped:
+            raise SystemExit(128 + stopped.signum) from None
+
+
+def _run_demo(settings: Settings, stop: StopSignals, files: int, partitions: int, target_size: str,
+              as_json: bool) -> dict[str, Any]:
     if files < partitions or partitions < 1:
         raise InvalidArgument(f"--files ({files}) must be ≥ --partitions ({partitions}) ≥ 1")
     from autooptimize.storage.db import upgrade
-    from spark_actors.server import ensure_local_server
+    from spark_actors.server import local_server_while
 
     say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if as_json else print
     upgrade(settings)
@@ -187,16 +187,21 @@ def run_demo(settings: Settings, *, files: int = 240, partitions: int = 4, targe
     before: dict[str, Any] = {"files": _files(table), "checksum": checksum, "rows": int(checksum.split(":")[0])}
     if settings.spark_remote == "local":
         say("starting (or reusing) the local Spark Connect server …")
-        ensure_local_server(settings)
-    say("no ad-hoc requests: the listener notices the commits, decides, and the actors merge …")
-    t0 = time.monotonic()
-    since = dt.datetime.now(dt.UTC)
-    spawned = _ensure_service(settings)
-    try:
-        results = _wait_until_optimized(settings, since, 900, say)
-        seconds = time.monotonic() - t0
-    finally:
-        _stop(spawned)
+    # the server is stopped on leaving unless it was running before the demo; its children stop first
+    with local_server_while(settings):
+        say("no ad-hoc requests: the listener notices the commits, decides, and the actors merge …")
+        t0 = time.monotonic()
+        since = dt.datetime.now(dt.UTC)
+        spawned: list[subprocess.Popen[bytes]] = []
+        try:
+            _ensure_service(settings, stop, spawned)
+            results = _wait_until_optimized(settings, since, 900, say)
+            seconds = time.monotonic() - t0
+        finally:
+            stop.disarm()
+            stop_processes(spawned, forced=stop.forced)
+    if stop.requested:  # came while the service was being stopped anyway
+        raise Stopped(stop.received[0])
     checksum = table_checksum(table)
     after: dict[str, Any] = {"files": _files(table), "checksum": checksum, "rows": int(checksum.split(":")[0])}
     for r in results:

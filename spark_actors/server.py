@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,10 +71,23 @@ def _read(settings: Settings) -> ServerInfo | None:
         return None
 
 
+def _is_our_server(settings: Settings, pid: int) -> bool:
+    """Whether ``pid`` is the server this AO_HOME started (its command line names our properties file), not a
+    process that took over the pid of a dead one. Where /proc is missing, being alive must do."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return not Path("/proc/self").exists() and _alive(pid)
+    except OSError:
+        return _alive(pid)
+    props = str(_spark_dir(settings) / "server.properties").encode()
+    return SERVER_CLASS.encode() in cmdline and props in cmdline
+
+
 def running_server(settings: Settings) -> ServerInfo | None:
     """The recorded server if it is alive and listening."""
     info = _read(settings)
-    if info and _alive(info.pid) and _listening(info.port):
+    if info and _is_our_server(settings, info.pid) and _listening(info.port):
         return info
     return None
 
@@ -149,24 +163,41 @@ def _start(settings: Settings, spark_dir: Path) -> ServerInfo:
     confs = server_confs(settings) | {"spark.connect.grpc.binding.port": str(port)}
     props.write_text("".join(f"{k}={v}\n" for k, v in confs.items()))
     cmd = [str(script), "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)]
-    result = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        raise ServiceUnavailable(
-            f"start-connect-server.sh failed ({result.returncode}): {(result.stderr or result.stdout).strip()[-500:]}"
-        )
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        pid = _pid_from(pid_file)
-        if pid is not None and _listening(port):
-            info = ServerInfo(port=port, token=token, pid=pid)
-            fd = os.open(spark_dir / "server.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump({"port": port, "token": token, "pid": pid}, f)
-            return info
-        if pid is not None and not _alive(pid):
-            break
-        time.sleep(0.25)
-    raise ServiceUnavailable(f"the Spark Connect server did not start; see logs under {log_dir}")
+    # Its own session: the JVM (nohup'd by spark-daemon.sh) stays in the script's process group, apart from
+    # whoever started it, so killing a worker's group never takes the shared server with it, and a start
+    # cut short (a signal, a timeout) kills exactly that group.
+    script_proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+    group = script_proc.pid
+    try:
+        try:
+            stdout, stderr = script_proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise ServiceUnavailable("start-connect-server.sh did not finish within 120 s") from None
+        if script_proc.returncode != 0:
+            raise ServiceUnavailable(
+                f"start-connect-server.sh failed ({script_proc.returncode}): {(stderr or stdout).strip()[-500:]}"
+            )
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            pid = _pid_from(pid_file)
+            if pid is not None and _listening(port):
+                info = ServerInfo(port=port, token=token, pid=pid)
+                fd = os.open(spark_dir / "server.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"port": port, "token": token, "pid": pid, "group": group}, f)
+                return info
+            if pid is not None and not _alive(pid):
+                break
+            time.sleep(0.25)
+        raise ServiceUnavailable(f"the Spark Connect server did not start; see logs under {log_dir}")
+    except BaseException:
+        # not recorded, so nobody else could ever stop it: a half-started server goes with the failure
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            script_proc.wait(timeout=5)
+        raise
 
 
 def _pid_from(path: Path) -> int | None:
@@ -177,21 +208,58 @@ def _pid_from(path: Path) -> int | None:
 
 
 def stop_local_server(settings: Settings, timeout: float = 30.0) -> bool:
-    """Stop the recorded local server; True when one was running."""
+    """Stop the recorded local server (SIGTERM, then SIGKILL of its process group after ``timeout``); True
+    when one was running. A record whose pid now belongs to another process is only removed."""
     info = _read(settings)
-    if info is None or not _alive(info.pid):
+    if info is None or not _is_our_server(settings, info.pid):
         with contextlib.suppress(OSError):
             (_spark_dir(settings) / "server.json").unlink()
         return False
-    os.kill(info.pid, signal.SIGTERM)
+    group = _own_group(settings, info.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(info.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(info.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _alive(info.pid):
-        os.kill(info.pid, signal.SIGKILL)
+    while _is_our_server(settings, info.pid) and time.monotonic() < deadline:  # a zombie has no command line
+        time.sleep(0.1)
+    if _is_our_server(settings, info.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(info.pid, signal.SIGKILL)
+    if group is not None:  # whatever the JVM left in its group (e.g. Python UDF workers)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
     with contextlib.suppress(OSError):
         (_spark_dir(settings) / "server.json").unlink()
     return True
+
+
+def _own_group(settings: Settings, pid: int) -> int | None:
+    """The process group ``_start`` made for the server (recorded beside its pid), if ``pid`` is still in it."""
+    try:
+        group = int(json.loads((_spark_dir(settings) / "server.json").read_text())["group"])
+        return group if os.getpgid(pid) == group != os.getpgrp() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@contextlib.contextmanager
+def local_server_while(settings: Settings, stop_timeout: float = 8.0) -> Iterator[ServerInfo | None]:
+    """The local Spark Connect server for the duration of the block: reused when one is running, else started.
+
+    On leaving (however: an error, a signal), the recorded server is stopped unless it is the very process
+    that was running on entering, so ``up`` and the demo stop what they (or their children, after a crash
+    of the server) started, and leave alone a server that was there before them. Yields None when
+    AO_SPARK_REMOTE is not ``local``.
+    """
+    if settings.spark_remote != "local":
+        yield None
+        return
+    before = running_server(settings)
+    try:
+        yield before or ensure_local_server(settings)
+    finally:
+        now = _read(settings)
+        if now is not None and (before is None or now.pid != before.pid):
+            stop_local_server(settings, timeout=stop_timeout)
 
 
 def resolve_remote(settings: Settings) -> str:

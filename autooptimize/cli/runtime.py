@@ -1,14 +1,9 @@
-"""Running the service on one machine: workers, listener, dispatcher, beat and Flower as child processes,
-stopped together (``autooptimize up``), and the worker's and Flower's arguments."""
+"""The worker's and Flower's arguments (``autooptimize up`` runs them as child processes: cli/up.py)."""
 
 from __future__ import annotations
 
 import os
 import secrets
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from autooptimize.config import Settings
@@ -50,78 +45,3 @@ def flower_credentials(settings: Settings) -> tuple[str, str, Path | None]:
     with os.fdopen(fd, "w") as f:
         f.write(f"{settings.flower_user}:{password}\n")
     return settings.flower_user, password, path
-
-
-def _celery(*args: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "tasks.app", *args]
-
-
-def run_service(settings: Settings, *, workers: int = 1, flower: bool = True, beat: bool = True) -> int:
-    """Start everything, wait, and stop it all on Ctrl-C or SIGTERM. Returns an exit code."""
-    from autooptimize.storage.db import upgrade
-    from spark_actors import server
-
-    if workers < 1:
-        raise InvalidArgument(f"--workers must be ≥ 1 (got {workers})")
-    upgrade(settings)
-    started_spark = False
-    if settings.spark_remote == "local" and server.running_server(settings) is None:
-        server.ensure_local_server(settings)
-        started_spark = True
-    logs = settings.home_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-    def spawn(name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> None:
-        out = open(logs / f"{name}.log", "ab")
-        procs.append((name, subprocess.Popen(argv, env={**env, **(extra_env or {})}, stdout=out,
-                                             stderr=subprocess.STDOUT, start_new_session=True)))
-
-    for i in range(workers):
-        spawn(f"worker-{i}", _celery(*worker_argv(settings, name=f"actor{i}@%h")))
-    spawn("listener", [sys.executable, "-m", "autooptimize.cli", "listener"])
-    if settings.dispatch == "rpq":
-        spawn("dispatcher", [sys.executable, "-m", "autooptimize.cli", "dispatcher"])
-    if beat:
-        spawn("beat", [sys.executable, "-m", "autooptimize.cli", "beat", "--loglevel", "INFO"])  # scheduler.beat
-    if flower:
-        user, password, path = flower_credentials(settings)
-        # FLOWER_BASIC_AUTH keeps the password off the command line (ps) and out of the logs.
-        spawn("flower", _celery("flower", f"--address={settings.flower_address}", f"--port={settings.flower_port}"),
-              {"FLOWER_BASIC_AUTH": f"{user}:{password}"})
-        where = f"password in {path}" if path else "password from AO_FLOWER_PASSWORD"
-        print(f"Flower: http://{settings.flower_address}:{settings.flower_port} (user {user!r}, {where})")
-    print(f"autooptimize is up: {', '.join(n for n, _ in procs)}; logs in {logs}. Ctrl-C stops it.", flush=True)
-
-    stopping = False
-
-    def stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    code = 0
-    try:
-        while not stopping:
-            for name, proc in procs:
-                if proc.poll() is not None:
-                    print(f"{name} exited with {proc.returncode}; stopping the service", file=sys.stderr)
-                    stopping, code = True, 1
-            time.sleep(0.5)
-    finally:
-        for _, proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        for _, proc in procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        if started_spark:
-            server.stop_local_server(settings)
-        print("autooptimize stopped", flush=True)
-    return code
