@@ -137,6 +137,10 @@ class Settings(BaseSettings):
     buffer_tick_seconds: float = Field(default=30.0, gt=0)
     buffer_settle_seconds: float = Field(default=5.0, ge=0)
 
+    # the listener finds changed tables by polling each tracked table, as it must for every catalog but
+    # SQL, even on a SqlCatalog it could query (tests exercise the REST/Glue/Hive path this way)
+    force_polling: bool = False
+
     @field_validator("database_url")
     @classmethod
     def _postgres_only(cls, value: str) -> str:

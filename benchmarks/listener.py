@@ -253,8 +253,8 @@ def _phase(settings: Settings, names: list[str], seconds: float, writers: int, r
 def measure(tables: int, seconds: float, writers: int, rates: list[float | None], workers: int) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="ao-bench-listener-"))
     db_name = f"ao_bench_listener_{uuid.uuid4().hex[:8]}"
-    settings = Settings(database_url=f"postgresql+psycopg2://postgres@localhost:5432/{db_name}", home=home,
-                        catalog="bench")
+    # the built-in catalog (no pyiceberg configuration needed); its own database and AO_HOME keep the run apart
+    settings = Settings(database_url=f"postgresql+psycopg2://postgres@localhost:5432/{db_name}", home=home)
     listener = None
     try:
         upgrade(settings)

@@ -116,7 +116,8 @@ from benchmarks.trace import (
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
-CATALOG = "aobench_stream"
+# the built-in catalog (no pyiceberg configuration needed); its own database and AO_HOME keep the run apart
+CATALOG = "autooptimize"
 SERVICE_TABLE = "stream.events"
 BASELINE_TABLE = "stream_base.events"
 ACTION_ID = "autooptimize.action-id"

@@ -61,14 +61,14 @@ def changed_tables(settings: Settings, *, poll: PollSchedule | None = None, forc
     With pyiceberg's SqlCatalog in our database: one query joining its ``iceberg_tables`` with the
     cursors. With a SqlCatalog elsewhere: one query there, one here. Other catalogs have no cheap table
     list, so every tracked table is polled at a bounded rate (``poll``); ``observe_table`` then finds out
-    whether anything changed.
+    whether anything changed. ``force_polling`` or AO_FORCE_POLLING polls on a SqlCatalog too.
     """
     from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
     catalog = get_catalog(settings)
-    if isinstance(catalog, SqlCatalog) and not force_polling:
+    if isinstance(catalog, SqlCatalog) and not (force_polling or settings.force_polling):
         if _same_database(catalog.engine.url, settings.database_url):
             with session_scope(settings) as session:
                 return changed_tables_in_catalog_db(session, settings.catalog)
