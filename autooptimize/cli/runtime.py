@@ -52,7 +52,8 @@ def _celery(*args: str) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "tasks.app", *args]
 
 
-def run_service(settings: Settings, *, workers: int = 1, flower: bool = True, beat: bool = True) -> int:
+def run_service(settings: Settings, *, workers: int = 1, flower: bool = True, beat: bool = True,
+                console: bool = True) -> int:
     """Start everything, wait, and stop it all on Ctrl-C or SIGTERM. Returns an exit code."""
     from autooptimize.storage.db import upgrade
     from spark_actors import server
@@ -88,6 +89,13 @@ def run_service(settings: Settings, *, workers: int = 1, flower: bool = True, be
               {"FLOWER_BASIC_AUTH": f"{user}:{password}"})
         where = f"password in {path}" if path else "password from AO_FLOWER_PASSWORD"
         print(f"Flower: http://{settings.flower_address}:{settings.flower_port} (user {user!r}, {where})")
+    if console:  # the web console and /metrics (autooptimize.console); its password stays in AO_HOME
+        from autooptimize.console.auth import console_credentials
+
+        user, _, path = console_credentials(settings)
+        spawn("console", [sys.executable, "-m", "autooptimize.cli", "console"])
+        where = f"password in {path}" if path else "password from AO_CONSOLE_PASSWORD"
+        print(f"Console: http://{settings.console_address}:{settings.console_port} (user {user!r}, {where})")
     print(f"autooptimize is up: {', '.join(n for n, _ in procs)}; logs in {logs}. Ctrl-C stops it.", flush=True)
 
     stopping = False

@@ -29,7 +29,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from autooptimize.cli.runtime import run_service
 
-    return run_service(current_settings(), workers=args.workers, flower=not args.no_flower, beat=not args.no_beat)
+    return run_service(current_settings(), workers=args.workers, flower=not args.no_flower, beat=not args.no_beat,
+                       console=not args.no_console)
 
 
 def cmd_listener(args: argparse.Namespace) -> int:
