@@ -141,7 +141,11 @@ def before_after(action: Action, target: int | None = None) -> dict[str, Any] | 
     None for an action without a rewrite plan (table hygiene, not yet planned).
     """
     plan = action.plan or {}
-    groups = [g for p in plan.get("partitions") or () for g in p.get("groups") or ()]
+    # a rewrite's plan lists partitions with groups; table hygiene records other shapes (counts)
+    listed = plan.get("partitions")
+    partitions = [p for p in (listed if isinstance(listed, list) else ())
+                  if isinstance(p, dict) and isinstance(p.get("groups"), list)]
+    groups = [g for p in partitions for g in p["groups"] if isinstance(g, dict)]
     if not groups:
         return None
     before: list[int] = []
@@ -165,7 +169,7 @@ def before_after(action: Action, target: int | None = None) -> dict[str, Any] | 
             "after_source": "measured" if measured else "plan_estimate",
             "partitions": [{"partition": p.get("partition_human"), "mse_before": p.get("mse_before"),
                             "mse_after": p.get("mse_after"), "files_in": p.get("files_in"),
-                            "files_out": p.get("files_out")} for p in plan.get("partitions") or ()]}
+                            "files_out": p.get("files_out")} for p in partitions]}
 
 
 def action_progress(settings: Settings, action_id: str) -> dict[str, Any]:
