@@ -12,6 +12,7 @@ demo: setup
 	$(VENV)/bin/autooptimize demo
 
 test: setup
+	bash scripts/browser.sh || echo "make: no headless Chromium; the console's browser test will be skipped"
 	$(VENV)/bin/python -m pytest -q
 
 unit: setup

@@ -269,7 +269,8 @@ async function explainPage(main) {
   main.replaceChildren(el("h1", {}, `Explain ${e.table}`),
     el("p", {class: "muted"}, `At snapshot ${e.snapshot_id}, target ${bytes(e.target_file_size)}; planned on raw file sizes, nothing changed.`),
     grid([
-      ["partition", (p) => p.partition || "(unpartitioned)"], ["action", (p) => p.action], ["reason", (p) => p.reason],
+      ["partition", (p) => p.partition || "(unpartitioned)", {key: "partition"}], ["action", (p) => p.action, {key: "action"}],
+      ["reason", (p) => p.reason],
       ["rule", (p) => p.rule || "–"], ["files", (p) => `${num(p.files_replaced)} → ${num(p.files_out)}`, {num: true}],
       ["bytes rewritten", (p) => bytes(p.bytes_rewritten), {num: true}],
       ["RMSE", (p) => `${bytes(Math.round(Math.sqrt(p.mse_before)))} → ${bytes(Math.round(Math.sqrt(p.mse_after)))}`, {num: true}],
