@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ from autooptimize.services.observe.scan import scan_table
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, AuditLog, PartitionStats, TrackedTable
 from tests.integration.tables import DAY1, DAY2, identifier, make_table
-from tests.integration.web import ROOT, console_process, get, scrape
+from tests.integration.web import ROOT, console_process, families, get, samples, scrape
 
 pytestmark = pytest.mark.spark
 
@@ -88,7 +89,8 @@ def test_metrics_equal_the_database_after_actions_in_two_worker_processes(settin
 
     with console_process() as (base, auth):
         assert get(f"{base}/metrics")[0] == 401, "metrics require credentials"
-        metrics = scrape(base, auth)
+        text = scrape(base, auth)
+    metrics = samples(text)
 
     counted = {(dict(labels)["kind"], dict(labels)["state"], dict(labels)["trigger"]): value
                for (sample, labels), value in metrics.items() if sample == "autooptimize_actions_total"}
@@ -111,6 +113,14 @@ def test_metrics_equal_the_database_after_actions_in_two_worker_processes(settin
         assert ("autooptimize_queue_depth", (("priority_class", cls),)) in metrics
     assert metrics[("autooptimize_source_up", (("source", "postgresql"),))] == 1
     assert metrics[("autooptimize_source_up", (("source", "redis"),))] == 1
+    # the names, and every metric the Grafana dashboard in deploy/ queries, are served
+    declared = families(text)
+    assert {"autooptimize_actions", "autooptimize_action_seconds", "autooptimize_bytes_rewritten",
+            "autooptimize_commit_conflicts", "autooptimize_decision_failures", "autooptimize_partitions_over_threshold",
+            "autooptimize_table_files", "autooptimize_queue_depth"} <= declared
+    dashboard = (ROOT / "deploy" / "grafana" / "autooptimize.json").read_text()
+    queried = {re.sub(r"_(total|bucket|count|sum)$", "", m) for m in re.findall(r"autooptimize_\w+", dashboard)}
+    assert queried - {"autooptimize"} <= declared, queried - declared
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -72,11 +72,23 @@ def console_process(password: str = "console-test-pw", user: str = "ops") -> Ite
         assert password not in output, "the console must not print its password"
 
 
-def scrape(base: str, auth: tuple[str, str]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """``/metrics`` as {(sample name, sorted labels): value}."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+def scrape(base: str, auth: tuple[str, str]) -> str:
+    """One ``/metrics`` scrape, as text."""
     status, body = get(f"{base}/metrics", auth)
     assert status == 200, body
+    return body.decode()
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A scrape as {(sample name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(body.decode()) for s in family.samples}
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def families(text: str) -> set[str]:
+    """The metric families a scrape declares (counters without their ``_total``), samples or not."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {family.name for family in text_string_to_metric_families(text)}
