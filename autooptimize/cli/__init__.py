@@ -15,6 +15,7 @@ from autooptimize.errors import (
     InvalidArgument,
     ServiceUnavailable,
     TableNotFound,
+    WaitTimeout,
 )
 
 
@@ -28,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         return _error(exc, str(exc), 2, as_json)
     except ServiceUnavailable as exc:
         return _error(exc, str(exc), 3, as_json)
+    except WaitTimeout as exc:
+        return _error(exc, str(exc), 4, as_json)
     except AutoOptimizeError as exc:
         return _error(exc, str(exc), 1, as_json)
     except KeyboardInterrupt:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from autooptimize.cli.common import current_settings, print_result
 from autooptimize.errors import InvalidArgument
@@ -42,11 +41,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.wait or args.dry_run:
         from autooptimize.cli.progress import wait_with_progress
 
-        try:
-            result = wait_with_progress(current_settings(), handle.id, args.timeout)
-        except TimeoutError as exc:
-            print(f"autooptimize: {exc}", file=sys.stderr)
-            return 4
+        result = wait_with_progress(current_settings(), handle.id, args.timeout)  # WaitTimeout: exit 4
     else:
         result = handle.result
     shown = {k: result.get(k) for k in OPTIMIZE_FIELDS}

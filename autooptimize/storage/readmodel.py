@@ -71,7 +71,7 @@ def bytes_rewritten(session: Session) -> dict[str, int]:
     rows = session.execute(select(Action.kind, func.coalesce(func.sum(Action.bytes_in), 0))
                            .where(Action.kind.in_(REWRITE_KINDS), Action.committed_snapshot_id.is_not(None))
                            .group_by(Action.kind))
-    return {kind: int(total) for kind, total in rows}
+    return {kind: int(total or 0) for kind, total in rows}
 
 
 def commit_conflicts(session: Session) -> dict[str, int]:
