@@ -58,7 +58,8 @@ def service(settings, spark) -> Iterator[dict[str, Any]]:
     _chromium_or_skip()
     ports = {"flower": free_port(), "console": free_port()}
     env = {**os.environ, "AO_FLOWER_PORT": str(ports["flower"]), "AO_FLOWER_USER": "ops",
-           "AO_FLOWER_PASSWORD": "flower-pw", "AO_CONSOLE_PORT": str(ports["console"])}
+           "AO_FLOWER_PASSWORD": "flower-pw", "AO_CONSOLE_PORT": str(ports["console"]),
+           "AO_WORKER_CONCURRENCY": "1"}  # one Spark session to start on two shared cores, not two
     env.pop("AO_CONSOLE_PASSWORD", None)  # generated into AO_HOME, as a first run would
     proc = subprocess.Popen([sys.executable, "-m", "autooptimize.cli", "up", "--workers", "1", "--no-beat"],
                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -1,5 +1,5 @@
-"""/metrics after actions that ran in two worker processes: every counter equals what PostgreSQL holds,
-and the CLI's history, --version, status and JSON errors."""
+"""/metrics after actions that ran in two worker processes: every counter equals what PostgreSQL holds;
+the CLI's history, and status with nothing tracked."""
 
 from __future__ import annotations
 
@@ -74,15 +74,16 @@ def test_metrics_equal_the_database_after_actions_in_two_worker_processes(settin
     tracking.track(settings, name, target_file_size="1MiB",
                    allowed_actions="merge,rewrite_manifests,expire_snapshots")
     submit = lambda **kw: actions.submit(settings, name, **kw)  # noqa: E731  (recorded only: no dispatch)
-    first = [submit(partition="day=2026-01-01"), submit(kind="rewrite_manifests", options={"manifest_threshold": 1})]
-    second = [submit(partition="day=2026-01-02"),
+    # one process merges (Spark), the other tidies metadata at the same time (no Spark: one session is enough)
+    first = [submit(partition="day=2026-01-01"), submit(partition="day=2026-01-02")]
+    second = [submit(kind="rewrite_manifests", options={"manifest_threshold": 1}),
               submit(kind="expire_snapshots", options={"older_than": "1s", "allow_short_retention": "true"})]
 
     done = _run_in_two_processes([first, second])
 
     assert len({pid for pid, _, _ in done}) == 2, "the actions must have run in two processes"
     states = {action_id: state for _, action_id, state in done}
-    assert states[first[0]] == states[second[0]] == "succeeded", done
+    assert states[first[0]] == states[first[1]] == "succeeded", done
     assert all(ActionState(s).terminal for s in states.values())
     scan_table(settings, name, None, reason="test")  # the partition statistics the table metrics read
     db = _db_figures(settings, name)
@@ -101,7 +102,7 @@ def test_metrics_equal_the_database_after_actions_in_two_worker_processes(settin
         assert metrics[("autooptimize_action_seconds_bucket", (("kind", kind), ("le", "+Inf")))] == count
     assert metrics[("autooptimize_bytes_rewritten_total", (("kind", "merge"),))] == db["merged_bytes"]
     with session_scope(settings) as s:
-        ours = s.execute(select(func.sum(Action.bytes_in)).where(Action.id.in_([first[0], second[0]]))).scalar_one()
+        ours = s.execute(select(func.sum(Action.bytes_in)).where(Action.id.in_(first))).scalar_one()
     assert db["merged_bytes"] >= ours > 0
     assert metrics[("autooptimize_commit_conflicts_total", (("outcome", "retried"),))] == db["retried"]
     assert metrics[("autooptimize_commit_conflicts_total", (("outcome", "aborted"),))] == db["aborted"]
@@ -128,9 +129,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           env={**os.environ, **(env or {})}, timeout=120, cwd=ROOT)
 
 
-def test_history_version_status_and_json_errors(settings, catalog):
-    from autooptimize import __version__
-
+def test_history_and_status_with_nothing_tracked(settings, catalog):
     table = make_table(catalog, {DAY1: 3})
     name = identifier(table)
     tracking.track(settings, name, target_file_size="1MiB", allowed_actions="merge,rewrite_manifests")
@@ -148,13 +147,5 @@ def test_history_version_status_and_json_errors(settings, catalog):
     text = _cli("history", name).stdout
     assert "rewrite_manifests" in text and recorded.state in text
 
-    assert _cli("--version").stdout.strip() == f"autooptimize {__version__}"
-
     empty = _cli("status", env={"AO_CATALOG": "nothing_tracked_here"})
     assert empty.returncode == 0 and "no table is tracked" in empty.stdout
-
-    failed = _cli("optimize", "test.no_such_table", "--json")
-    assert failed.returncode == 2
-    error = json.loads(failed.stdout)["error"]
-    assert error["exit_code"] == 2 and "test.no_such_table" in error["message"]
-    assert "Traceback" not in failed.stderr
