@@ -21,6 +21,7 @@ from pathlib import Path
 
 from autooptimize.config import Settings
 from autooptimize.errors import ConfigError, ServiceUnavailable
+from spark_actors.java import with_java
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _IDENT = "autooptimize"
@@ -146,7 +147,7 @@ def _start(settings: Settings, spark_dir: Path) -> ServerInfo:
     confs = server_confs(settings) | {"spark.connect.grpc.binding.port": str(port)}
     props.write_text("".join(f"{k}={v}\n" for k, v in confs.items()))
     cmd = [str(script), "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)]
-    result = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(cmd, env=with_java(env), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise ServiceUnavailable(
             f"start-connect-server.sh failed ({result.returncode}): {(result.stderr or result.stdout).strip()[-500:]}"
@@ -220,4 +221,5 @@ def serve_foreground(settings: Settings) -> None:
                SPARK_HOME=str(spark_home), SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(spark_dir / "logs"),
                SPARK_PID_DIR=str(spark_dir))
     script = str(Path(spark_home) / "sbin" / "start-connect-server.sh")
-    os.execve(script, [script, "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)], env)
+    os.execve(script, [script, "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)],
+              with_java(env))
