@@ -124,28 +124,27 @@ def test_metrics_equal_the_database_after_actions_in_two_worker_processes(settin
     assert queried - {"autooptimize"} <= declared, queried - declared
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "autooptimize.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120, cwd=ROOT)
+def test_history_and_status_with_nothing_tracked(settings, catalog, capsys, monkeypatch):
+    from autooptimize.cli import actions as cli_actions
+    from autooptimize.cli import main
 
-
-def test_history_and_status_with_nothing_tracked(settings, catalog):
     table = make_table(catalog, {DAY1: 3})
     name = identifier(table)
     tracking.track(settings, name, target_file_size="1MiB", allowed_actions="merge,rewrite_manifests")
     action_id = actions.submit(settings, name, kind="rewrite_manifests", options={"manifest_threshold": 1})
     actions.execute(settings, action_id, spark=None)
 
-    listed = _cli("history", name, "--json")
-    assert listed.returncode == 0, listed.stderr
-    rows = json.loads(listed.stdout)
+    assert main(["history", name, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
     with session_scope(settings) as s:
         recorded = s.get(Action, action_id)
         assert [r["id"] for r in rows] == [action_id]
         assert rows[0]["files_in"] == recorded.files_in and rows[0]["state"] == recorded.state
         assert rows[0]["seconds"] == pytest.approx((recorded.finished_at - recorded.started_at).total_seconds())
-    text = _cli("history", name).stdout
+    assert main(["history", name]) == 0
+    text = capsys.readouterr().out
     assert "rewrite_manifests" in text and recorded.state in text
 
-    empty = _cli("status", env={"AO_CATALOG": "nothing_tracked_here"})
-    assert empty.returncode == 0 and "no table is tracked" in empty.stdout
+    monkeypatch.setattr(cli_actions, "current_settings", lambda: settings.model_copy(update={"catalog": "empty"}))
+    assert main(["status"]) == 0
+    assert "no table is tracked" in capsys.readouterr().out
