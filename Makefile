@@ -1,5 +1,5 @@
-# Quick start: `make demo` runs the main job end to end; `make test` runs the tests.
-# Both set everything up first (scripts/bootstrap.sh).
+# Quick start: `make demo` runs the main job end to end; `make test` runs the tests. Both run
+# scripts/quickstart.sh, which needs no make and sets everything up first (scripts/bootstrap.sh).
 VENV ?= .venv
 export VENV
 
@@ -8,11 +8,11 @@ export VENV
 setup:
 	bash scripts/bootstrap.sh
 
-demo: setup
-	$(VENV)/bin/autooptimize demo
+demo:
+	bash scripts/quickstart.sh demo
 
-test: setup
-	$(VENV)/bin/python -m pytest -q
+test:
+	bash scripts/quickstart.sh test
 
 unit: setup
 	$(VENV)/bin/python -m pytest -q tests/unit

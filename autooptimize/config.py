@@ -140,6 +140,22 @@ class Settings(BaseSettings):
     # the listener finds changed tables by polling each tracked table, as it must for every catalog but
     # SQL, even on a SqlCatalog it could query (tests exercise the REST/Glue/Hive path this way)
     force_polling: bool = False
+    # web console and /metrics (autooptimize console, started by autooptimize up); basic auth always on,
+    # the password generated into AO_HOME when unset
+    console_user: str = "admin"
+    console_password: SecretStr | None = None
+    console_address: str = "127.0.0.1"
+    console_port: int = Field(default=8765, ge=1, le=65535)
+
+    @field_validator("console_user", "console_password")
+    @classmethod
+    def _console_credentials(cls, value: str | SecretStr | None) -> str | SecretStr | None:
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is not None and not text.strip():
+            raise ValueError("must not be empty (unset AO_CONSOLE_PASSWORD to have one generated into AO_HOME)")
+        if text is not None and ":" in text and isinstance(value, str):
+            raise ValueError("must not contain ':' (basic auth separates user and password with it)")
+        return value
 
     @field_validator("database_url")
     @classmethod

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from autooptimize.config import Settings
 from autooptimize.errors import ConfigError, ServiceUnavailable
+from spark_actors.java import with_java
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _IDENT = "autooptimize"
@@ -166,7 +167,7 @@ def _start(settings: Settings, spark_dir: Path) -> ServerInfo:
     # Its own session: the JVM (nohup'd by spark-daemon.sh) stays in the script's process group, apart from
     # whoever started it, so killing a worker's group never takes the shared server with it, and a start
     # cut short (a signal, a timeout) kills exactly that group.
-    script_proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    script_proc = subprocess.Popen(cmd, env=with_java(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
     group = script_proc.pid
     try:
@@ -291,4 +292,5 @@ def serve_foreground(settings: Settings) -> None:
                SPARK_HOME=str(spark_home), SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(spark_dir / "logs"),
                SPARK_PID_DIR=str(spark_dir))
     script = str(Path(spark_home) / "sbin" / "start-connect-server.sh")
-    os.execve(script, [script, "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)], env)
+    os.execve(script, [script, "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)],
+              with_java(env))

@@ -16,8 +16,9 @@ from autooptimize.errors import (
     InvalidArgument,
     ServiceUnavailable,
     TableNotFound,
+    WaitTimeout,
 )
-from autooptimize.redact import install_log_redaction
+from autooptimize.redact import install_log_redaction, redact
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,24 +33,33 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: object) -> int:
+    as_json = bool(getattr(args, "json", False))
     try:
         return int(args.func(args) or 0)  # type: ignore[attr-defined]
     except (InvalidArgument, TableNotFound, ConfigError, ActionNotFound) as exc:
-        print(f"autooptimize: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(exc, str(exc), 2, as_json)
     except ServiceUnavailable as exc:
-        print(f"autooptimize: error: {exc}", file=sys.stderr)
-        return 3
+        return _error(exc, str(exc), 3, as_json)
+    except WaitTimeout as exc:
+        return _error(exc, str(exc), 4, as_json)
     except AutoOptimizeError as exc:
-        print(f"autooptimize: error: {exc}", file=sys.stderr)
-        return 1
+        return _error(exc, str(exc), 1, as_json)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # connection failures surfacing from libraries: name the service, no traceback
         from sqlalchemy.exc import OperationalError
 
         if isinstance(exc, OperationalError):
-            url = current_settings().database_url
-            print(f"autooptimize: error: cannot reach PostgreSQL at {url}: {str(exc.orig).strip()}", file=sys.stderr)
-            return 3
+            url = redact(current_settings().database_url)
+            return _error(exc, f"cannot reach PostgreSQL at {url}: {str(exc.orig).strip()}", 3, as_json)
         raise
+
+
+def _error(exc: BaseException, message: str, code: int, as_json: bool) -> int:
+    """Report an error on stderr; with ``--json`` also as one JSON object on stdout, where the result would be."""
+    print(f"autooptimize: error: {message}", file=sys.stderr)
+    if as_json:
+        import json
+
+        print(json.dumps({"error": {"type": type(exc).__name__, "message": message, "exit_code": code}}))
+    return code

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from autooptimize.cli.common import current_settings, print_result
 from autooptimize.errors import InvalidArgument
@@ -39,11 +38,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                       dry_run=args.dry_run, target_file_size=args.target_size, options=options,
                       settings=current_settings())
     if args.wait or args.dry_run:
-        try:
-            result = handle.wait(timeout=args.timeout)
-        except TimeoutError as exc:
-            print(f"autooptimize: {exc}", file=sys.stderr)
-            return 4
+        from autooptimize.cli.progress import wait_with_progress
+
+        result = wait_with_progress(current_settings(), handle.id, args.timeout)  # WaitTimeout: exit 4
     else:
         result = handle.result
     shown = {k: result.get(k) for k in OPTIMIZE_FIELDS}
@@ -91,6 +88,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             last_s = f"{last['kind']} {last['state']} {last['at']}" if last else "-"
             print(f"{p['partition'] or '(unpartitioned)':40} {p['n']:>6} {p['small_files']:>6} {p['bytes']:>12} "
                   f"{p['rmse_bytes']:>12}  {last_s}")
+    elif not result:
+        print("no table is tracked yet; track one with `autooptimize track NAMESPACE.TABLE`, or set "
+              "AO_AUTO_TRACK to track tables matching a pattern")
     else:
         for line in result:
             print(json.dumps(line, default=str) if "error" in line else

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from autooptimize.cli import actions, buffer, up
+from autooptimize import __version__
+from autooptimize.cli import actions, buffer, console, up
 from autooptimize.cli.arguments import count, kinds, log_level, node_name, option, seconds
 
 DESCRIPTION = "The ``autooptimize`` command line"
@@ -13,6 +14,7 @@ DESCRIPTION = "The ``autooptimize`` command line"
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand; each sets ``func``, the command that takes the parsed arguments."""
     parser = argparse.ArgumentParser(prog="autooptimize", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"autooptimize {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     db = sub.add_parser("db", help="database schema")
@@ -69,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     upp.add_argument("--workers", type=count(1, 256), default=1)
     upp.add_argument("--no-flower", action="store_true")
     upp.add_argument("--no-beat", action="store_true")
+    upp.add_argument("--no-console", action="store_true", help="do not start the web console and /metrics")
     upp.set_defaults(func=up.cmd_up)
 
     ex = sub.add_parser("explain", help="what optimize would do to each partition, and why; changes nothing")
@@ -122,6 +125,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("spark_command", choices=["start", "stop", "status", "serve"],
                     help="serve: run a server in the foreground with AO_SPARK_TOKEN (containers)")
     sp.set_defaults(func=up.cmd_spark)
+
+    co = sub.add_parser("console", help="the web console and /metrics (AO_CONSOLE_ADDRESS:AO_CONSOLE_PORT, "
+                                        "basic auth)")
+    co.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    co.set_defaults(func=console.cmd_console)
+
+    hi = sub.add_parser("history", help="past actions with their cost, newest first")
+    hi.add_argument("table", nargs="?")
+    hi.add_argument("--kind")
+    hi.add_argument("--state")
+    hi.add_argument("--trigger")
+    hi.add_argument("--limit", type=int, default=50)
+    hi.add_argument("--json", action="store_true")
+    hi.set_defaults(func=console.cmd_history)
 
     buffer.add_commands(sub)
     return parser

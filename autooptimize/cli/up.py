@@ -44,7 +44,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    return run_service(current_settings(), workers=args.workers, flower=not args.no_flower, beat=not args.no_beat)
+    return run_service(current_settings(), workers=args.workers, flower=not args.no_flower, beat=not args.no_beat,
+                       console=not args.no_console)
 
 
 def cmd_listener(args: argparse.Namespace) -> int:
@@ -174,7 +175,8 @@ def _celery(*args: str) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "tasks.app", *args]
 
 
-def _start_children(children: Supervisor, settings: Settings, workers: int, flower: bool, beat: bool) -> None:
+def _start_children(children: Supervisor, settings: Settings, workers: int, flower: bool, beat: bool,
+                    console: bool = True) -> None:
     from autooptimize.cli.runtime import flower_credentials, worker_argv
 
     for i in range(workers):
@@ -192,10 +194,17 @@ def _start_children(children: Supervisor, settings: Settings, workers: int, flow
                        {**os.environ, "FLOWER_BASIC_AUTH": f"{user}:{password}"})
         where = f"password in {path}" if path else "password from AO_FLOWER_PASSWORD"
         print(f"Flower: http://{settings.flower_address}:{settings.flower_port} (user {user!r}, {where})")
+    if console:  # the web console and /metrics (autooptimize.console); its password stays in AO_HOME
+        from autooptimize.console.auth import console_credentials
+
+        console_user, _, console_path = console_credentials(settings)
+        children.start("console", [sys.executable, "-m", "autooptimize.cli", "console"])
+        where = f"password in {console_path}" if console_path else "password from AO_CONSOLE_PASSWORD"
+        print(f"Console: http://{settings.console_address}:{settings.console_port} (user {console_user!r}, {where})")
 
 
 def run_service(settings: Settings, *, workers: int = 1, flower: bool = True, beat: bool = True,
-                grace: float = STOP_GRACE_SECONDS) -> int:
+                console: bool = True, grace: float = STOP_GRACE_SECONDS) -> int:
     """Run workers, listener, dispatcher, beat and Flower (and the local Spark Connect server unless one is
     running) until SIGTERM or Ctrl-C, restarting a child that exits; then stop all of it within ``grace``
     seconds and a few more, the Spark server last and only if this run started it. From the first
@@ -213,7 +222,7 @@ def run_service(settings: Settings, *, workers: int = 1, flower: bool = True, be
             with server.local_server_while(settings):
                 children = Supervisor(logs, stop)
                 try:
-                    _start_children(children, settings, workers, flower, beat)
+                    _start_children(children, settings, workers, flower, beat, console)
                     print(f"autooptimize is up: {', '.join(c.name for c in children.children)}; logs in {logs}. "
                           "Ctrl-C stops it.", flush=True)
                     while (why := children.check()) is None:

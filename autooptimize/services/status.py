@@ -15,8 +15,9 @@ from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import decision_failures, recent_actions, tracked_table, tracked_tables
 
 
-def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
-    """Partitions ranked by MSE (worst first) with N, SSE, bytes, small files and last action."""
+def table_status(settings: Settings, identifier: str, *, with_sizes: bool = False) -> dict[str, Any]:
+    """Partitions ranked by MSE (worst first) with N, SSE, bytes, small files and last action; with
+    ``with_sizes`` each partition also lists its live data files' sizes (``sizes``)."""
     table = load_table(settings, identifier)
     with session_scope(settings) as session:
         row = tracked_table(session, settings.catalog, identifier)
@@ -46,6 +47,7 @@ def table_status(settings: Settings, identifier: str) -> dict[str, Any]:
             "rows": sum(f.record_count for f in pf.data_files),
             "small_files": sum(1 for s in sizes if s < target),
             "delete_files": len(pf.delete_files),
+            **({"sizes": sizes} if with_sizes else {}),
             "last_action": None if last is None else {
                 "id": last["id"], "kind": last["kind"], "state": last["state"], "at": last["finished_at"]
                 or last["created_at"]},
@@ -92,6 +94,8 @@ def all_status(settings: Settings) -> list[dict[str, Any]]:
             "source": source,
             "snapshot_id": st["snapshot_id"],
             "files": st["files"],
+            "bytes": sum(p["bytes"] for p in st["partitions"]),
+            "small_files": sum(p["small_files"] for p in st["partitions"]),
             "partitions": len(st["partitions"]),
             "worst_partition": worst and worst["partition"],
             "worst_mse": worst and worst["mse"],

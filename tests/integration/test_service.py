@@ -62,7 +62,8 @@ def _alive(pid: int) -> bool:
 
 def test_up_runs_worker_and_authenticated_flower_then_stops_cleanly(settings, spark, catalog):
     port = _free_port()
-    env = {**os.environ, "AO_FLOWER_PORT": str(port), "AO_FLOWER_USER": "ops", "AO_FLOWER_PASSWORD": "s3cret-pw"}
+    env = {**os.environ, "AO_FLOWER_PORT": str(port), "AO_FLOWER_USER": "ops", "AO_FLOWER_PASSWORD": "s3cret-pw",
+           "AO_CONSOLE_PORT": str(_free_port())}
     proc = subprocess.Popen([sys.executable, "-m", "autooptimize.cli", "up", "--workers", "1"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -103,8 +104,8 @@ def test_up_runs_worker_and_authenticated_flower_then_stops_cleanly(settings, sp
         assert identifier(table) in tasks[handle.id]["kwargs"]
 
         children = _children_of(proc.pid)
-        # worker, listener, beat, flower, and the fair dispatcher when actions go through the RPQ
-        assert len(children) == 4 + (settings.dispatch == "rpq")
+        # worker, listener, beat, flower, console, and the fair dispatcher when actions go through the RPQ
+        assert len(children) == 5 + (settings.dispatch == "rpq")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

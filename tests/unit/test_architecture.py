@@ -3,7 +3,7 @@
 Every import counts, those inside functions included (an import deferred into a function is still a
 dependency). Layers, from the bottom: ``domain`` (and ``errors``); the adapters ``storage``,
 ``iceberg``, ``engines`` and ``spark_actors``; ``services``; the entry points ``tasks``, ``scheduler``,
-``api`` and ``cli``.
+``api``, ``cli`` and ``console``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("autooptimize", "tasks", "scheduler", "spark_actors")
 MAX_LINES = 400
 
-ENTRY_POINTS = ("tasks", "scheduler", "autooptimize.api", "autooptimize.cli")
+ENTRY_POINTS = ("tasks", "scheduler", "autooptimize.api", "autooptimize.cli", "autooptimize.console")
 ADAPTERS = ("autooptimize.storage", "autooptimize.iceberg", "autooptimize.engines", "spark_actors")
 # What each layer may not import (a prefix matches the module and everything below it).
 FORBIDDEN: dict[tuple[str, ...], tuple[str, ...]] = {

@@ -29,7 +29,7 @@ SECRETS = ("AO_DB_PASSWORD", "AO_REDIS_PASSWORD", "AO_SPARK_TOKEN", "AO_FLOWER_P
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|AUTH|ACCESS_KEY", re.IGNORECASE)
 REQUIRED = re.compile(r"^\$\{(?P<name>[A-Z0-9_]+):\?[^}]*\}$")  # ${NAME:?message}: set, or compose stops
 SERVICES = {"minio", "minio-init", "rest", "postgres", "redis", "migrate", "spark-connect", "actor", "control",
-            "listener", "dispatcher", "beat", "flower", "demo"}
+            "listener", "dispatcher", "beat", "flower", "console", "demo"}
 ONE_SHOT = {"minio-init", "migrate", "demo"}
 
 

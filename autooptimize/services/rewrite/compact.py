@@ -25,6 +25,7 @@ from autooptimize.iceberg.commit import (
     commit_replace,
     data_file_from_footer,
 )
+from autooptimize.iceberg.commits import CommitStats
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.services.compact import (
     BROADCAST_DELETE_ROWS,
@@ -36,7 +37,14 @@ from autooptimize.services.compact import (
     sequence_number,
 )
 from autooptimize.services.evolution import has_field_ids
-from autooptimize.services.rewrite.kind import CheckpointWriter, Committed, Planned, Unit, group_result
+from autooptimize.services.rewrite.kind import (
+    CheckpointWriter,
+    Committed,
+    Planned,
+    Unit,
+    commit_facts,
+    group_result,
+)
 from autooptimize.services.rewrite.lifecycle import run_rewrite
 from autooptimize.services.rewrite.verify import as_digest, output_digest, read_back_digest, verify_group
 
@@ -198,9 +206,12 @@ class CompactKind:
         properties = {ACTION_ID_PROPERTY: request.action_id, ACTION_KIND_PROPERTY: KIND}
         removed = [live[p].data_file for p in inputs] + [live_deletes[p].data_file for p in dropped]
         allowed = frozenset(p for g in groups for p in g.scope or ())
-        snapshot = commit_replace(table, removed, added, properties, allowed_deletes=allowed, allow_no_output=True)
+        stats = CommitStats()
+        snapshot = commit_replace(table, removed, added, properties, allowed_deletes=allowed, allow_no_output=True,
+                                  stats=stats)
         return Committed(snapshot.snapshot_id, {"delete_files_removed": dropped,
-                                                "rows_deleted": sum(g.rows_deleted or 0 for g in groups)})
+                                                "rows_deleted": sum(g.rows_deleted or 0 for g in groups),
+                                                **commit_facts(stats)})
 
 
 def run_compact_deletes(settings: Settings, request: MergeRequest, spark: Any, save_checkpoint: CheckpointWriter,

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from pyiceberg.table import Table
 
 from autooptimize.domain.actions import GroupResult, Hooks, MergeRequest
+from autooptimize.iceberg.commits import CommitStats
 from autooptimize.iceberg.files import PartitionFiles
 
 CheckpointWriter = Callable[[dict[str, Any]], None]
@@ -42,6 +43,12 @@ class Planned:
 class Committed:
     snapshot_id: int
     plan_facts: dict[str, Any] = field(default_factory=dict)  # added to the outcome's plan
+
+
+def commit_facts(stats: CommitStats) -> dict[str, Any]:
+    """What a commit cost, as the action's plan records it (``plan.commit``; the conflicts metric sums it)."""
+    return {"commit": {"attempts": stats.attempts, "conflicts": stats.conflicts,
+                       "seconds": round(stats.apply_seconds, 3)}}
 
 
 class RewriteKind(Protocol):

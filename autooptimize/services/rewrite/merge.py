@@ -30,11 +30,19 @@ from autooptimize.iceberg.commit import (
     commit_replace,
     data_file_from_footer,
 )
+from autooptimize.iceberg.commits import CommitStats
 from autooptimize.iceberg.fileio import is_local
 from autooptimize.iceberg.files import PartitionFiles, live_partitions
 from autooptimize.services import evolution
 from autooptimize.services.rewrite.evolution import evolution_data_files, evolution_rewrite
-from autooptimize.services.rewrite.kind import CheckpointWriter, Committed, Planned, Unit, group_result
+from autooptimize.services.rewrite.kind import (
+    CheckpointWriter,
+    Committed,
+    Planned,
+    Unit,
+    commit_facts,
+    group_result,
+)
 from autooptimize.services.rewrite.lifecycle import run_rewrite
 from autooptimize.services.rewrite.outputs import action_dir
 from autooptimize.services.rewrite.sort import (
@@ -74,8 +82,8 @@ def plan_to_dict(pf: PartitionFiles, plan: Plan, rule: str | None = None) -> dic
         "files_out": plan.files_out,
         "bytes_rewritten": plan.bytes_rewritten,
         "groups": [
-            {"files": [f.path for f in g.files], "bytes_in": g.bytes_in, "files_out": g.files_out,
-             "bytes_out_estimate": g.bytes_out}
+            {"files": [f.path for f in g.files], "sizes": [f.size for f in g.files], "bytes_in": g.bytes_in,
+             "files_out": g.files_out, "bytes_out_estimate": g.bytes_out}
             for g in plan.groups
         ],
     }
@@ -312,8 +320,9 @@ class MergeKind:
             properties[ACTION_PART_PROPERTY] = str(part)
         if parts is not None:
             properties[ACTION_PARTS_PROPERTY] = str(parts)
-        snapshot = commit_replace(table, [live[p].data_file for p in inputs], added, properties)
-        return Committed(snapshot.snapshot_id)
+        stats = CommitStats()
+        snapshot = commit_replace(table, [live[p].data_file for p in inputs], added, properties, stats=stats)
+        return Committed(snapshot.snapshot_id, commit_facts(stats))
 
 
 def run_merge(settings: Settings, request: MergeRequest, spark: Any, save_checkpoint: CheckpointWriter,
