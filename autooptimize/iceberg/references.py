@@ -19,6 +19,7 @@ from pyiceberg.manifest import DataFileContent, read_manifest_list
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from autooptimize.domain import fencing
 from autooptimize.errors import InvalidArgument
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
@@ -153,12 +154,15 @@ def list_files(directory: str) -> Iterator[StoredFile]:
 def delete_files(directory: str, uris: Iterable[str]) -> list[str]:
     """Delete files (all inside ``directory``); returns those actually deleted (a missing file is skipped).
 
-    Raises InvalidArgument (before deleting that file) for a URI outside ``directory``."""
+    Raises InvalidArgument (before deleting that file) for a URI outside ``directory``. The thread's
+    fence (autooptimize.domain.fencing) is asked before the first file and every hundredth."""
     fs, _ = pafs.FileSystem.from_uri(directory)
     deleted = []
-    for uri in uris:
+    for n, uri in enumerate(uris):
         if not is_within(directory, uri):
             raise InvalidArgument(f"refusing to delete {uri}: not inside {directory}")
+        if n % 100 == 0:  # a holder that lost its lease or lock deletes nothing more
+            fencing.before_delete(uri)
         _, path = pafs.FileSystem.from_uri(uri)
         try:
             fs.delete_file(path)
