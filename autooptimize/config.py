@@ -97,6 +97,14 @@ class Settings(BaseSettings):
     # action execution
     commit_retries: int = Field(default=4, ge=0)
     action_timeout_seconds: int = Field(default=3600, gt=0)
+    # every attempt holds a lease in PostgreSQL, renewed every quarter of this term while it works; a
+    # holder that stops renewing (crashed, partitioned) is taken over once the term has run out
+    action_lease_seconds: int = Field(default=60, ge=5, le=3600)
+    # deliveries of one action that may run before it is failed with its last error (crash loops end)
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    # the sweeper re-queues (or fails, past AO_MAX_ATTEMPTS) an action queued or running with no live
+    # lease and nothing done to it for this long (a lost message, a dead worker)
+    sweep_after_seconds: int = Field(default=900, ge=0)
     # large partitions: no rewrite group reads more than this (one Spark job each), and an action keeps at
     # most this many group jobs in flight on its Spark Connect session
     max_group_bytes: int = Field(default=8 * 1024 * MiB, gt=0)

@@ -51,6 +51,24 @@ class Retry(AutoOptimizeError):
         self.delay = delay
 
 
+class ActionBusy(Retry):
+    """Another attempt holds the action's lease and is alive; this delivery must not touch its work."""
+
+    def __init__(self, message: str, delay: float, holder: str) -> None:
+        super().__init__(message, delay=delay)
+        self.holder = holder
+
+
+class LeaseLost(Retry):
+    """This process no longer holds the lease (or lock) it worked under: it stopped before committing,
+    cleaning up or recording anything more; whoever holds it now decides."""
+
+
+class AttemptTimedOut(Retry):
+    """An attempt ran past AO_ACTION_TIMEOUT_SECONDS: it stops, removes its uncommitted output and is
+    tried again (or failed, past AO_MAX_ATTEMPTS)."""
+
+
 class FileRejected(AutoOptimizeError):
     """A file offered to a table's buffer does not fit it (the message says why); nothing was landed."""
 

@@ -12,7 +12,11 @@ from autooptimize.config import Settings, get_settings
 from tasks.app import app
 from tasks.routing import CONTROL_QUEUE
 
-__all__ = ["app", "beat_schedule"]
+__all__ = ["SWEEP_SECONDS", "app", "beat_schedule"]
+
+#: How often the sweeper looks for actions without a live lease (services/sweeper.py); it acts on those
+#: untouched for AO_SWEEP_AFTER_SECONDS.
+SWEEP_SECONDS = 60.0
 
 
 def _every(task: str, seconds: float, expires: float) -> dict[str, Any]:
@@ -26,6 +30,8 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         # Recover partitions whose hand-off from the listener was lost (e.g. Redis restarted).
         "attention-sweep": _every("autooptimize.sweep", 300.0, 290),
         "rescan-stale": _every("autooptimize.rescan_stale", 600.0, 590),
+        # Actions left queued or running with no live lease: re-queued, or failed past AO_MAX_ATTEMPTS.
+        "action-sweep": _every("autooptimize.sweep_actions", SWEEP_SECONDS, SWEEP_SECONDS - 5),
         # Table hygiene: manifest rewrites, snapshot expiry and orphan removal per tracked table.
         "hygiene-sweep": _every("autooptimize.hygiene_sweep", float(settings.hygiene_sweep_seconds),
                                 settings.hygiene_sweep_seconds - 5),

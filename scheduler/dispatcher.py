@@ -11,7 +11,9 @@ id makes a second run harmless).
 
 PostgreSQL stays the source of truth: every action in state queued or running is re-enqueued
 (idempotently) when the dispatcher starts, every ``rebuild_seconds``, and at once when the queue's marker
-key has vanished (Redis lost its data).
+key has vanished (Redis lost its data); then the sweeper (services/sweeper.py) re-queues, or fails past
+AO_MAX_ATTEMPTS, actions left running by a dead attempt. The dispatcher holds its role under an advisory
+lock and re-checks it before every lease it hands out.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from sqlalchemy import select
 from autooptimize.config import Settings
 from autooptimize.domain.fairness import FairScheduler, Head, PriorityClass
 from autooptimize.errors import InvalidArgument, ServiceUnavailable
+from autooptimize.services.ports import ActionTicket
+from autooptimize.services.sweeper import sweep_actions
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
 from autooptimize.storage.repositories import tracked_tables
@@ -63,6 +67,7 @@ __all__ = [
     "pending_items",
     "rebuild_from_postgres",
     "run_dispatcher",
+    "sweep_into",
     "wake",
 ]
 
@@ -80,6 +85,7 @@ class Dispatcher:
     ``submit`` (e.g. a function that sends the Celery task; the actor acks or nacks the lease, and
     extends it while it works). Nothing is dispatched while ``slots`` leases are out. One dispatcher
     should run per namespace (the scheduler's state is in memory); running two is safe, only less fair.
+    With ``still_active`` (the dispatcher's leadership) the role is re-checked before every lease.
     """
 
     def __init__(
@@ -90,6 +96,7 @@ class Dispatcher:
         *,
         slots: int,
         per_table: int = 1,
+        still_active: Callable[[], bool] | None = None,
     ) -> None:
         if operator.index(slots) < 1:
             raise InvalidArgument(f"slots must be a positive integer (actor capacity), got {slots!r}")
@@ -100,14 +107,19 @@ class Dispatcher:
         self.submit = submit
         self.slots = int(slots)
         self.per_table = int(per_table)
+        self.still_active = still_active
         self._known = {c.name for c in scheduler.classes}
         self._warned: set[str] = set()
 
     def dispatch_once(self) -> Lease | None:
-        """Dispatch at most one item; None when there is no capacity or nothing eligible.
+        """Dispatch at most one item; None when there is no capacity or nothing eligible, or when
+        ``still_active`` (asked before every lease) says this dispatcher lost its role.
 
         If ``submit`` raises, the item goes back to its queue at once and the error propagates.
         """
+        if self.still_active is not None and not self.still_active():
+            log.warning("dispatcher lost its lock; dispatching nothing more")
+            return None
         backlog = self.queue.snapshot()
         if backlog.leased >= self.slots:
             return None
@@ -216,7 +228,8 @@ def build_scheduler(settings: Settings, table_weights: dict[str, float] | None =
 
 
 def make_dispatcher(settings: Settings, *, namespace: str | None = None,
-                    submit: Callable[[Lease], None] | None = None) -> Dispatcher:
+                    submit: Callable[[Lease], None] | None = None,
+                    still_active: Callable[[], bool] | None = None) -> Dispatcher:
     """A Dispatcher that sends each lease to Celery (``tasks.send.send_leased_action``) unless ``submit``
     is given; ``settings.slots`` leases at most, ``settings.dispatch_per_table`` per table."""
     queue = build_queue(settings, namespace)
@@ -225,7 +238,21 @@ def make_dispatcher(settings: Settings, *, namespace: str | None = None,
         send_leased_action(settings, LeaseTicket(lease, queue.namespace, queue.lease_seconds))
 
     return Dispatcher(queue, build_scheduler(settings), submit or send, slots=settings.slots,
-                      per_table=settings.dispatch_per_table)
+                      per_table=settings.dispatch_per_table, still_active=still_active)
+
+
+def sweep_into(settings: Settings, queue: ReliablePriorityQueue) -> dict[str, list[str]]:
+    """Run the sweeper (services/sweeper.py) with ``queue`` as where re-queued actions go: an action whose
+    item the queue holds is only waiting its turn."""
+    def send(ticket: ActionTicket) -> None:
+        enqueue_action(settings, ticket.action_id, ticket.table, ticket.partition, ticket.kind,
+                       ticket.priority_class, namespace=queue.namespace)
+
+    def queued(ticket: ActionTicket) -> bool:
+        return queue.holds(QueueItem(ticket.action_id, ticket.table, ticket.partition or "", ticket.kind,
+                                     ticket.priority_class).key)
+
+    return sweep_actions(settings, send, queued).as_dict()
 
 
 def run_dispatcher(settings: Settings, stop_event: threading.Event, *, namespace: str | None = None,
@@ -242,13 +269,13 @@ def run_dispatcher(settings: Settings, stop_event: threading.Event, *, namespace
         raise InvalidArgument(f"rebuild_seconds and idle_seconds must be > 0, got {rebuild_seconds}, {idle_seconds}")
     from scheduler.listener import Leadership
 
-    dispatcher = make_dispatcher(settings, namespace=namespace, submit=submit)
-    ns = dispatcher.queue.namespace
+    # One dispatcher per namespace works (its fairness state is in this process); others stand by.
+    ns = build_queue(settings, namespace).namespace
+    leadership = Leadership(settings, role=f"dispatcher:{ns}")
+    dispatcher = make_dispatcher(settings, namespace=namespace, submit=submit, still_active=leadership.held)
     client = queue_client(settings)
     log.info("dispatcher on %s: %d slots, %d per table, lease %.0f s, weights %s", ns, dispatcher.slots,
              dispatcher.per_table, dispatcher.queue.lease_seconds, settings.class_weights)
-    # One dispatcher per namespace works (its fairness state is in this process); others stand by.
-    leadership = Leadership(settings, role=f"dispatcher:{ns}")
     try:
         _dispatch_loop(settings, stop_event, dispatcher, leadership, client, ns, rebuild_seconds, idle_seconds)
     finally:
@@ -278,6 +305,8 @@ def _dispatch_loop(settings: Settings, stop_event: threading.Event, dispatcher: 
                 next_rebuild = now + rebuild_seconds
                 if added:
                     log.info("rebuilt the backlog from PostgreSQL: %d action(s) re-enqueued", added)
+                if leadership.held():  # actions a dead worker left running, or out of attempts
+                    sweep_into(settings, dispatcher.queue)
             moved = bool(dispatcher.run_once())
         except (ServiceUnavailable, redis.RedisError) as exc:
             log.warning("dispatcher waiting for Redis: %s", exc)

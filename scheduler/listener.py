@@ -14,6 +14,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -89,13 +90,26 @@ class Leadership:
         log.info("%s active (catalog %s)", self._role, self._settings.catalog)
         return True
 
+    def held(self) -> bool:
+        """Whether this process still holds the role, asked of PostgreSQL now; never takes it (a holder
+        re-checks this before each step it must not take once another process took over)."""
+        lock = self._lock
+        return lock is not None and lock.is_held()
+
     def release(self) -> None:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
 
 
-def _observe_one(settings: Settings, name: str, on_attention: OnAttention | None) -> ObserveReport | BaseException:
+class _NotLeader(Exception):
+    """This listener lost its role during the pass: the table was left for the new leader."""
+
+
+def _observe_one(settings: Settings, name: str, on_attention: OnAttention | None,
+                 still_leader: Callable[[], bool] | None = None) -> ObserveReport | BaseException:
+    if still_leader is not None and not still_leader():
+        return _NotLeader(name)
     try:
         return observe_table(settings, name, on_attention=on_attention)
     except Exception as exc:  # reported by the caller, per table
@@ -104,22 +118,27 @@ def _observe_one(settings: Settings, name: str, on_attention: OnAttention | None
 
 def run_once(settings: Settings, *, on_attention: OnAttention | None = None, poll: PollSchedule | None = None,
              backoff: _Backoff | None = None, stop_event: threading.Event | None = None,
-             executor: ThreadPoolExecutor | None = None) -> int:
+             executor: ThreadPoolExecutor | None = None, still_leader: Callable[[], bool] | None = None) -> int:
     """One pass over the changed tables; returns how many tables moved (snapshots applied or scanned).
 
     With an ``executor`` several tables are observed at once (one table is never observed twice at
-    once: each pass lists a table once, and the table's lock serialises observers anyway).
+    once: each pass lists a table once, and the table's lock serialises observers anyway). With
+    ``still_leader`` the role is re-checked before each table, and the tables after a lost role are left
+    to the new leader.
     """
     now = time.monotonic()
     names = [n for n in changed_tables(settings, poll=poll) if backoff is None or backoff.ready(n, now)]
     if executor is not None and len(names) > 1:
-        outcomes = executor.map(lambda n: (n, _observe_one(settings, n, on_attention)), names)
+        outcomes = executor.map(lambda n: (n, _observe_one(settings, n, on_attention, still_leader)), names)
     else:
-        outcomes = ((n, _observe_one(settings, n, on_attention)) for n in names)
+        outcomes = ((n, _observe_one(settings, n, on_attention, still_leader)) for n in names)
     moved = 0
     for name, outcome in outcomes:
         if stop_event is not None and stop_event.is_set() and executor is None:
             break
+        if isinstance(outcome, _NotLeader):
+            log.warning("table %s left to the new leader: this listener lost its lock", name)
+            continue
         if isinstance(outcome, BaseException):
             delay = backoff.failed(name, time.monotonic()) if backoff is not None else 0.0
             level = logging.ERROR if not isinstance(outcome, AutoOptimizeError) else logging.WARNING
@@ -234,7 +253,7 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
             settled.run_due(on_attention)
             try:
                 moved = run_once(settings, on_attention=on_attention, poll=poll, backoff=backoff,
-                                 stop_event=stop_event, executor=executor)
+                                 stop_event=stop_event, executor=executor, still_leader=leadership.held)
             except Exception as exc:  # catalog or database unreachable: keep trying
                 log.warning("listener pass failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, interval)
                 moved = 0

@@ -1,6 +1,15 @@
 """The Celery app: Redis broker, late acks, prefetch 1, reject on worker lost, priority queues.
 
 Beat runs the same app with its schedule added: ``celery -A scheduler.beat beat`` (see :mod:`scheduler.beat`).
+
+The visibility timeout follows from the action timeout. An attempt stops itself at
+AO_ACTION_TIMEOUT_SECONDS and takes at most STOP_GRACE_SECONDS more to clean up
+(:func:`autooptimize.services.attempt.attempt_limit_seconds`); an action task that somehow runs past that
+is killed by Celery (its hard ``time_limit``). With late acks and prefetch 1 a delivered message stays
+unacked while it waits for a free worker process (at most one attempt of the task before it) and then
+while it runs (at most one attempt). Redis redelivers an unacked message only after the visibility
+timeout, :func:`visibility_timeout`, twice the attempt limit: a healthy attempt is never redelivered.
+If a duplicate comes anyway (a worker host paused for hours), it finds the lease held and leaves it alone.
 """
 
 from __future__ import annotations
@@ -8,9 +17,15 @@ from __future__ import annotations
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 
-from autooptimize.config import get_settings
+from autooptimize.config import Settings, get_settings
 from autooptimize.redact import install_log_redaction
+from autooptimize.services.attempt import attempt_limit_seconds
 from tasks.routing import CONTROL_QUEUE, queues
+
+
+def visibility_timeout(settings: Settings) -> int:
+    """Seconds before Redis hands an unacked message out again: two attempt limits (see the module)."""
+    return 2 * attempt_limit_seconds(settings)
 
 
 def make_app() -> Celery:
@@ -30,8 +45,8 @@ def make_app() -> Celery:
             "priority_steps": list(range(10)),
             "sep": ":",
             "queue_order_strategy": "priority",
-            # An unacked task comes back after this long; longer than any action may take.
-            "visibility_timeout": settings.action_timeout_seconds + 600,
+            # An unacked task comes back after this long: longer than any attempt may take (see above).
+            "visibility_timeout": visibility_timeout(settings),
         },
         broker_connection_retry_on_startup=True,
         task_serializer="json",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-# Attempts after the first before an action fails for good (Celery retries, or rpq redeliveries).
+# Celery retries of one message (a consolidation, or an action delivery waiting for its lease holder or
+# for PostgreSQL) before the message is dropped. An action never fails for this: AO_MAX_ATTEMPTS counts
+# its attempts in PostgreSQL (services/execution.py), and the sweeper re-queues an action whose message
+# was dropped (services/sweeper.py).
 MAX_RETRIES = 8
 # No wait grows past five minutes: a recovered dependency is picked up soon enough.
 MAX_BACKOFF_SECONDS = 300.0

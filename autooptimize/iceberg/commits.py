@@ -11,6 +11,9 @@ Concurrent appends are not conflicts.
 
 This is the idea of Iceberg's Java SnapshotProducer/MergingSnapshotProducer retry loop, written for
 pyiceberg 0.12, whose own loop rebuilds every manifest on every attempt.
+
+Immediately before each swap the loop asks the thread's fence (``domain/fencing.py``): an action
+attempt's lease, a consolidation's lock. A holder that lost it raises there and the head is not touched.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from pyiceberg.table.update import (
     SetSnapshotRefUpdate,
 )
 
+from autooptimize.domain import fencing
 from autooptimize.errors import ConflictAbort, Retry
 from autooptimize.iceberg.staging import StagedAppend, StagedReplace, avro_codec, remove_files
 
@@ -124,7 +128,7 @@ def apply_with_retry(table: Table, staged: Staged, properties: dict[str, str], *
     lists: list[str] = []
     try:
         retry_commit(table, lambda attempt: _attempt(table, staged, properties, branch, attempt, lists),
-                     policy=policy, stats=stats, sleep=sleep)
+                     policy=policy, stats=stats, sleep=sleep, fence=False)
     except (ConflictAbort, Retry):
         remove_files(table, staged.written() + lists)
         raise
@@ -137,19 +141,23 @@ def apply_with_retry(table: Table, staged: Staged, properties: dict[str, str], *
 
 
 def retry_commit(table: Table, attempt: Callable[[int], bool], *, policy: CommitPolicy | None = None,
-                 stats: CommitStats | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+                 stats: CommitStats | None = None, sleep: Callable[[float], None] = time.sleep,
+                 fence: bool = True) -> None:
     """The one retry loop: ``attempt(n)`` (n from 1) tries once on the table's current metadata and
     returns True when its change is in the table, False when a concurrent commit won the race; the loop
     then waits (jittered, :meth:`CommitPolicy.wait`), reloads the table and tries again. Raises Retry past
     the policy's limits; whatever ``attempt`` raises (ConflictAbort: the change no longer applies) goes
     through. Snapshot changes use :func:`apply_with_retry`; a metadata-only change (snapshot expiry)
-    calls this directly with an attempt that plans on the head it is given."""
+    calls this directly with an attempt that plans on the head it is given; the thread's fence is asked
+    before each such attempt (``fence``; apply_with_retry asks it itself, right before the swap)."""
     policy = policy or CommitPolicy.of(table.metadata.properties)
     stats = stats if stats is not None else CommitStats()
     started = time.monotonic()
     try:
         for n in range(1, policy.attempts + 1):
             stats.attempts = n
+            if fence:
+                fencing.before_commit(f"commit to {'.'.join(table.name())}")
             if attempt(n):
                 return
             stats.conflicts += 1
@@ -184,6 +192,7 @@ def _attempt(table: Table, staged: Staged, properties: dict[str, str], branch: s
                SetSnapshotRefUpdate(snapshot_id=staged.snapshot_id, parent_snapshot_id=parent_id, ref_name=branch,
                                     type=SnapshotRefType.BRANCH))
     requirements = (AssertTableUUID(uuid=metadata.table_uuid), AssertRefSnapshotId(snapshot_id=parent_id, ref=branch))
+    fencing.before_commit(f"commit snapshot {staged.snapshot_id} to {'.'.join(table.name())}")
     try:
         response = table.catalog.commit_table(table, requirements, updates)
     except CommitFailedException:

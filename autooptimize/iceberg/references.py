@@ -18,6 +18,7 @@ from pyiceberg.manifest import DataFileContent, read_manifest_list
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from autooptimize.domain import fencing
 from autooptimize.iceberg.paths import PathRefused, delete_file, normalise_path, refusal, walk
 
 METADATA_KINDS = ("metadata", "manifest-list", "manifest", "statistics")
@@ -136,9 +137,13 @@ class Deletion:
 
 def delete_files(location: str, uris: Iterable[str], io: FileIO | None = None) -> Deletion:
     """Delete files (each must resolve under the table ``location``) through the table's FileIO ``io``;
-    a missing file is skipped, a file outside is refused and left alone (see autooptimize.iceberg.paths)."""
+    a missing file is skipped, a file outside is refused and left alone (see autooptimize.iceberg.paths).
+    The thread's fence (autooptimize.domain.fencing) is asked before the first file and every hundredth:
+    a holder that lost its lease or lock deletes nothing more."""
     done = Deletion()
-    for uri in uris:
+    for n, uri in enumerate(uris):
+        if n % 100 == 0:
+            fencing.before_delete(uri)
         try:
             if delete_file(location, uri, io):
                 done.deleted.append(uri)

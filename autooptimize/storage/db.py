@@ -20,13 +20,39 @@ from autooptimize.redact import redact
 
 _engines: dict[tuple[int, str], Engine] = {}
 
+#: Seconds a connection attempt may take before it fails (libpq ``connect_timeout``).
+CONNECT_TIMEOUT_SECONDS = 10
+#: A statement running (or waiting for a lock) longer than this is cancelled and its transaction rolls
+#: back: nothing the service runs takes that long, and a wait behind a dead holder must end. No
+#: lock_timeout: observers wait on one table's transaction lock (storage/stats.lock_table) by design.
+STATEMENT_TIMEOUT_MS = 15 * 60 * 1000
+# Keepalives both ways: the client notices a dead server (libpq keepalives_*, tcp_user_timeout for data
+# never acknowledged), and the server notices a dead client host and ends its session, and with it its
+# advisory locks, within about a minute instead of the kernel's two hours (server tcp_keepalives_*).
+_CLIENT = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+           "tcp_user_timeout": 60_000, "connect_timeout": CONNECT_TIMEOUT_SECONDS}
+_SERVER = {"tcp_keepalives_idle": 30, "tcp_keepalives_interval": 10, "tcp_keepalives_count": 3}
+
+
+def connect_args(database_url: str, *, application_name: str,
+                 statement_timeout_ms: int = STATEMENT_TIMEOUT_MS) -> dict[str, object]:
+    """libpq parameters for every connection the service opens: keepalives both ways, a connect timeout,
+    a statement timeout and an application name (what ``pg_stat_activity`` shows). A parameter the
+    URL's query already sets is left to the URL."""
+    given = set(make_url(database_url).query)
+    server = {**_SERVER, "statement_timeout": statement_timeout_ms}
+    args: dict[str, object] = {**_CLIENT, "application_name": application_name,
+                               "options": " ".join(f"-c {k}={v}" for k, v in server.items())}
+    return {k: v for k, v in args.items() if k not in given}
+
 
 def get_engine(settings: Settings) -> Engine:
     """The process's engine for ``settings.database_url``; a forked child gets its own pool."""
     key = (os.getpid(), settings.database_url)
     engine = _engines.get(key)
     if engine is None:
-        engine = create_engine(settings.database_url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+        engine = create_engine(settings.database_url, pool_pre_ping=True, pool_size=5, max_overflow=5,
+                               connect_args=connect_args(settings.database_url, application_name="autooptimize"))
         _engines[key] = engine
     return engine
 

@@ -3,13 +3,19 @@
 The lock lives as long as that connection: a holder that dies (process killed, network gone,
 PostgreSQL restarted) loses it, and another process can take it. ``is_held()`` asks PostgreSQL
 whether this backend still holds the lock, so a lost connection or a restarted server is noticed
-rather than assumed away; TCP keepalives make a silently dropped connection fail within a minute.
+rather than assumed away; TCP keepalives both ways (storage/db.connect_args) make a silently dropped
+connection fail within a minute on our side and end the session, and the lock, on the server's.
+
+A holder re-checks before every step that must not happen twice or after someone else took over:
+:meth:`AdvisoryLock.ensure` raises LeaseLost when the lock is gone, and the lock is a fence
+(``domain/fencing.py``), so ``with fenced(lock):`` makes every catalog swap and deletion ask first.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from types import TracebackType
 
@@ -17,12 +23,14 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
 from autooptimize.config import Settings
+from autooptimize.errors import LeaseLost
+from autooptimize.storage.db import connect_args
 
 log = logging.getLogger(__name__)
 
-# Probe an idle connection after 30 s, every 10 s, give up after 3 misses (libpq parameters).
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
 _RETRY_SECONDS = 0.5
+# the lock's own statements are instant; one that hangs means the server is in trouble
+_STATEMENT_TIMEOUT_MS = 30_000
 _engines: dict[tuple[int, str], Engine] = {}
 
 _HELD = text("""
@@ -42,7 +50,8 @@ def _lock_engine(database_url: str) -> Engine:
     engine = _engines.get(key)
     if engine is None:
         engine = create_engine(database_url, poolclass=NullPool, isolation_level="AUTOCOMMIT",
-                               connect_args=KEEPALIVES)
+                               connect_args=connect_args(database_url, application_name="autooptimize-lock",
+                                                         statement_timeout_ms=_STATEMENT_TIMEOUT_MS))
         _engines[key] = engine
     return engine
 
@@ -61,6 +70,7 @@ class AdvisoryLock:
         self._url = settings.database_url
         self._wait = wait or 0.0
         self._conn: Connection | None = None
+        self._mutex = threading.Lock()  # one connection: its users (e.g. observer threads) take turns
         self.held = False
 
     def acquire(self) -> bool:
@@ -91,26 +101,40 @@ class AdvisoryLock:
         False after a release, when the connection broke, or when the server restarted (the lock
         went with the old backend); the connection is then closed, and ``held`` becomes False.
         """
-        if self._conn is None:
-            return False
-        try:
-            still = bool(self._conn.execute(_HELD, {"k": self.key}).scalar())
-        except Exception as exc:  # any failure of this connection means the lock is gone with it
-            log.warning("advisory lock %r lost: %s", self.key, type(exc).__name__)
-            still = False
-        if not still:
-            self._drop()
-        return still
+        with self._mutex:
+            if self._conn is None:
+                return False
+            try:
+                still = bool(self._conn.execute(_HELD, {"k": self.key}).scalar())
+            except Exception as exc:  # any failure of this connection means the lock is gone with it
+                log.warning("advisory lock %r lost: %s", self.key, type(exc).__name__)
+                still = False
+            if not still:
+                self._drop()
+            return still
+
+    def ensure(self, what: str = "continue") -> None:
+        """Raise LeaseLost (nothing done) unless PostgreSQL still lists the lock as this holder's."""
+        if not self.is_held():
+            raise LeaseLost(f"lock {self.key!r} was lost (connection gone or server restarted); "
+                            f"not going to {what}", delay=5.0)
+
+    def before_commit(self, what: str) -> None:
+        self.ensure(what)
+
+    def before_delete(self, what: str) -> None:
+        self.ensure(f"delete {what}")
 
     def release(self) -> None:
         """Unlock (when the connection still works) and close the connection; safe to call twice."""
-        if self._conn is None:
-            return
-        try:
-            self._conn.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": self.key})
-        except Exception:  # a broken connection holds nothing; closing it below is all there is to do
-            pass
-        self._drop()
+        with self._mutex:
+            if self._conn is None:
+                return
+            try:
+                self._conn.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": self.key})
+            except Exception:  # a broken connection holds nothing; closing it below is all there is to do
+                pass
+            self._drop()
 
     def _drop(self) -> None:
         conn, self._conn, self.held = self._conn, None, False

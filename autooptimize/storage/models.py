@@ -17,6 +17,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     Numeric,
+    Sequence,
     String,
     Text,
     UniqueConstraint,
@@ -182,6 +183,25 @@ class Action(Base):
     @validates("error")
     def _masked(self, _key: str, value: str | None) -> str | None:
         return redact(value) if value else value  # an error may quote a URL with its password
+
+
+#: Fencing tokens: every lease taken gets the next value, so a later holder always has the larger token.
+LEASE_TOKENS = Sequence("ao_lease_tokens", metadata=Base.metadata)
+
+
+class ActionLease(Base):
+    """Which attempt may work on an action (one row per action, see storage/leases.py). ``token`` is the
+    fencing token of the current holder; times are PostgreSQL's clock."""
+
+    __tablename__ = "ao_action_leases"
+
+    action_id: Mapped[str] = mapped_column(ForeignKey("ao_actions.id", ondelete="CASCADE"), primary_key=True)
+    token: Mapped[int] = mapped_column(BigInteger)
+    holder: Mapped[str] = mapped_column(Text)  # JSON: role, host, pid and what proves the process is gone
+    acquired_at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True))
+    renewed_at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True))
+    released_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
 
 
 class AuditLog(Base):

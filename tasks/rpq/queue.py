@@ -220,6 +220,11 @@ class ReliablePriorityQueue:
         return int(self._reclaim(args=[self._ns, int(limit)]))
 
     @_unavailable
+    def holds(self, key: str) -> bool:
+        """Whether an item with ``key`` is queued, leased or delayed here."""
+        return bool(self._redis.hexists(f"{self._ns}:item", key))
+
+    @_unavailable
     def remove(self, key: str) -> bool:
         """Drop a queued or delayed item by key (e.g. its action was cancelled); leased items are kept."""
         return int(self._remove(args=[self._ns, key])) == 1

@@ -14,7 +14,10 @@ snapshot's summary carries the id (``autooptimize.batch-id``). On every run, and
 Buffered files are removed only after the commit and its bookkeeping are durable. A file Spark cannot
 read, or whose rows break the table's schema, is quarantined with its reason and the rest of its batch
 goes on without it. One consolidator per table at a time (a PostgreSQL advisory lock), so a batch found
-unfinished by the lock holder was abandoned by a dead worker and is resumed, oldest first.
+unfinished by the lock holder was abandoned by a dead worker and is resumed, oldest first. The lock is
+the consolidator's fence (domain/fencing.py): before each catalog swap and each deletion it asks
+PostgreSQL whether the lock is still its own, and a consolidator that lost it (connection dropped, server
+restarted) stops there and leaves its batch to the next holder.
 Writing a batch lives in batch_write, its commit and bookkeeping in batch_commit.
 """
 
@@ -23,8 +26,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +33,8 @@ from sqlalchemy import func, select, text, update
 
 from autooptimize.config import Settings
 from autooptimize.domain.buffer_rules import evaluate
-from autooptimize.errors import ServiceUnavailable, VerificationFailed
+from autooptimize.domain.fencing import fenced
+from autooptimize.errors import LeaseLost, ServiceUnavailable, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.paths import PathRefused
 from autooptimize.services.buffer.batch_commit import (
@@ -72,27 +74,40 @@ def consolidate_table(settings: Settings, identifier: str, *, spark: Any = None,
     ``finished`` counts committed batches whose buffer files were only now removed (an earlier run died
     after its bookkeeping). ``busy`` is True when another consolidator holds the table (``wait``: seconds
     to wait for it). Once the table is held, ``dispatch`` (when given) forgets the queued request, so
-    landings from then on may queue another.
+    landings from then on may queue another. ``lost`` is True when the lock went away midway: the run
+    stopped before its next commit or deletion and left its batch to the next holder.
     """
     info = table_info(settings, identifier)
     table_id = info.buffer_table_id
     hooks = hooks or Hooks()
     batches: list[dict[str, Any]] = []
-    with _table_lock(settings, table_id, wait) as held:
-        if not held:
+    with AdvisoryLock(settings, f"ao.consolidate:{table_id}", wait=wait) as lock, fenced(lock):
+        if not lock.held:
             return {"table": identifier, "busy": True, "batches": [], "finished": 0}
         if dispatch is not None:
             _clear_request(dispatch, identifier)
-        finished = finish_committed(settings, table_id)
-        spark_session = spark
-        for batch_id in _unfinished(settings, table_id):
-            spark_session = spark_session or _spark(settings)
-            batches.append(run_batch(settings, batch_id, spark_session, hooks))
-        flush_until = _db_time(settings) if flush else None
-        while (claimed := claim_batch(settings, table_id, flush_until=flush_until)) is not None:
-            call_hook(hooks.after_claim, claimed)
-            spark_session = spark_session or _spark(settings)
-            batches.append(run_batch(settings, claimed, spark_session, hooks))
+        try:
+            lock.ensure("remove the buffer files of committed batches")
+            finished = finish_committed(settings, table_id)
+            spark_session = spark
+            for batch_id in _unfinished(settings, table_id):
+                spark_session = spark_session or _spark(settings)
+                lock.ensure(f"resume batch {batch_id}")
+                batches.append(run_batch(settings, batch_id, spark_session, hooks))
+            flush_until = _db_time(settings) if flush else None
+            while True:
+                lock.ensure("claim a batch")
+                claimed = claim_batch(settings, table_id, flush_until=flush_until)
+                if claimed is None:
+                    break
+                call_hook(hooks.after_claim, claimed)
+                spark_session = spark_session or _spark(settings)
+                batches.append(run_batch(settings, claimed, spark_session, hooks))
+        except LeaseLost as exc:  # the next holder resumes the batch; nothing more is done here
+            log.warning("consolidation of %s stopped: %s", identifier, exc)
+            with session_scope(settings) as session:
+                audit(session, "buffer.lock_lost", table=identifier, error=str(exc))
+            return {"table": identifier, "busy": True, "lost": True, "batches": batches, "finished": 0}
     return {"table": identifier, "busy": False, "batches": batches, "finished": finished}
 
 
@@ -100,13 +115,6 @@ def _spark(settings: Settings) -> Any:
     from spark_actors.session import get_session
 
     return get_session(settings)
-
-
-@contextmanager
-def _table_lock(settings: Settings, table_id: int, wait: float | None) -> Iterator[bool]:
-    """One consolidator per table (autooptimize.storage.locks): a dead worker's lock dies with it."""
-    with AdvisoryLock(settings, f"ao.consolidate:{table_id}", wait=wait) as lock:
-        yield lock.held
 
 
 def _clear_request(dispatch: Dispatch, identifier: str) -> None:

@@ -5,7 +5,9 @@ already in the table's history only records its result; a checkpointed, verified
 are still live is committed without rewriting; otherwise the groups are rewritten. A killed earlier
 attempt's Spark job is fenced before its output is touched. Output that is not committed is removed,
 and never a file that a snapshot references. With partial progress, groups commit in parts
-(services/rewrite/parts.py) and a failure keeps the parts already committed.
+(services/rewrite/parts.py) and a failure keeps the parts already committed. Every attempt runs under
+the action's lease (services/attempt.py, docs/reliability.md): each catalog swap and each deletion below
+asks the lease first (domain/fencing.py), so an attempt that lost it stops there.
 
 A kind (services/rewrite/kind.RewriteKind) supplies only its planning, its rewrite of one group and
 its commit; everything else lives here.
@@ -107,7 +109,7 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
                               codec, hooks, request)
             for unit in planned.units]
     parts = Parts(kind, settings, request, hooks, save_checkpoint, state, done, len(jobs), progress)
-    tag = f"ao-{request.action_id}"
+    tag = spark_tag(request.action_id)
     plan_facts: dict[str, Any] = {}
     try:
         groups = write_groups([_tagged(spark, tag, job) for job in jobs], kind.concurrency(request),
@@ -221,6 +223,11 @@ def abandon(settings: Settings, request: MergeRequest) -> int | None:
     dirs = list(request.resume_point.dirs) + action_dirs(table, request.action_id)
     remove_uncommitted(table, sorted(set(dirs)), request.action_id)
     return None
+
+
+def spark_tag(action_id: str) -> str:
+    """The tag on every Spark operation of the action's group jobs: ``interruptTag`` stops them all."""
+    return f"ao-{action_id}"
 
 
 def _tagged(spark: Any, tag: str, job: Callable[[], GroupResult]) -> Callable[[], GroupResult]:

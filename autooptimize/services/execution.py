@@ -1,0 +1,259 @@
+"""Executing an action: one attempt per delivery, each under the action's lease (services/attempt.py).
+
+An attempt first takes the lease (:func:`claim`). A delivery that finds a live holder does nothing and
+raises ActionBusy: the holder's work is never touched. The attempt that takes the lease counts itself
+(``attempts``); once AO_MAX_ATTEMPTS attempts have run, the next one fails the action with its last
+error instead of running (a task that kills its worker ends). An attempt that lost its lease stops and
+records nothing (LeaseLost); one past AO_ACTION_TIMEOUT_SECONDS is stopped, removes its uncommitted
+output and is retried (AttemptTimedOut). Exactly-once across attempts is the lifecycle's
+(services/rewrite/lifecycle.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autooptimize.config import Settings
+from autooptimize.domain.actions import Hooks, MergeRequest
+from autooptimize.errors import (
+    ActionBusy,
+    ActionNotFound,
+    ActionRefused,
+    AttemptTimedOut,
+    AutoOptimizeError,
+    ConflictAbort,
+    LeaseLost,
+    Retry,
+    ServiceUnavailable,
+    VerificationFailed,
+)
+from autooptimize.iceberg.paths import PathRefused
+from autooptimize.services.attempt import HeldLease
+from autooptimize.services.kinds import KINDS, kind_of
+from autooptimize.services.records import finish, note, outcome_of, request_of, requeue, save_checkpoint
+from autooptimize.services.refusals import record_refusals
+from autooptimize.services.rewrite.lifecycle import abandon, committed_outcome, committed_parts, spark_tag
+from autooptimize.services.sizing import learned
+from autooptimize.storage import leases
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.models import ActionState, TrackedTable
+from autooptimize.storage.repositories import audit, get_action, now
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An action whose lease this process has just taken."""
+
+    lease: leases.Lease
+    request: MergeRequest
+    state: str  # the action's state when the lease was taken
+    attempts: int  # attempts counted, this one included when it was started
+    started: bool  # False: the lease was taken to give up or re-queue, not to run
+    error: str | None  # the last error recorded
+    priority_class: str
+
+
+def claim(settings: Settings, action_id: str, role: str, *, start: bool) -> Claim | dict[str, Any]:
+    """Take the action's lease; the outcome (a dict) instead when the action is already terminal.
+
+    Raises ActionBusy when a live attempt holds it, ActionNotFound, and Retry when PostgreSQL cannot be
+    reached. With ``start`` the attempt is counted and the action marked running, unless
+    AO_MAX_ATTEMPTS attempts have run already (``started`` is False then). An earlier attempt that
+    ended without a word (its worker died, or it lost its lease) becomes the action's last error.
+    """
+    try:
+        with session_scope(settings) as session:
+            action = get_action(session, action_id, for_update=True)
+            if action is None:
+                raise ActionNotFound(f"no action with id {action_id!r}")
+            tracked = session.get(TrackedTable, action.table_id)
+            assert tracked is not None
+            if ActionState(action.state).terminal:
+                return outcome_of(action, tracked.identifier)
+            taken = leases.acquire(session, action_id, leases.holder_identity(role), settings.action_lease_seconds)
+            if isinstance(taken, leases.Busy):
+                busy = taken
+            else:
+                busy = None
+                if not taken.previous_released:
+                    action.error = (f"attempt {action.attempts} ended without an outcome: its worker died or "
+                                    f"lost its lease (holder {taken.previous_holder})")
+                    audit(session, "action.attempt_lost", action_id=action_id, table_id=action.table_id,
+                          attempt=action.attempts, holder=taken.previous_holder)
+                state = action.state
+                started = start and action.attempts < settings.max_attempts
+                if started:
+                    action.state = ActionState.RUNNING.value
+                    action.attempts += 1
+                    action.started_at = action.started_at or now()
+                    audit(session, "action.started", action_id=action_id, table_id=action.table_id,
+                          attempt=action.attempts, token=taken.lease.token)
+                result = Claim(taken.lease, request_of(settings, action, tracked), state, action.attempts, started,
+                               action.error, action.priority_class)
+    except AutoOptimizeError:
+        raise
+    except Exception as exc:
+        if _is_transient(exc):
+            raise Retry(f"cannot take the lease of action {action_id}: {type(exc).__name__}", delay=10) from None
+        raise
+    if busy is not None:
+        note(settings, action_id, "action.duplicate_left_alone", role=role, holder=busy.holder,
+             remaining=round(busy.remaining, 1))
+        raise ActionBusy(f"action {action_id} is being executed by another worker ({busy.holder}); left alone",
+                         delay=busy.remaining + 1, holder=busy.holder)
+    return result
+
+
+def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks: Hooks | None = None) -> dict[str, Any]:
+    """Run one attempt of the action to a terminal state, or raise Retry (ActionBusy: another attempt is
+    alive; LeaseLost; AttemptTimedOut; a transient failure). Safe to call again with the same id."""
+    claimed = claim(settings, action_id, "attempt", start=True)
+    if isinstance(claimed, dict):
+        return claimed
+    with HeldLease(settings, claimed.lease, timeout=settings.action_timeout_seconds) as held:
+        if not claimed.started:
+            error = claimed.error or f"no outcome after {claimed.attempts} attempts"
+            return give_up(settings, claimed.request, held, error, reason="attempts_exhausted")
+        return _run(settings, claimed, held, spark, hooks or Hooks())
+
+
+def _run(settings: Settings, claimed: Claim, held: HeldLease, spark: Any, hooks: Hooks) -> dict[str, Any]:
+    request = claimed.request
+    if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
+        request = dataclasses.replace(request, sizing=learned(settings, request.identifier))
+    kind = kind_of(request.kind)
+    if kind is None:
+        return finish(settings, request.action_id, ActionState.REFUSED, held=held, reason="unknown_kind",
+                      error=f"action kind {request.kind!r} is not known to this worker; known: {', '.join(KINDS)}")
+    started = time.monotonic()
+    try:
+        if spark == "session" and not request.dry_run and kind.needs_spark:
+            from spark_actors.session import get_session
+
+            spark = get_session(settings)
+        held.on_stop(_interrupter(spark, spark_tag(request.action_id)))
+        outcome = kind.resolve()(settings, request, spark, lambda c: save_checkpoint(settings, held, c), hooks)
+    except Exception as exc:
+        return _failed(settings, dataclasses.replace(claimed, request=request), held, exc)
+    outcome.timings["wall"] = time.monotonic() - started
+    return finish(settings, request.action_id, ActionState(outcome.state), held=held, reason=outcome.reason,
+                  outcome=outcome)
+
+
+def _failed(settings: Settings, claimed: Claim, held: HeldLease, exc: Exception) -> dict[str, Any]:
+    """Map what stopped the attempt to the action's next state (or re-raise for the task to retry)."""
+    action_id = claimed.request.action_id
+    # before deciding anything (cleaning up, recording): is the action still ours?
+    if isinstance(exc, LeaseLost) or not held.holds():
+        log.warning("action %s: lost its lease; left to its new holder (%s)", action_id, exc)
+        note(settings, action_id, "action.lease_lost", token=held.lease.token, error=f"{type(exc).__name__}: {exc}")
+        raise LeaseLost(f"action {action_id} lost its lease during attempt {claimed.attempts}",
+                        delay=held.lease.seconds) from None
+    if isinstance(exc, AttemptTimedOut) or held.stopped == "timed_out":
+        return _timed_out(settings, claimed, held)
+    # under partial progress a failure may follow committed parts: exc.outcome then sums them
+    partial = getattr(exc, "outcome", None)
+    if isinstance(exc, ActionRefused):
+        if isinstance(exc, PathRefused):  # a path outside the table: recorded with its path and reason
+            record_refusals(settings, [exc], action_id=action_id)
+        return finish(settings, action_id, ActionState.REFUSED, held=held, reason=exc.reason, error=str(exc),
+                      outcome=partial)
+    if isinstance(exc, ConflictAbort):
+        return finish(settings, action_id, ActionState.ABORTED, held=held, reason="conflict", error=str(exc),
+                      outcome=partial)
+    if isinstance(exc, VerificationFailed):
+        return finish(settings, action_id, ActionState.FAILED, held=held, reason="verification_failed",
+                      error=str(exc), outcome=partial)
+    if isinstance(exc, ServiceUnavailable | Retry):
+        return _again(settings, claimed, held, str(exc), getattr(exc, "delay", 5.0))
+    if _is_transient(exc):
+        return _again(settings, claimed, held, f"{type(exc).__name__}: {exc}", 5.0)
+    if not isinstance(exc, AutoOptimizeError):
+        log.error("action %s failed", action_id, exc_info=(type(exc), exc, exc.__traceback__))
+    return give_up(settings, claimed.request, held, f"{type(exc).__name__}: {exc}")
+
+
+def _again(settings: Settings, claimed: Claim, held: HeldLease, error: str, delay: float) -> dict[str, Any]:
+    """Queue the action for another attempt (raises Retry), or fail it when this was the last one allowed."""
+    if claimed.attempts >= settings.max_attempts:
+        return give_up(settings, claimed.request, held, error, reason="attempts_exhausted")
+    requeue(settings, held, error)
+    raise Retry(error, delay=delay)
+
+
+def _timed_out(settings: Settings, claimed: Claim, held: HeldLease) -> dict[str, Any]:
+    """The attempt ran past its timeout and was stopped: remove its uncommitted output, then retry."""
+    request = claimed.request
+    error = f"attempt {claimed.attempts} ran past AO_ACTION_TIMEOUT_SECONDS ({settings.action_timeout_seconds} s)"
+    log.warning("action %s: %s; cleaning up", request.action_id, error)
+    note(settings, request.action_id, "action.timed_out", attempt=claimed.attempts,
+         timeout=settings.action_timeout_seconds)
+    committed = _abandon(settings, request)
+    if committed is not None:  # the commit landed before the attempt stopped: record it
+        return finish(settings, request.action_id, ActionState.SUCCEEDED, held=held, reason="already_committed",
+                      outcome=committed_outcome(request, committed))
+    return _again(settings, claimed, held, error, 5.0)
+
+
+def give_up(settings: Settings, request: MergeRequest, held: HeldLease, error: str, reason: str = "error"
+            ) -> dict[str, Any]:
+    """As the lease holder: mark the action failed after removing its uncommitted output, unless it was
+    in fact committed (then it succeeded)."""
+    committed = _abandon(settings, request)
+    if committed is not None:
+        return finish(settings, request.action_id, ActionState.SUCCEEDED, held=held, reason="already_committed",
+                      outcome=committed_outcome(request, committed))
+    try:
+        partial = committed_parts(settings, request)  # parts committed before the failure stay committed
+    except Exception as exc:
+        log.warning("could not read the committed parts of action %s: %s", request.action_id, exc)
+        partial = None
+    return finish(settings, request.action_id, ActionState.FAILED, held=held, reason=reason, error=error,
+                  outcome=partial)
+
+
+def _abandon(settings: Settings, request: MergeRequest) -> int | None:
+    """The committed snapshot id, or None after removing what can be removed; LeaseLost goes through
+    (a holder that lost its lease deletes nothing more)."""
+    try:
+        return abandon(settings, request)
+    except LeaseLost:
+        raise
+    except Exception as exc:  # cleanup is best effort; the error is recorded, orphan removal finds the rest
+        log.warning("could not clean up after action %s: %s", request.action_id, exc)
+        return None
+
+
+def fail_permanently(settings: Settings, action_id: str, error: str) -> dict[str, Any]:
+    """Give up on an action (cleaning its output) as the holder of its lease; ActionBusy while a live
+    attempt holds it (its work is never touched)."""
+    claimed = claim(settings, action_id, "give-up", start=False)
+    if isinstance(claimed, dict):
+        return claimed
+    with HeldLease(settings, claimed.lease) as held:
+        return give_up(settings, claimed.request, held, error, reason="retries_exhausted")
+
+
+def _interrupter(spark: Any, tag: str) -> Callable[[], None]:
+    def interrupt() -> None:
+        if spark is not None and hasattr(spark, "interruptTag"):
+            spark.interruptTag(tag)
+    return interrupt
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Lost connections to Spark Connect, PostgreSQL or the catalog: try again later."""
+    name = type(exc).__name__
+    text_ = str(exc)
+    return (
+        name in ("SparkConnectGrpcException", "OperationalError", "ConnectionError", "RetriesExceeded")
+        or "UNAVAILABLE" in text_
+        or "Connection refused" in text_
+    )
