@@ -13,13 +13,14 @@ import math
 import re
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
 from autooptimize.domain.sizes import MAX_BYTES, MiB, parse_size
+from autooptimize.domain.urls import CONTROL_CHARACTERS, HOST, check_url
 from autooptimize.errors import ConfigError, InvalidArgument
 from autooptimize.redact import redact, remember_secrets
 
@@ -27,31 +28,9 @@ from autooptimize.redact import redact, remember_secrets
 MAX_INT = 2**31 - 1
 DISPATCH_MODES = ("direct", "rpq")
 DEFAULT_PRIORITY_WEIGHTS = "high=6,normal=3,low=1"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_HOST = re.compile(r"\A(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}"
-                   r"[A-Za-z0-9])?)*\.?|\[[0-9A-Fa-f:.]+\])\Z")
 _SECRET_FIELDS = ("spark_token", "flower_password")
 _SIZE_FIELDS = ("default_target_file_size", "default_tolerance", "max_group_bytes", "buffer_min_bytes",
                 "buffer_max_bytes")
-
-
-def _check_url(value: str, name: str, example: str, schemes: tuple[str, ...]) -> SplitResult:
-    """``value`` split as a URL of one of ``schemes`` with a well-formed host and port; ValueError otherwise."""
-    if _CONTROL.search(value) or any(c.isspace() for c in value):
-        raise ValueError(f"must be a {name} URL such as {example}, without spaces or control characters")
-    parts = urlsplit(value)
-    if parts.scheme not in schemes:
-        raise ValueError(f"must be a {name} URL such as {example}")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError(f"has a port that is not a number from 1 to 65535; use a URL such as {example}") from None
-    host = parts.hostname or ""
-    if host and not _HOST.match(host if ":" not in host else f"[{host}]"):
-        raise ValueError(f"has host {host!r}, which is not a host name or address; use a URL such as {example}")
-    if port == 0:
-        raise ValueError(f"has port 0; use a port from 1 to 65535, as in {example}")
-    return parts
 
 
 class Settings(BaseSettings):
@@ -95,7 +74,6 @@ class Settings(BaseSettings):
     flower_address: str = "127.0.0.1"
 
     # action execution
-    commit_retries: int = Field(default=4, ge=0)
     action_timeout_seconds: int = Field(default=3600, gt=0)
     # every attempt holds a lease in PostgreSQL, renewed every quarter of this term while it works; a
     # holder that stops renewing (crashed, partitioned) is taken over once the term has run out
@@ -169,7 +147,7 @@ class Settings(BaseSettings):
     @classmethod
     def _postgres_only(cls, value: str) -> str:
         example = "postgresql+psycopg2://user@host:5432/autooptimize"
-        parts = _check_url(value, "PostgreSQL", example, ("postgresql", "postgresql+psycopg2", "postgres"))
+        parts = check_url(value, "PostgreSQL", example, ("postgresql", "postgresql+psycopg2", "postgres"))
         database = unquote(parts.path.lstrip("/"))
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]{0,62}", database):
             raise ValueError(f"names database {database!r}; use letters, digits, '_' or '-' (at most 63), as in "
@@ -184,7 +162,7 @@ class Settings(BaseSettings):
     @classmethod
     def _redis_only(cls, value: str) -> str:
         example = "redis://localhost:6379/0 or redis://:<password>@host:6379/0"
-        parts = _check_url(value, "Redis", example, ("redis", "rediss"))
+        parts = check_url(value, "Redis", example, ("redis", "rediss"))
         db = parts.path.lstrip("/") or parse_qs(parts.query).get("db", ["0"])[0]
         if not re.fullmatch(r"\d{1,5}", db):
             raise ValueError(f"names database {db!r}; a Redis database is a number such as 0, as in {example}")
@@ -200,7 +178,7 @@ class Settings(BaseSettings):
             raise ValueError(f"must be {example}")
         if not urlsplit(value).hostname:
             raise ValueError(f"names no host; use {example}")
-        _check_url(value, "Spark Connect", "sc://host:15002", ("sc",))
+        check_url(value, "Spark Connect", "sc://host:15002", ("sc",))
         if re.search(r";token=(;|$)", value):
             raise ValueError("has an empty token; give the server's token, or leave it out and set AO_SPARK_TOKEN")
         return value
@@ -215,7 +193,7 @@ class Settings(BaseSettings):
         if not secret.strip():
             raise ValueError(f"is empty; set it to a long random value (e.g. the output of "
                              f"`python -c 'import secrets; print(secrets.token_urlsafe(24))'`) or unset {name}")
-        if _CONTROL.search(secret) or secret != secret.strip() or ";" in secret:
+        if CONTROL_CHARACTERS.search(secret) or secret != secret.strip() or ";" in secret:
             raise ValueError("holds whitespace, ';' or control characters; use letters, digits and punctuation")
         return value
 
@@ -229,7 +207,7 @@ class Settings(BaseSettings):
     @field_validator("flower_address")
     @classmethod
     def _address(cls, value: str) -> str:
-        if not _HOST.match(value if ":" not in value else f"[{value}]"):
+        if not HOST.match(value if ":" not in value else f"[{value}]"):
             raise ValueError("must be a host name or IP address to listen on, such as 127.0.0.1 or 0.0.0.0")
         return value
 
@@ -243,7 +221,7 @@ class Settings(BaseSettings):
     @field_validator("home", "buffer_root", "buffer_watch_root")
     @classmethod
     def _path(cls, value: Path | None) -> Path | None:
-        if value is not None and (not str(value).strip() or _CONTROL.search(str(value))):
+        if value is not None and (not str(value).strip() or CONTROL_CHARACTERS.search(str(value))):
             raise ValueError("must be a directory path without control characters, such as ~/.autooptimize")
         return value
 

@@ -52,7 +52,7 @@ def test_defaults_are_the_documented_ones(monkeypatch):
      # numbers: fractions where integers are expected, infinities, beyond an integer column
      ("AO_ACTION_TIMEOUT_SECONDS", "1.5", "integer"), ("AO_SETTLE_SECONDS", "nan", "finite"),
      ("AO_AUTO_TRACK_SECONDS", "inf", "finite"), ("AO_LEASE_SECONDS", "99999999999", "at most 2147483647"),
-     ("AO_COMMIT_RETRIES", "-1", "greater than or equal to 0"),
+     ("AO_MAX_ATTEMPTS", "-1", "greater than or equal to 1"),
      # URLs
      ("AO_REDIS_URL", "redis://h:port/0", "port"), ("AO_REDIS_URL", "redis://h:6379/zero", "database"),
      ("AO_REDIS_URL", "redis://h :6379/0", "spaces"), ("AO_DATABASE_URL", "postgresql://u@h:99999/db", "port"),
