@@ -154,7 +154,8 @@ def _open(settings: Settings, properties: dict[str, Any]) -> Catalog:
         return load_catalog(settings.catalog, **properties)
     except (NotInstalledError, ImportError) as exc:
         extra = _EXTRA.get(catalog_type(settings.catalog, properties))
-        hint = f"pip install 'autooptimize[{extra}]'" if extra else str(exc)
+        hint = (f"install autooptimize's {extra!r} extra (pip install 'autooptimize[{extra}]', or "
+                f"pip install -e '.[{extra}]' in a checkout)") if extra else str(exc)
         raise ConfigError(f"catalog {described} needs a client that is not installed: {hint}") from None
     except ValueError as exc:  # pyiceberg's word for a configuration it cannot use (no URI, unknown type, …)
         raise ConfigError(f"catalog {described} is not configured correctly: {_first_line(exc, properties)}") from None

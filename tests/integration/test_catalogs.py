@@ -110,7 +110,7 @@ def test_an_unreachable_rest_catalog_is_named_by_its_uri_without_its_credential(
 def test_a_missing_catalog_client_names_the_extra_to_install(settings, pyiceberg_home, tmp_path, monkeypatch):
     monkeypatch.setenv("PYICEBERG_CATALOG__HMS__URI", "thrift://127.0.0.1:1")
     monkeypatch.setitem(sys.modules, "pyiceberg.catalog.hive", None)  # as if thrift were not installed
-    with pytest.raises(ConfigError, match=re.escape("pip install 'autooptimize[hive]'")):
+    with pytest.raises(ConfigError, match=re.escape("install autooptimize's 'hive' extra (pip install 'autooptimize[hive]'")):
         get_catalog(_lake(settings, tmp_path, "hms"))
 
 
@@ -213,7 +213,7 @@ def _configure(home: Path, body: str) -> dict[str, Any]:
 def test_every_extra_the_section_installs_exists():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     ((_, body),) = [s for s in _snippets("bash") if "pip install" in s[1]]
-    named = re.findall(r"autooptimize\[([^\]]+)\]", body)[0].split(",")
+    named = re.findall(r"-e '\.\[([^\]]+)\]'", body)[0].split(",")
     assert named and set(named) <= set(extras)
     for name in ("rest", "glue", "hive", "sql"):
         assert name in extras and f"`{name}`" in _your_lake()
