@@ -22,6 +22,7 @@ from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
 from autooptimize.iceberg.commits import retry_commit
+from autooptimize.iceberg.fileio import filesystem
 from autooptimize.iceberg.paths import is_within, normalise_path
 from autooptimize.iceberg.references import ReferenceReader, delete_files
 from autooptimize.services.buffer.batch_commit import BATCH_ID_PROPERTY, unrecorded_batches
@@ -58,7 +59,7 @@ def _stat(table: Table, paths: Iterable[str]) -> dict[str, int]:
 
     sizes: dict[str, int] = {}
     for path in paths:
-        fs, local = pafs.FileSystem.from_uri(path)
+        fs, local, _ = filesystem(table.io, path)  # the table's own FileIO: its endpoint and keys
         info = fs.get_file_info(local)
         if info.type == pafs.FileType.File:
             sizes[path] = int(info.size or 0)
