@@ -9,6 +9,7 @@ transaction.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from autooptimize.config import Settings
@@ -19,6 +20,8 @@ from autooptimize.storage import leases
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
 from autooptimize.storage.repositories import audit, get_action, now
+
+log = logging.getLogger(__name__)
 
 OUTCOME_FIELDS = (
     "id", "state", "reason", "kind", "trigger", "priority_class", "partition", "files_in", "files_out",
@@ -168,5 +171,5 @@ def note(settings: Settings, action_id: str, event: str, **detail: Any) -> None:
     try:
         with session_scope(settings) as session:
             audit(session, event, action_id=action_id, **detail)
-    except Exception:  # the database may be what went away; the log line is the record then
-        pass
+    except Exception as exc:  # the database may be what went away; the log line is the record then
+        log.warning("action %s: could not record %s %s (%s: %s)", action_id, event, detail, type(exc).__name__, exc)
