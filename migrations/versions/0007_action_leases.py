@@ -1,8 +1,11 @@
 """Fencing: one lease per action with a fencing token from a sequence (see autooptimize/storage/leases.py).
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-11-24
+
+Numbered 0006 when it was written, beside 0006_safe_hygiene_defaults; both reached main in the same
+hour and alembic cannot tell two revisions of one id apart, so this one follows the other.
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
