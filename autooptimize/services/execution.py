@@ -36,10 +36,17 @@ from autooptimize.errors import (
 from autooptimize.iceberg.paths import PathRefused
 from autooptimize.services.attempt import HeldLease
 from autooptimize.services.kinds import KINDS, kind_of
-from autooptimize.services.records import finish, note, outcome_of, request_of, requeue, save_checkpoint
+from autooptimize.services.records import (
+    finish,
+    note,
+    outcome_of,
+    request_of,
+    requeue,
+    save_checkpoint,
+    with_sizing,
+)
 from autooptimize.services.refusals import record_refusals
 from autooptimize.services.rewrite.lifecycle import abandon, committed_outcome, committed_parts, spark_tag
-from autooptimize.services.sizing import learned
 from autooptimize.storage import leases
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import ActionState, TrackedTable
@@ -133,8 +140,7 @@ def _run(settings: Settings, claimed: Claim, held: HeldLease, spark: Any, hooks:
                       error=f"action kind {request.kind!r} is not known to this worker; known: {', '.join(KINDS)}")
     started = time.monotonic()
     try:
-        if KINDS[request.kind].scope == "partition":
-            request = dataclasses.replace(request, sizing=learned(settings, request.identifier))
+        request = with_sizing(settings, request)
         if spark == "session" and not request.dry_run and kind.needs_spark:
             from spark_actors.session import get_session
 

@@ -94,14 +94,17 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Mer
 
 
 def action_request(settings: Settings, action: Action, tracked: TrackedTable) -> MergeRequest:
-    """:func:`request_of`, and for a partition's rewrite the output sizing the table's rewrites measured
-    (what an attempt runs, and what a preview plans with)."""
+    """:func:`request_of` with :func:`with_sizing` (what an attempt runs, and what a preview plans with)."""
+    return with_sizing(settings, request_of(settings, action, tracked))
+
+
+def with_sizing(settings: Settings, request: MergeRequest) -> MergeRequest:
+    """For a partition's rewrite, ``request`` with the output sizing the table's rewrites measured."""
     from autooptimize.services.kinds import KINDS
     from autooptimize.services.sizing import learned
 
-    request = request_of(settings, action, tracked)
     if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
-        request = dataclasses.replace(request, sizing=learned(settings, tracked.identifier))
+        request = dataclasses.replace(request, sizing=learned(settings, request.identifier))
     return request
 
 
