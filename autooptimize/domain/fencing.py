@@ -1,9 +1,10 @@
-"""The fence of the work running in this thread: every catalog swap and every file deletion asks it first.
+"""The fence of the work running in this thread: every catalog swap and every deletion of output asks it first.
 
 An action attempt works under a lease with a fencing token (``services/attempt.py``), a consolidation
 under its table's advisory lock (``storage/locks.py``). Each installs itself as the fence for the
 duration (:func:`fenced`). The one commit loop (``iceberg/commits.py``) calls :func:`before_commit`
-immediately before it asks the catalog to swap the head, and the primitives that delete files call
+immediately before it asks the catalog to swap the head, and the deletions of a directory
+(``iceberg/paths.delete_tree``) or of a batch of files (``iceberg/references.delete_files``) call
 :func:`before_delete`. A fence raises to stop the step (``LeaseLost``: someone else may hold the work
 now; ``AttemptTimedOut``: past the action timeout, no commit). Outside a fenced block both are no-ops.
 

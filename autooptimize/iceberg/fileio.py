@@ -20,8 +20,6 @@ import pyarrow.fs as pafs
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from autooptimize.domain import fencing
-
 __all__ = ["delete_tree", "exists", "filesystem", "io_properties", "is_local", "iter_files", "list_files", "local_io",
            "normalise", "scheme_of"]
 
@@ -108,9 +106,7 @@ def list_files(io: FileIO | None, directory: str, suffix: str | None = None) -> 
 
 def delete_tree(io: FileIO | None, directory: str) -> None:
     """Remove ``directory`` and everything below it; missing is fine. On object stores a "directory" is
-    a key prefix: every object under it is deleted. The thread's fence is asked first
-    (autooptimize.domain.fencing): a holder that lost its lease or lock deletes nothing."""
-    fencing.before_delete(directory)
+    a key prefix: every object under it is deleted."""
     fs, root, _ = filesystem(io, directory)
     info = fs.get_file_info(root)
     if info.type == pafs.FileType.NotFound:

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 from pyiceberg.io import FileIO
 
+from autooptimize.domain import fencing
 from autooptimize.errors import ActionRefused
 from autooptimize.iceberg.fileio import delete_tree as fileio_delete_tree
 from autooptimize.iceberg.fileio import exists, filesystem, list_files
@@ -205,8 +206,11 @@ def delete_file(root: str, path: str, io: FileIO | None = None) -> bool:
 def delete_tree(root: str, directory: str, io: FileIO | None = None) -> bool:
     """Remove ``directory`` (under ``root``) and everything below it, never following a link out of it;
     False when it did not exist. PathRefused (before anything is removed) for a directory outside ``root``.
-    On an object store (through ``io``) a directory is a key prefix: every object under it goes."""
+    On an object store (through ``io``) a directory is a key prefix: every object under it goes. The
+    thread's fence is asked first (autooptimize.domain.fencing): a holder that lost its lease or lock
+    deletes nothing."""
     check_parent(root, directory, "delete")
+    fencing.before_delete(directory)
     if is_local(directory):
         parent, name = posixpath.split(local_path(directory))
         target = os.path.join(os.path.realpath(parent), name)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,10 +36,17 @@ from autooptimize.errors import (
 from autooptimize.iceberg.paths import PathRefused
 from autooptimize.services.attempt import HeldLease
 from autooptimize.services.kinds import KINDS, kind_of
-from autooptimize.services.records import finish, note, outcome_of, request_of, requeue, save_checkpoint
+from autooptimize.services.records import (
+    finish,
+    note,
+    outcome_of,
+    request_of,
+    requeue,
+    save_checkpoint,
+    with_sizing,
+)
 from autooptimize.services.refusals import record_refusals
 from autooptimize.services.rewrite.lifecycle import abandon, committed_outcome, committed_parts, spark_tag
-from autooptimize.services.sizing import learned
 from autooptimize.storage import leases
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import ActionState, TrackedTable
@@ -126,20 +134,21 @@ def execute(settings: Settings, action_id: str, *, spark: Any = "session", hooks
 
 def _run(settings: Settings, claimed: Claim, held: HeldLease, spark: Any, hooks: Hooks) -> dict[str, Any]:
     request = claimed.request
-    if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
-        request = dataclasses.replace(request, sizing=learned(settings, request.identifier))
     kind = kind_of(request.kind)
     if kind is None:
         return finish(settings, request.action_id, ActionState.REFUSED, held=held, reason="unknown_kind",
                       error=f"action kind {request.kind!r} is not known to this worker; known: {', '.join(KINDS)}")
     started = time.monotonic()
     try:
+        request = with_sizing(settings, request)
         if spark == "session" and not request.dry_run and kind.needs_spark:
             from spark_actors.session import get_session
 
             spark = get_session(settings)
-        held.on_stop(_interrupter(spark, spark_tag(request.action_id)))
-        outcome = kind.resolve()(settings, request, spark, lambda c: save_checkpoint(settings, held, c), hooks)
+        tag = spark_tag(request.action_id)
+        held.on_stop(_interrupter(spark, tag))
+        with _tagged(spark, tag):  # this thread's Spark work too (planning, calibration), not only group jobs
+            outcome = kind.resolve()(settings, request, spark, lambda c: save_checkpoint(settings, held, c), hooks)
     except Exception as exc:
         return _failed(settings, dataclasses.replace(claimed, request=request), held, exc)
     outcome.timings["wall"] = time.monotonic() - started
@@ -239,6 +248,19 @@ def fail_permanently(settings: Settings, action_id: str, error: str) -> dict[str
         return claimed
     with HeldLease(settings, claimed.lease) as held:
         return give_up(settings, claimed.request, held, error, reason="retries_exhausted")
+
+
+@contextmanager
+def _tagged(spark: Any, tag: str) -> Iterator[None]:
+    """Spark operations this thread starts inside the block carry ``tag`` (Spark Connect tags are per thread)."""
+    if spark is None or not hasattr(spark, "addTag"):
+        yield
+        return
+    spark.addTag(tag)
+    try:
+        yield
+    finally:
+        spark.removeTag(tag)
 
 
 def _interrupter(spark: Any, tag: str) -> Callable[[], None]:

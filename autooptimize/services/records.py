@@ -9,6 +9,7 @@ transaction.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from autooptimize.config import Settings
@@ -19,6 +20,8 @@ from autooptimize.storage import leases
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
 from autooptimize.storage.repositories import audit, get_action, now
+
+log = logging.getLogger(__name__)
 
 OUTCOME_FIELDS = (
     "id", "state", "reason", "kind", "trigger", "priority_class", "partition", "files_in", "files_out",
@@ -91,14 +94,17 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Mer
 
 
 def action_request(settings: Settings, action: Action, tracked: TrackedTable) -> MergeRequest:
-    """:func:`request_of`, and for a partition's rewrite the output sizing the table's rewrites measured
-    (what an attempt runs, and what a preview plans with)."""
+    """:func:`request_of` with :func:`with_sizing` (what an attempt runs, and what a preview plans with)."""
+    return with_sizing(settings, request_of(settings, action, tracked))
+
+
+def with_sizing(settings: Settings, request: MergeRequest) -> MergeRequest:
+    """For a partition's rewrite, ``request`` with the output sizing the table's rewrites measured."""
     from autooptimize.services.kinds import KINDS
     from autooptimize.services.sizing import learned
 
-    request = request_of(settings, action, tracked)
     if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
-        request = dataclasses.replace(request, sizing=learned(settings, tracked.identifier))
+        request = dataclasses.replace(request, sizing=learned(settings, request.identifier))
     return request
 
 
@@ -168,5 +174,5 @@ def note(settings: Settings, action_id: str, event: str, **detail: Any) -> None:
     try:
         with session_scope(settings) as session:
             audit(session, event, action_id=action_id, **detail)
-    except Exception:  # the database may be what went away; the log line is the record then
-        pass
+    except Exception as exc:  # the database may be what went away; the log line is the record then
+        log.warning("action %s: could not record %s %s (%s: %s)", action_id, event, detail, type(exc).__name__, exc)

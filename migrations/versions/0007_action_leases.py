@@ -3,6 +3,9 @@
 Revision ID: 0007
 Revises: 0006
 Create Date: 2026-11-24
+
+Numbered 0006 when it was written, beside 0006_safe_hygiene_defaults; both reached main in the same
+hour and alembic cannot tell two revisions of one id apart, so this one follows the other.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ nothing. Real PostgreSQL, Redis, Spark Connect server and Iceberg tables."""
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 
@@ -12,10 +13,17 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from autooptimize.domain.actions import Hooks
+from autooptimize.domain.fencing import fenced
 from autooptimize.errors import ActionBusy, LeaseLost, Retry
+from autooptimize.iceberg import paths
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
+from autooptimize.iceberg.references import delete_files
 from autooptimize.services import actions, tracking
+from autooptimize.services.attempt import HeldLease
+from autooptimize.services.execution import claim
+from autooptimize.storage import leases
 from autooptimize.storage.db import session_scope
+from autooptimize.storage.locks import AdvisoryLock
 from autooptimize.storage.repositories import audit_events
 from tasks.actions import ACTION_TASKS
 from tasks.retry import MAX_RETRIES
@@ -171,3 +179,38 @@ def test_a_holder_whose_lease_was_taken_over_commits_deletes_and_records_nothing
     assert (final["state"], final["error"]) == ("failed", "taken over in a test")
     events = _events(settings, action_id)
     assert "action.lease_lost" in events and events.count("action.failed") == 1
+
+
+def test_a_holder_that_lost_its_lease_or_lock_deletes_no_file(settings, catalog):
+    """Every way the service deletes files under a table asks the thread's fence first: a directory of
+    output, a batch of files (hygiene). Once the lease is another holder's, or the lock is gone, nothing
+    goes."""
+    table, action_id = _action(settings, catalog)
+    location = table.location()
+    directory = f"{location}/data/day=2026-01-01/ao-{action_id}"
+    local = directory.removeprefix("file://")
+    os.makedirs(f"{local}/g0", exist_ok=True)
+    for name in ("g0/part-0.parquet", "stray.parquet"):
+        with open(f"{local}/{name}", "wb") as f:
+            f.write(b"not committed")
+    claimed = claim(settings, action_id, "attempt", start=True)
+    with HeldLease(settings, claimed.lease):
+        with session_scope(settings) as s:  # the lease ran out and another attempt took it
+            s.execute(text("UPDATE ao_action_leases SET expires_at = clock_timestamp() WHERE action_id = :id"),
+                      {"id": action_id})
+            assert isinstance(leases.acquire(s, action_id, leases.holder_identity("other"), 60), leases.Taken)
+        with pytest.raises(LeaseLost):
+            paths.delete_tree(location, directory, table.io)
+        with pytest.raises(LeaseLost):
+            delete_files(location, [f"{directory}/stray.parquet"], table.io)
+    assert os.path.exists(f"{local}/g0/part-0.parquet") and os.path.exists(f"{local}/stray.parquet")
+
+    lock = AdvisoryLock(settings, f"test.fence:{uuid.uuid4()}")
+    assert lock.acquire()
+    with fenced(lock):
+        lock.release()  # as if PostgreSQL had dropped its session
+        with pytest.raises(LeaseLost):
+            paths.delete_tree(location, directory, table.io)
+    assert os.path.exists(f"{local}/g0/part-0.parquet")
+    paths.delete_tree(location, directory, table.io)  # no fence: the caller decides
+    assert not os.path.exists(local)
