@@ -83,6 +83,7 @@ def check_referenced_files(table: Table, identifier: str) -> Check:
 
     table.refresh()
     exists(table.metadata_location, "metadata")
+    named: set[str] = set()  # every data file any manifest entry names, in any status
     for snapshot in table.metadata.snapshots:
         exists(snapshot.manifest_list, f"manifest list of {snapshot.snapshot_id}")
         if not os.path.exists(local_path(snapshot.manifest_list)):
@@ -95,11 +96,17 @@ def check_referenced_files(table: Table, identifier: str) -> Check:
             if not os.path.exists(local_path(manifest.manifest_path)):
                 continue
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                named.add(os.path.normpath(local_path(entry.data_file.file_path)))
                 if entry.status != ManifestEntryStatus.DELETED:
                     exists(entry.data_file.file_path, f"file live in {snapshot.snapshot_id}")
     snapshots = len(table.metadata.snapshots)
     detail = f"{checked} references in {snapshots} snapshot(s)" + (
         f"; {len(missing)} missing: " + "; ".join(missing[:4]) if missing else ", all present")
+    data = Path(local_path(table.location())) / "data"
+    unnamed = [p for p in data.rglob("*.parquet") if os.path.normpath(p) not in named] if data.is_dir() else []
+    if unnamed:  # not a failure: left by killed or aborted work, for orphan removal once old enough
+        detail += (f" (and {len(unnamed)} data file(s), {sum(p.stat().st_size for p in unnamed) / 1e6:.1f} MB, "
+                   f"in data/ that no snapshot names)")
     return Check(f"referenced files {identifier}", not missing, detail)
 
 
