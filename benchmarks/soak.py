@@ -281,6 +281,7 @@ def _run_chaos(args: argparse.Namespace, settings: Any, engine: Any, admin: Any,
     return {"faults": injector.faults, "fault_notes": injector.notes, "_writers": writers, "_service_ran": ran,
             "ingest": {w.stats.table: {"batches": w.stats.batches, "rows": w.stats.rows,
                                        "files_landed": w.stats.files_landed, "retried": dict(w.stats.retried),
+                                       "error_samples": w.stats.samples,
                                        "ambiguous_resolved": w.stats.ambiguous_resolved}
                        for w in writers},
             "ingest_seconds": round(time.monotonic() - t0, 1)}
@@ -312,6 +313,7 @@ def report(result: dict[str, Any]) -> str:
         landed = f", {s['files_landed']} files landed" if s["files_landed"] else ""
         lines.append(f"  {table:<14} {s['batches']} batches, {s['rows']} rows{landed}; retried: {retried}; "
                      f"ambiguous commits resolved: {s['ambiguous_resolved']}")
+        lines += [f"                 first {name} {where}" for name, where in s["error_samples"].items()]
     lines += ["", "actions (kind: state count):"]
     for kind, states in sorted(result["actions"].items()):
         lines.append(f"  {kind:<22} " + ", ".join(f"{s} {n}" for s, n in sorted(states.items())))

@@ -19,6 +19,7 @@ import datetime as dt
 import random
 import threading
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -120,6 +121,7 @@ class WriterStats:
     files_landed: int = 0
     rejected: list[str] = field(default_factory=list)
     retried: Counter[str] = field(default_factory=Counter)  # error type → times
+    samples: dict[str, str] = field(default_factory=dict)  # error type → where the first one was raised, and why
     ambiguous_resolved: int = 0  # a failed call whose commit was found in the table after all
     unresolved: int = 0  # batches whose fate is unknown at the end (counts as a failure)
     digest: DigestAccumulator = field(default_factory=DigestAccumulator)
@@ -154,7 +156,12 @@ class Writer(threading.Thread):
 
     def _retry_wait(self, exc: BaseException, deadline: float | None) -> bool:
         """Note the error and wait a moment; False when the batch must be given up (stopping, past deadline)."""
-        self.stats.retried[type(exc).__name__] += 1
+        name = type(exc).__name__
+        self.stats.retried[name] += 1
+        if name not in self.stats.samples:
+            ours = [f for f in traceback.extract_tb(exc.__traceback__) if "/autooptimize/" in f.filename]
+            where = " → ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in ours[-3:]) or "?"
+            self.stats.samples[name] = f"at {where}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
         if deadline is not None and time.monotonic() > deadline:
             self.stats.unresolved += 1
             return False
