@@ -28,6 +28,7 @@ from spark_actors.java import with_java
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _IDENT = "autooptimize"
 READY_TIMEOUT = 180.0
+DEAF_TIMEOUT = 30.0  # a recorded server alive but not listening this long is replaced
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def _alive(pid: int) -> bool:
 
 def _listening(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
+        sock.settimeout(2.0)
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
@@ -130,9 +131,16 @@ def ensure_local_server(settings: Settings) -> ServerInfo:
     spark_dir = _spark_dir(settings)
     with open(spark_dir / "server.lock", "a+") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        info = running_server(settings)
-        if info is not None:
-            return info
+        info = _read(settings)
+        if info is not None and _is_our_server(settings, info.pid):
+            # alive but not answering (a busy machine, a long GC): wait for it rather than start a second
+            # server beside it, which would leave this one running unrecorded; replace it if it stays deaf
+            deadline = time.monotonic() + DEAF_TIMEOUT
+            while time.monotonic() < deadline and _is_our_server(settings, info.pid):
+                if _listening(info.port):
+                    return info
+                time.sleep(0.5)
+            stop_local_server(settings, timeout=10.0)
         return _start(settings, spark_dir)
 
 
