@@ -24,10 +24,25 @@ unshare --net --mount --fork bash -euo pipefail -c '
   ip link set lo up
   mount --make-rprivate /
   [ -d /usr/lib/jvm ] && mount -t tmpfs tmpfs /usr/lib/jvm
-  for tool in java pg_isready pg_ctlcluster psql redis-server redis-cli; do
-    found="$(command -v "$tool" || true)"
-    if [ -n "$found" ] && [ -e "$found" ]; then mount --bind /dev/null "$found"; fi
+  # the system command directories as a machine without them has them: every command but Java,
+  # PostgreSQL and Redis (other PATH entries, such as a Python version manager, stay)
+  shadow="$work/bin"
+  rm -rf "$shadow" && mkdir -p "$shadow"
+  for dir in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin; do
+    for path in "$dir"/*; do
+      name="$(basename "$path")"
+      case "$name" in
+        java|javac|jar|jshell|pg_*|psql|postgres|postmaster|initdb|createdb|redis-*) ;;
+        *) [ -e "$shadow/$name" ] || ln -s "$path" "$shadow/$name" ;;
+      esac
+    done
   done
+  kept=""
+  IFS=: read -ra entries <<< "$PATH"
+  for entry in "${entries[@]}"; do
+    case "$entry" in /usr/local/sbin|/usr/local/bin|/usr/sbin|/usr/bin|/sbin|/bin) ;; *) kept="$kept$entry:" ;; esac
+  done
+  export PATH="$kept$shadow"
   if command -v java >/dev/null || (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null \
      || (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
     echo "first-run check: the namespace still has Java, PostgreSQL or Redis" >&2; exit 90

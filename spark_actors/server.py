@@ -175,8 +175,9 @@ def _start(settings: Settings, spark_dir: Path) -> ServerInfo:
     # Its own session: the JVM (nohup'd by spark-daemon.sh) stays in the script's process group, apart from
     # whoever started it, so killing a worker's group never takes the shared server with it, and a start
     # cut short (a signal, a timeout) kills exactly that group.
-    script_proc = subprocess.Popen(cmd, env=with_java(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+    script_proc = subprocess.Popen(cmd, env=with_java(env, spark_dir / "java"), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
     group = script_proc.pid
     try:
         try:
@@ -301,4 +302,4 @@ def serve_foreground(settings: Settings) -> None:
                SPARK_PID_DIR=str(spark_dir))
     script = str(Path(spark_home) / "sbin" / "start-connect-server.sh")
     os.execve(script, [script, "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)],
-              with_java(env))
+              with_java(env, spark_dir / "java"))

