@@ -37,7 +37,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     handle = optimize(args.table, partition=args.partition, action=args.action, priority=args.priority,
                       dry_run=args.dry_run, target_file_size=args.target_size, options=options,
                       settings=current_settings())
-    if args.wait or args.dry_run:
+    if args.dry_run:  # a preview: planned in memory, no action to wait for
+        result = handle.wait(timeout=args.timeout)
+    elif args.wait:
         from autooptimize.cli.progress import wait_with_progress
 
         result = wait_with_progress(current_settings(), handle.id, args.timeout)  # WaitTimeout: exit 4

@@ -219,7 +219,12 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
         assert sum(size_histogram(before, ba_edges).counts) == merge.files_in
 
         _open(driver, base, "/actions", "actions")
-        assert _card(driver, "actions-total") == f"{all_actions:,} actions"
+        # the service under test keeps working (beat's hygiene sweep may queue actions of other tables'):
+        # the page shows the database between the count before it and the count after it
+        shown_total = int(_card(driver, "actions-total").split()[0].replace(",", ""))
+        with session_scope(settings) as s:
+            now_actions = s.execute(select(func.count()).select_from(Action)).scalar_one()
+        assert all_actions <= shown_total <= now_actions
         _open(driver, base, f"/actions?table={name}", "actions-filtered")
         assert _cells(driver, "actions", "kind") == [a.kind for a in mine]
         assert _cells(driver, "actions", "state") == [a.state for a in mine]
