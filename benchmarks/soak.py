@@ -71,7 +71,7 @@ from benchmarks.soak_ingest import SCHEMA, TABLE_PROPERTIES, TABLES, Ids, Writer
 from benchmarks.soak_service import REPO, STOP_BOUND_SECONDS, Service
 
 ADMIN_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
-CATALOG = "aosoak"
+CATALOG = "autooptimize"  # the built-in SQL catalog (needs no configuration), in the soak's own database
 #: the destructive hygiene is opt-in per table; the soak wants all of it running under the faults
 ALLOWED = ["merge", "rewrite_manifests", "expire_snapshots", "remove_orphans"]
 
