@@ -4,14 +4,14 @@
                               [--redis-url redis://localhost:6379/12] [--keep] [--json]
 
 What runs. A PostgreSQL database and an AO_HOME (warehouse, buffer zone, logs, Spark server) of the soak's
-own, a Redis db of its own (``--redis-url``, flushed before and after), and ``autooptimize up --no-flower``
-beside the writers, as benchmarks/streaming.py does: workers, listener, dispatcher, beat (hygiene sweep
-every minute, buffer tick every 5 s) and the local Spark Connect server. Three tracked tables (see
-benchmarks/soak_ingest.py) take small files for ``--minutes``: two through pyiceberg appends, one through
-buffered landing (``land()``, consolidated by the service); merges, consolidations, manifest rewrites,
-snapshot expiry and orphan scans run the whole time. Short settings keep the run meaningful: target file
-size 1 MiB, 20 manifests, snapshots kept 2 minutes (table properties), orphan sweep every 2 minutes,
-AO_LEASE_SECONDS=60.
+own, a Redis db of its own (``--redis-url``, flushed before and after), and ``autooptimize up --no-flower
+--no-console`` beside the writers, as benchmarks/streaming.py does: workers, listener, dispatcher, beat
+(hygiene sweep every minute, buffer tick every 5 s) and the local Spark Connect server. Three tracked tables
+(see benchmarks/soak_ingest.py) take small files for ``--minutes``: two through pyiceberg appends, one
+through buffered landing (``land()``, consolidated by the service); merges, consolidations, manifest
+rewrites, snapshot expiry and orphan removal (both allowed on these tables) run the whole time. Short
+settings keep the run meaningful: target file size 1 MiB, 20 manifests, snapshots kept 2 minutes (table
+properties), orphan sweep every 2 minutes, AO_LEASE_SECONDS=60, AO_SWEEP_AFTER_SECONDS=120.
 
 Faults (benchmarks/soak_faults.py), every ``--fault-every`` seconds (±30%), each selected kind in turn:
 kill -9 of workers and of the listener, kill -9 and restart of the Spark server, FLUSHDB of the soak's Redis
@@ -71,7 +71,9 @@ from benchmarks.soak_ingest import SCHEMA, TABLE_PROPERTIES, TABLES, Ids, Writer
 from benchmarks.soak_service import REPO, STOP_BOUND_SECONDS, Service
 
 ADMIN_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
-CATALOG = "aosoak"
+CATALOG = "autooptimize"  # the built-in SQL catalog (needs no configuration), in the soak's own database
+#: the destructive hygiene is opt-in per table; the soak wants all of it running under the faults
+ALLOWED = ["merge", "rewrite_manifests", "expire_snapshots", "remove_orphans"]
 
 
 def say(message: str) -> None:
@@ -93,7 +95,7 @@ def service_env(home: Path, database_url: str, redis_url: str, spark_port: int) 
         "AO_SPARK_REMOTE": "local", "AO_SPARK_PORT": str(spark_port), "AO_SPARK_DRIVER_MEMORY": "1g",
         "AO_DEFAULT_TARGET_FILE_SIZE": "1MiB", "AO_HYGIENE_SWEEP_SECONDS": "60", "AO_MANIFEST_THRESHOLD": "20",
         "AO_ORPHAN_SWEEP_INTERVAL_SECONDS": "120", "AO_ORPHAN_MIN_AGE_SECONDS": "3600",
-        "AO_BUFFER_TICK_SECONDS": "5", "AO_LEASE_SECONDS": "60",
+        "AO_BUFFER_TICK_SECONDS": "5", "AO_LEASE_SECONDS": "60", "AO_SWEEP_AFTER_SECONDS": "120",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "PYTHONUNBUFFERED": "1",
     })
@@ -172,14 +174,14 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         for t in TABLES:
             table = catalog.create_table(t.identifier, schema=SCHEMA, partition_spec=t.spec, properties=TABLE_PROPERTIES)
             locations[t.identifier] = Path(table.location().removeprefix("file://"))
-            api.track(t.identifier, settings=settings, target_file_size="1MiB")
+            api.track(t.identifier, settings=settings, target_file_size="1MiB", allowed_actions=ALLOWED)
             if t.buffered:
                 api.buffer_rules(t.identifier, settings=settings, max_age="20s", max_files=500)
                 (settings.buffer_dir / t.identifier).mkdir(parents=True, exist_ok=True)
         sentinels = Sentinels(home, settings.warehouse_dir, settings.buffer_dir, locations)
         service = Service(env, home)
         service.start()
-        say("service: `autooptimize up --no-flower` starting")
+        say("service: `autooptimize up --no-flower --no-console` starting")
         deadline = time.monotonic() + 600
         while not service.up() and service.running() and time.monotonic() < deadline:
             time.sleep(1.0)

@@ -73,7 +73,7 @@ def still_running(tree: dict[int, str]) -> list[str]:
 
 
 class Service:
-    """``autooptimize up --no-flower`` with ``env``; ``stop`` reports how it stopped."""
+    """``autooptimize up --no-flower --no-console`` with ``env``; ``stop`` reports how it stopped."""
 
     def __init__(self, env: dict[str, str], home: Path) -> None:
         self.env, self.home = env, home
@@ -81,7 +81,8 @@ class Service:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.proc = spawn([sys.executable, "-m", "autooptimize.cli", "up", "--no-flower"], self.log_path, self.env)
+        self.proc = spawn([sys.executable, "-m", "autooptimize.cli", "up", "--no-flower", "--no-console"], self.log_path,
+                          self.env)
 
     @property
     def pid(self) -> int:

@@ -25,7 +25,8 @@ STOP_BOUND = 30.0
 
 def _env(home: Path | None = None) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "AO_FLOWER_PORT": str(free_port()), "AO_FLOWER_PASSWORD": "test-only-pw"}
+           "AO_FLOWER_PORT": str(free_port()), "AO_FLOWER_PASSWORD": "test-only-pw",
+           "AO_CONSOLE_PORT": str(free_port()), "AO_CONSOLE_PASSWORD": "test-only-pw"}
     if home is not None:  # a home of its own: no server is running for it, so the command starts one
         env.update(AO_HOME=str(home), AO_SPARK_PORT=str(free_port()))
     return env
