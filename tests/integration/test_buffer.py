@@ -160,6 +160,26 @@ def test_malformed_files_are_rejected_at_landing_and_change_nothing(settings, ca
     assert all(p.exists() for p in bad[:-1]), "a rejected file is left where it was"
 
 
+def test_a_landing_that_is_recorded_never_fails_so_a_retry_cannot_land_it_twice(settings, catalog, table, tmp_path,
+                                                                                  monkeypatch):
+    """Found by the soak: the files were recorded, then evaluating the rules hit a killed connection and the
+    call failed; the producer retried and every row was landed twice."""
+    from autooptimize.services.buffer import landing
+
+    identifier = ident(table)
+    files = write_files(tmp_path, 2)
+    before = len(buffer_rows(settings, identifier))
+
+    def connection_killed(*_args, **_kwargs):
+        raise ConnectionError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(landing, "_after_landing", connection_killed)
+    result = land(settings, identifier, files)
+    assert [item["file"] for item in result["landed"]] == [str(p) for p in files]
+    assert result["fires"] is None
+    assert len(buffer_rows(settings, identifier)) == before + 2
+
+
 def test_land_refuses_a_bad_table_or_file_list_without_writing(settings, catalog, tmp_path):
     from autooptimize.errors import InvalidArgument, TableNotFound
 

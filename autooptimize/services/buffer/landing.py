@@ -260,7 +260,14 @@ def land(settings: Settings, identifier: str, files: Sequence[str | Path], *, mo
         landed = [{"file": src, "path": str(target), **meta} for target, meta, src in staged]
     decision = None
     if landed and notify:
-        decision = _after_landing(settings, identifier, info.buffer_table_id, dispatch)
+        # The files are recorded: from here on nothing may fail the call, or a producer that retries would
+        # land them twice (found by the soak at a connection-kill fault). Beat's tick evaluates the rules
+        # again, so a failure here only delays the consolidation.
+        try:
+            decision = _after_landing(settings, identifier, info.buffer_table_id, dispatch)
+        except Exception as exc:
+            log.warning("landed %d file(s) into %s; evaluating its rules failed, beat's tick will: %s",
+                        len(landed), identifier, exc)
     return {"table": identifier, "landed": landed, "rejected": rejected,
             "fires": decision.rule if decision is not None and decision.fire else None}
 
