@@ -12,7 +12,7 @@ import functools
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     # most this many group jobs in flight on its Spark Connect session
     max_group_bytes: int = Field(default=8 * 1024 * MiB, gt=0)
     rewrite_concurrency: int = Field(default=2, ge=1)
+    # which path rewrites a merge group: auto, spark, arrow (in the worker) or arrow_on_spark (a Spark task);
+    # auto: arrow for a local group reading at most AO_ARROW_GROUP_BYTES, Spark above (services/rewrite/engine.py)
+    rewrite_engine: Literal["auto", "spark", "arrow", "arrow_on_spark"] = "auto"
+    arrow_group_bytes: int = Field(default=512 * MiB, ge=0)
 
     # how automatic merges choose files: "tiered" keeps live partitions bounded without rewriting merged
     # bytes again (autooptimize.domain.policy); "binpack" merges every file that needs it each time

@@ -48,6 +48,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.typedef import Record
 
+from autooptimize.domain.cancel import raise_if_stopped
 from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.fileio import exists, list_files
@@ -64,13 +65,53 @@ class ArrowOutput:
     checksum_in: str
 
 
+ROW_GROUP_ROWS = 1_048_576  # pyiceberg's write.parquet.row-group-limit default
+ROW_GROUP_BYTES = 128 * 1024 * 1024  # in memory; Iceberg's write.parquet.row-group-size-bytes default
+
+
 @dataclass
 class _Writer:
+    """One output file. Batches (as read, of one Arrow schema) are held until a row group's worth has
+    come, then converted and written at once: written one by one, the batches of small inputs made a
+    row group each (125 row groups in a 25 MB file), and converting each cost more than the write."""
+
     path: str
     stream: Any
     writer: pq.ParquetWriter
     partition: tuple[int, Record]
+    schema: Any  # the Iceberg schema written
+    row_group_rows: int = ROW_GROUP_ROWS
     rows: int = 0
+    pending: list[pa.RecordBatch] = field(default_factory=list)
+    pending_rows: int = 0
+    bytes_per_row: float = 0.0  # of the first batch held, to bound what is held by bytes too
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if self.pending and not batch.schema.equals(self.pending[0].schema):
+            self.flush()  # files of a group may read as string and as large_string: one schema per concat
+        if not self.bytes_per_row:
+            self.bytes_per_row = max(1.0, batch.nbytes / max(1, batch.num_rows))
+        self.pending.append(batch)
+        self.pending_rows += batch.num_rows
+        self.rows += batch.num_rows
+        if self.pending_rows >= self.row_group_rows or self.pending_rows * self.bytes_per_row >= ROW_GROUP_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            held = pa.Table.from_batches(self.pending).combine_chunks()
+            for batch in held.to_batches():
+                # pyiceberg's own write-side conversion: field ids, required-ness and physical types
+                converted = _to_requested_schema(self.schema, self.schema, batch, include_field_ids=True,
+                                                 format_model=FileFormatFactory.get(FileFormat.PARQUET))
+                self.writer.write_table(pa.Table.from_batches([converted.cast(self.writer.schema)]),
+                                        row_group_size=self.row_group_rows)
+        self.pending, self.pending_rows = [], 0
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+        self.stream.close()
 
 
 @dataclass
@@ -87,15 +128,16 @@ class _Writers:
             path = f"{directory}/part-{len(self.done) + len(self.open):05d}-{uuid.uuid4()}.parquet"
             stream = self.table.io.new_output(path).create(overwrite=False)
             kwargs = _get_parquet_writer_kwargs(self.table.properties) | {"compression": self.codec}
-            current = _Writer(path, stream, pq.ParquetWriter(stream, schema=self.schema, **kwargs), partition)
+            limit = int(self.table.properties.get("write.parquet.row-group-limit", ROW_GROUP_ROWS))
+            current = _Writer(path, stream, pq.ParquetWriter(stream, schema=self.schema, **kwargs), partition,
+                              self.table.schema(), row_group_rows=max(1, limit))
             self.open[directory] = current
         return current
 
     def roll(self, directory: str) -> None:
         current = self.open.pop(directory, None)
         if current is not None:
-            current.writer.close()
-            current.stream.close()
+            current.close()
             self.done.append(current)
 
     def close(self) -> list[_Writer]:
@@ -158,6 +200,7 @@ def rewrite_group_arrow(
     digest_in = DigestAccumulator()
     try:
         for batch in scan(table, inputs):
+            raise_if_stopped(output_dir)  # an attempt stopped from outside ends here (domain/cancel.py)
             digest_in.add(batch)
             if spec is None:
                 assert input_partition is not None
@@ -185,12 +228,7 @@ def rewrite_group_arrow(
 def _write(writer: _Writer, schema: Any, batch: pa.RecordBatch) -> None:
     if batch.num_rows == 0:
         return
-    # pyiceberg's own write-side conversion: field ids, required-ness and physical types of the schema
-    converted = _to_requested_schema(schema, schema, batch, include_field_ids=True,
-                                     format_model=FileFormatFactory.get(FileFormat.PARQUET))
-    # one file schema for every batch (files of a group may read as string and large_string)
-    writer.writer.write_batch(converted.cast(writer.writer.schema))
-    writer.rows += batch.num_rows
+    writer.add(batch)  # converted to the file's schema as a row group is written (_Writer.flush)
 
 
 def _write_rolling(writers: _Writers, directory: str, batch: pa.RecordBatch, rows_per_file: int,

@@ -32,7 +32,7 @@ value here); and sums of hashes are not cryptographic, only a guard against acci
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +43,7 @@ from autooptimize.engines.xxh64 import SPARK_SEED, hash_bytes, hash_int, hash_lo
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+CHUNK_ROWS = 1 << 17  # rows hashed per call (about 5 MB of a typical table)
 LANE2_TAG = -1  # hashed first in lane 2 (as a 32-bit int) so its chain starts from another seed
 _TWO_64 = "18446744073709551616"
 
@@ -168,12 +169,57 @@ def row_hashes(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
     n = batch.num_rows
     lanes = [np.full(n, SPARK_SEED, np.uint64), hash_int(np.full(n, LANE2_TAG), np.full(n, SPARK_SEED, np.uint64))]
     for position, (arr, hash_value) in enumerate(_leaves(list(batch.columns))):
+        if _fused is not None and _fused(arr, hash_value, position, lanes[0], lanes[1]):
+            continue
         valid = arr.is_valid().to_numpy(zero_copy_only=False)
         marker = 2 * position + (~valid).astype(np.int64)
         for i, seeds in enumerate(lanes):
             seeds = hash_int(marker, seeds)
             lanes[i] = np.where(valid, _hash_values(arr, seeds), seeds) if hash_value else seeds
     return lanes[0], lanes[1]
+
+
+def _raw(arr: pa.Array, dtype: type) -> np.ndarray:
+    """The values buffer of a primitive array as numpy (null slots hold whatever the buffer holds)."""
+    return np.frombuffer(arr.buffers()[1], dtype)[arr.offset: arr.offset + len(arr)]
+
+
+def _fused_column(arr: pa.Array, hash_value: bool, position: int, lane1: np.ndarray, lane2: np.ndarray) -> bool:
+    """Hash one column into both lanes in place with the fused kernels; False when its type has none
+    (the caller then takes the column-by-column path, which is the definition)."""
+    from autooptimize.engines import xxh64_jit as jit
+
+    valid = np.ones(len(arr), np.bool_) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
+    if not hash_value:
+        jit.chain_marker(valid, position, lane1, lane2)
+        return True
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        return _fused_column(arr.dictionary_decode(), hash_value, position, lane1, lane2)
+    if pa.types.is_int64(t) or pa.types.is_uint64(t) or (pa.types.is_timestamp(t) and t.unit == "us"):
+        jit.chain_longs(_raw(arr, np.int64), valid, position, lane1, lane2)
+    elif pa.types.is_int32(t) or pa.types.is_date32(t):
+        jit.chain_ints(_raw(arr, np.int32), valid, position, lane1, lane2)
+    elif pa.types.is_boolean(t) or (pa.types.is_integer(t) and t.bit_width <= 32):
+        jit.chain_ints(_ints(arr, pa.int32()), valid, position, lane1, lane2)
+    elif pa.types.is_float64(t):
+        jit.chain_doubles(_raw(arr, np.float64), valid, position, lane1, lane2)
+    elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+            or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        data, starts, lengths = _bytes_view(arr)
+        jit.chain_bytes(np.ascontiguousarray(data, np.uint8), starts.astype(np.int64, copy=False),
+                        lengths.astype(np.int64, copy=False), valid, position, lane1, lane2)
+    else:
+        return False
+    return True
+
+
+try:
+    import autooptimize.engines.xxh64_jit  # noqa: F401
+except ImportError:  # pragma: no cover - numba is a dependency
+    _fused = None
+else:
+    _fused = _fused_column
 
 
 def _exact_sum(hashes: np.ndarray) -> int:
@@ -183,21 +229,40 @@ def _exact_sum(hashes: np.ndarray) -> int:
 
 @dataclass
 class DigestAccumulator:
-    """Adds batches up (streams: memory holds one batch); ``digest`` is that of all rows added."""
+    """Adds batches up (streams: memory holds about :data:`CHUNK_ROWS` rows); ``digest`` is that of all
+    rows added. Small batches (one per small input file) are hashed together: the per-call cost of
+    each column's kernels, not the hashing, dominated batches of a few thousand rows."""
 
     rows: int = 0
     h1: int = 0
     h2: int = 0
+    pending: list[pa.RecordBatch] = field(default_factory=list)
+    pending_rows: int = 0
 
     def add(self, data: pa.RecordBatch | pa.Table) -> None:
         for batch in data.to_batches() if isinstance(data, pa.Table) else [data]:
-            if batch.num_rows:
-                lane1, lane2 = row_hashes(batch)
-                self.rows += batch.num_rows
-                self.h1, self.h2 = self.h1 + _exact_sum(lane1), self.h2 + _exact_sum(lane2)
+            if not batch.num_rows:
+                continue
+            if self.pending and batch.schema != self.pending[0].schema:
+                self._flush()
+            self.pending.append(batch)
+            self.pending_rows += batch.num_rows
+            self.rows += batch.num_rows  # counted when added: ``rows`` is always every row added
+            if self.pending_rows >= CHUNK_ROWS:
+                self._flush()
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        batches, self.pending, self.pending_rows = self.pending, [], 0
+        batch = batches[0] if len(batches) == 1 else \
+            pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=None)[0]
+        lane1, lane2 = row_hashes(batch)
+        self.h1, self.h2 = self.h1 + _exact_sum(lane1), self.h2 + _exact_sum(lane2)
 
     @property
     def digest(self) -> ContentDigest:
+        self._flush()
         return ContentDigest.of(self.rows, self.h1, self.h2)
 
 

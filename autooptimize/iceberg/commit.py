@@ -63,8 +63,12 @@ def commit_replace(
     """
     if (not added and not allow_no_output) or not any(f.content == DataFileContent.DATA for f in removed):
         raise VerificationFailed("a rewrite must remove and add at least one data file")
-    staged = StagedReplace(table, removed, added, allowed_deletes=allowed_deletes)
-    return apply_with_retry(table, staged, properties, stats=stats)
+    from autooptimize.domain.profile import phase
+
+    with phase("commit.stage"):
+        staged = StagedReplace(table, removed, added, allowed_deletes=allowed_deletes)
+    with phase("commit.apply"):
+        return apply_with_retry(table, staged, properties, stats=stats)
 
 
 def find_action_snapshot(table: Table, action_id: str) -> Snapshot | None:

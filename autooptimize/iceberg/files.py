@@ -15,6 +15,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from autooptimize.domain.partitions import PartitionRef, format_human
 from autooptimize.errors import InvalidArgument
+from autooptimize.iceberg.manifest_cache import live_entries_of
 from autooptimize.iceberg.partitions import human_values, parse_human, ref_of
 
 
@@ -129,7 +130,7 @@ def live_entries(table: Table, snapshot: Snapshot | None) -> Iterable[ManifestEn
     if snapshot is None:
         return
     for manifest in snapshot.manifests(table.io):
-        yield from manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+        yield from live_entries_of(manifest, table.io)
 
 
 def live_partitions(table: Table, snapshot: Snapshot | None = None) -> dict[tuple[int, str], PartitionFiles]:

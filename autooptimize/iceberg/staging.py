@@ -26,6 +26,7 @@ from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector
 
 from autooptimize.errors import ConflictAbort, VerificationFailed
+from autooptimize.iceberg.manifest_cache import live_entries_of
 
 log = logging.getLogger(__name__)
 
@@ -168,25 +169,32 @@ class StagedReplace:
         specs = metadata.specs()
         wanted = set(self._removed)
         found: set[str] = set()
-        replaced: dict[str, ManifestFile] = {}
+        holding: dict[tuple[int, ManifestContent], list[tuple[ManifestFile, list[ManifestEntry]]]] = {}
         for manifest in manifests:
             if not _may_hold(manifest, specs, metadata, self._removed.values()):
                 continue
-            entries = manifest.fetch_manifest_entry(self._table.io, discard_deleted=True)
+            entries = live_entries_of(manifest, self._table.io)
             hits = [e for e in entries if str(e.data_file.file_path) in wanted]
             if not hits:
                 continue
             found.update(str(e.data_file.file_path) for e in hits)
-            with self._factory.writer(specs[manifest.partition_spec_id], manifest.content) as writer:
-                for entry in entries:
-                    gone = str(entry.data_file.file_path) in wanted
-                    writer.add_entry(ManifestEntry.from_args(
-                        status=ManifestEntryStatus.DELETED if gone else ManifestEntryStatus.EXISTING,
-                        snapshot_id=self.snapshot_id if gone else entry.snapshot_id,
-                        sequence_number=entry.sequence_number,
-                        file_sequence_number=entry.file_sequence_number,
-                        data_file=entry.data_file))
-            replaced[manifest.manifest_path] = writer.to_manifest_file()
+            holding.setdefault((manifest.partition_spec_id, manifest.content), []).append((manifest, entries))
+        # the manifests that held inputs are written again as one per spec and content (as Iceberg's
+        # manifest merging would): one file to write instead of one per appended snapshot
+        replaced: dict[str, ManifestFile] = {}
+        for (spec_id, content), held in sorted(holding.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
+            with self._factory.writer(specs[spec_id], content) as writer:
+                for _, entries in held:
+                    for entry in entries:
+                        gone = str(entry.data_file.file_path) in wanted
+                        writer.add_entry(ManifestEntry.from_args(
+                            status=ManifestEntryStatus.DELETED if gone else ManifestEntryStatus.EXISTING,
+                            snapshot_id=self.snapshot_id if gone else entry.snapshot_id,
+                            sequence_number=entry.sequence_number,
+                            file_sequence_number=entry.file_sequence_number,
+                            data_file=entry.data_file))
+            rewritten = writer.to_manifest_file()
+            replaced.update((manifest.manifest_path, rewritten) for manifest, _ in held)
         missing = sorted(wanted - found)
         if missing:
             raise ConflictAbort(f"{len(missing)} input file(s) are no longer live, e.g. {missing[0]}")
@@ -194,7 +202,7 @@ class StagedReplace:
             stale = {m.manifest_path for m in self._replaced.values()}
             remove_files(self._table, stale)
             self._factory.paths = [p for p in self._factory.paths if p not in stale]
-            self.rewrites_on_retry += len(replaced)
+            self.rewrites_on_retry += len({m.manifest_path for m in replaced.values()})
         self._replaced = replaced
 
     def validate(self, head: TableMetadata, table: Table) -> None:
@@ -214,7 +222,7 @@ class StagedReplace:
         for manifest in manifests:
             if manifest.content != ManifestContent.DELETES:
                 continue
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            for entry in live_entries_of(manifest, table.io):
                 df = entry.data_file
                 if str(df.file_path) in self._allowed_deletes:
                     continue
@@ -225,7 +233,8 @@ class StagedReplace:
         snapshot = head.snapshot_by_name(MAIN_BRANCH)
         kept = [m for m in (snapshot.manifests(table.io) if snapshot is not None else [])
                 if m.manifest_path not in self._replaced]
-        return self._added + list(self._replaced.values()) + kept
+        rewrites = list({m.manifest_path: m for m in self._replaced.values()}.values())  # several → one
+        return self._added + rewrites + kept
 
     def summary(self) -> dict[str, str]:
         return dict(self._summary)

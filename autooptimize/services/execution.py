@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +22,8 @@ from typing import Any
 
 from autooptimize.config import Settings
 from autooptimize.domain.actions import Hooks, MergeRequest
+from autooptimize.domain.cancel import cancellable
+from autooptimize.domain.profile import Profile, phase, profiling
 from autooptimize.errors import (
     ActionBusy,
     ActionNotFound,
@@ -139,18 +142,27 @@ def _run(settings: Settings, claimed: Claim, held: HeldLease, spark: Any, hooks:
         return finish(settings, request.action_id, ActionState.REFUSED, held=held, reason="unknown_kind",
                       error=f"action kind {request.kind!r} is not known to this worker; known: {', '.join(KINDS)}")
     started = time.monotonic()
+    profile = Profile()
+    stop = threading.Event()  # pyarrow-path groups in this process ask it between batches (domain/cancel.py)
     try:
-        request = with_sizing(settings, request)
-        if spark == "session" and not request.dry_run and kind.needs_spark:
-            from spark_actors.session import get_session
+        with profiling() as profile:
+            with phase("sizing"):
+                request = with_sizing(settings, request)
+            if spark == "session" and not request.dry_run and kind.needs_spark:
+                from spark_actors.session import get_session
 
-            spark = get_session(settings)
-        tag = spark_tag(request.action_id)
-        held.on_stop(_interrupter(spark, tag))
-        with _tagged(spark, tag):  # this thread's Spark work too (planning, calibration), not only group jobs
-            outcome = kind.resolve()(settings, request, spark, lambda c: save_checkpoint(settings, held, c), hooks)
+                with phase("session"):
+                    spark = get_session(settings)
+            tag = spark_tag(request.action_id)
+            held.on_stop(_interrupter(spark, tag))
+            held.on_stop(stop.set)
+            # this thread's Spark work too (planning, calibration), not only group jobs
+            with _tagged(spark, tag), cancellable(stop):
+                outcome = kind.resolve()(settings, request, spark, lambda c: save_checkpoint(settings, held, c),
+                                         hooks)
     except Exception as exc:
         return _failed(settings, dataclasses.replace(claimed, request=request), held, exc)
+    outcome.timings.update(profile.seconds)  # the phases inside (domain/profile.py)
     outcome.timings["wall"] = time.monotonic() - started
     return finish(settings, request.action_id, ActionState(outcome.state), held=held, reason=outcome.reason,
                   outcome=outcome)

@@ -58,6 +58,7 @@ def outcome_of(action: Action, table: str | None = None) -> dict[str, Any]:
         "attempts": action.attempts,
         "error": action.error,
         "plan": action.plan,
+        "timings": dict(action.timings or {}),
         "created_at": action.created_at.isoformat() if action.created_at else None,
         "finished_at": action.finished_at.isoformat() if action.finished_at else None,
         "seconds": (action.finished_at - action.started_at).total_seconds()
@@ -90,6 +91,8 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Mer
                                              else settings.merge_policy)),
         settle_seconds=settings.settle_seconds,
         fan_in=settings.merge_fan_in,
+        engine=settings.rewrite_engine,
+        arrow_group_bytes=settings.arrow_group_bytes,
     )
 
 

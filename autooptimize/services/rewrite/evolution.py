@@ -11,6 +11,7 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks
+from autooptimize.domain.profile import phase
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.files import LiveFile, PartitionFiles
@@ -34,19 +35,22 @@ def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], direc
 
     spec = table.spec() if respec else None
     run = rewrite_group_arrow if spark is None else functools.partial(rewrite_group_arrow_on_spark, spark)
-    result = run(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,
-                                 spec=spec, input_partition=None if respec else (pf.spec_id, pf.record))
+    with phase("group.read_write" if spark is None else "group.spark_task"):
+        result = run(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,
+                     spec=spec, input_partition=None if respec else (pf.spec_id, pf.record))
     partitions = list(result.partitions)
     digest_in = Digest(result.rows_in, result.checksum_in)
-    digest_out = read_back_digest(hooks, list(result.paths), lambda: output_digest(table, list(result.paths)))
+    with phase("group.read_back"):
+        digest_out = read_back_digest(hooks, list(result.paths), lambda: output_digest(table, list(result.paths)))
     outputs: list[Any] = []
 
     def footer_rows() -> int:
         if spec is not None:  # a respec: every output holds only rows of the partition it is recorded under
             for path, partition in zip(result.paths, partitions, strict=True):
                 check_partition(table, spec, path, partition)
-        outputs.extend(data_file_from_footer(table, p, sid, record)
-                       for p, (sid, record) in zip(result.paths, partitions, strict=True))
+        with phase("group.footers"):
+            outputs.extend(data_file_from_footer(table, p, sid, record)
+                           for p, (sid, record) in zip(result.paths, partitions, strict=True))
         return sum(int(o.record_count) for o in outputs)
 
     verify_group(directory, reader="pyiceberg", files_in=len(inputs),

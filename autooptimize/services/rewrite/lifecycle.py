@@ -32,6 +32,7 @@ from autooptimize.domain.actions import (
     MergeRequest,
     OutcomeState,
 )
+from autooptimize.domain.profile import carry
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import action_parts, find_action_snapshot
@@ -112,7 +113,7 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
     tag = spark_tag(request.action_id)
     plan_facts: dict[str, Any] = {}
     try:
-        groups = write_groups([_tagged(spark, tag, job) for job in jobs], kind.concurrency(request),
+        groups = write_groups([carry(_tagged(spark, tag, job)) for job in jobs], kind.concurrency(request),
                               parts.finished, interrupt=lambda: _interrupt(spark, tag, written_dirs))
         outcome.timings["rewrite"] = time.monotonic() - write_started
         commit_started = time.monotonic()

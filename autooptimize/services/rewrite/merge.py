@@ -21,6 +21,7 @@ from autooptimize.domain.job_groups import cap_groups
 from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_bin_pack
 from autooptimize.domain.policy import SKIP_RULES, is_live
 from autooptimize.domain.policy import plan_partition as plan_by_policy
+from autooptimize.domain.profile import phase
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg.commit import (
     ACTION_ID_PROPERTY,
@@ -34,6 +35,7 @@ from autooptimize.iceberg.commits import CommitStats
 from autooptimize.iceberg.fileio import is_local
 from autooptimize.iceberg.files import PartitionFiles, live_partitions
 from autooptimize.services import evolution
+from autooptimize.services.rewrite.engine import choose_engine
 from autooptimize.services.rewrite.evolution import evolution_data_files, evolution_rewrite
 from autooptimize.services.rewrite.kind import (
     CheckpointWriter,
@@ -230,7 +232,8 @@ class MergeKind:
         if not partitions:
             return None
         if request.sizing.bytes_per_row is None and not request.dry_run and spark is not None:
-            request = calibrated(spark, table, partitions, request)
+            with phase("calibration"):
+                request = calibrated(spark, table, partitions, request)
         plans, skipped, rules = plan_partitions(table, partitions, request)
         if request.partition_key is not None and skipped:
             problem = refusal(table, partitions[0])
@@ -273,27 +276,34 @@ class MergeKind:
             raise ActionRefused("sort_not_supported",
                                 "sorting needs the Spark path: this group has types or files without field ids "
                                 "that only the pyarrow path rewrites faithfully; merge it instead")
-        if respec or not spark_can:
+        engine = choose_engine(request, group.bytes_in, spark_can=spark_can, local=is_local(table),
+                               ordered=order is not None)
+        if respec or engine != Engine.SPARK:
             return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec,
-                                     spark=None if is_local(table) else spark)
+                                     spark=spark if engine == Engine.ARROW_ON_SPARK else None)
         columns = order[0] if order else None
         by_id = inputs_digest(table, inputs)  # pyarrow reads the inputs while Spark rewrites them
-        result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
-                               sort=spark_sort(columns), io=table.io)
+        with phase("group.spark_job"):
+            result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
+                                   sort=spark_sort(columns), io=table.io)
         paths = list(result.paths)
         digest_in = as_digest(result.digest_in)
-        digest_out = read_back_digest(hooks, paths, lambda: output_digest(table, paths))
+        with phase("group.read_back"):
+            digest_out = read_back_digest(hooks, paths, lambda: output_digest(table, paths))
         sort_order_id = order[1] if order else None
         outputs: list[Any] = []
 
         def footer_rows() -> int:
-            outputs.extend(data_file_from_footer(table, p, pf.spec_id, pf.record, sort_order_id) for p in paths)
+            with phase("group.footers"):
+                outputs.extend(data_file_from_footer(table, p, pf.spec_id, pf.record, sort_order_id) for p in paths)
             return sum(int(o.record_count) for o in outputs)
 
+        with phase("group.inputs_by_id_wait"):
+            inputs_by_id = by_id.result()
         verify_group(directory, reader="Spark", files_in=len(inputs),
                      metadata_rows=sum(by_path[p].record_count for p in inputs), rows_read=digest_in.rows,
                      expected_out=digest_in, digest_out=digest_out, footer_rows=footer_rows,
-                     inputs_by_id=by_id.result())
+                     inputs_by_id=inputs_by_id)
         check_sorted_group(table, outputs, columns)
         return group_result(pf, inputs, sum(by_path[p].size for p in inputs), paths, outputs, digest_in.rows,
                             digest_in.checksum, digest_out, engine=Engine.SPARK.value, sort_order_id=sort_order_id)
@@ -301,20 +311,15 @@ class MergeKind:
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
         """One REPLACE snapshot of ``groups`` (whole groups); ``part``/``parts`` mark a partial-progress part."""
-        table.refresh()
-        live = {f.path: f for pf in live_partitions(table).values() for f in pf.data_files}
+        with phase("commit.reload"):
+            table.refresh()
+            live = {f.path: f for pf in live_partitions(table).values() for f in pf.data_files}
         inputs = [p for g in groups for p in g.inputs]
         gone = [p for p in inputs if p not in live]
         if gone:
             raise ConflictAbort(f"{len(gone)} input file(s) are no longer live, e.g. {gone[0]}")
-        added: list[Any] = []
-        for g in groups:
-            if g.output_partitions is not None:  # rewritten into another spec: each output has its own partition
-                added.extend(evolution_data_files(table, g))
-                continue
-            first = live[g.inputs[0]].data_file
-            added.extend(data_file_from_footer(table, p, first.spec_id, first.partition, g.sort_order_id)
-                         for p in g.outputs)
+        with phase("commit.footers"):
+            added = _added_files(table, live, groups)
         properties = {ACTION_ID_PROPERTY: request.action_id, ACTION_KIND_PROPERTY: request.kind}
         if part is not None:
             properties[ACTION_PART_PROPERTY] = str(part)
@@ -323,6 +328,19 @@ class MergeKind:
         stats = CommitStats()
         snapshot = commit_replace(table, [live[p].data_file for p in inputs], added, properties, stats=stats)
         return Committed(snapshot.snapshot_id, commit_facts(stats))
+
+
+def _added_files(table: Table, live: dict[str, Any], groups: list[GroupResult]) -> list[Any]:
+    """The DataFiles of the groups' outputs, from their footers, in their inputs' (or their own) partition."""
+    added: list[Any] = []
+    for g in groups:
+        if g.output_partitions is not None:  # rewritten into another spec: each output has its own partition
+            added.extend(evolution_data_files(table, g))
+            continue
+        first = live[g.inputs[0]].data_file
+        added.extend(data_file_from_footer(table, p, first.spec_id, first.partition, g.sort_order_id)
+                     for p in g.outputs)
+    return added
 
 
 def run_merge(settings: Settings, request: MergeRequest, spark: Any, save_checkpoint: CheckpointWriter,
