@@ -44,6 +44,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         seconds = f"{r['seconds']:.1f}" if r["seconds"] is not None else "-"
         print(f"{(r['created_at'] or '')[:19]:19} {r['table'] or '-':24} {r['partition'] or '(table)':22} "
               f"{r['kind']:16} {r['state']:10} {files:>11} {moved:>22} {seconds:>8}  {r['reason'] or ''}")
+        if args.phases and r["phases"]:  # the action's profile (autooptimize/domain/profile.py)
+            print("    phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
     shown = len(rows)
     if page["total"] > shown:
         print(f"({shown} of {page['total']}; --limit shows more)")

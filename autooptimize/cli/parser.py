@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     hi.add_argument("--trigger")
     hi.add_argument("--limit", type=int, default=50)
     hi.add_argument("--json", action="store_true")
+    hi.add_argument("--phases", action="store_true", help="each action's seconds per phase (plan, groups, commit, …)")
     hi.set_defaults(func=console.cmd_history)
 
     buffer.add_commands(sub)
