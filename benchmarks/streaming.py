@@ -459,6 +459,11 @@ def service_env(settings: Settings, args: argparse.Namespace) -> dict[str, str]:
         "PYTHONPATH": str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
         "PYTHONUNBUFFERED": "1",
     })
+    for item in args.service_env or ():  # experiments: AO_SETTLE_SECONDS=15, AO_MERGE_FAN_IN=12, …
+        key, _, value = item.partition("=")
+        if not key.startswith("AO_") or not value:
+            raise SystemExit(f"--service-env wants AO_NAME=value, got {item!r}")
+        env[key] = value
     return env
 
 
@@ -1058,6 +1063,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="actor worker processes (default: the service's own default, AO_WORKER_CONCURRENCY)")
     parser.add_argument("--redis-url", default="redis://localhost:6379/11", help="a Redis db of the benchmark's own")
     parser.add_argument("--no-baseline", action="store_true", help="only the service run")
+    parser.add_argument("--service-env", action="append", metavar="AO_NAME=VALUE",
+                        help="a setting for the service run (repeatable), e.g. AO_SETTLE_SECONDS=15")
     parser.add_argument("--keep-home", action="store_true", help="keep the temporary AO_HOME (logs, warehouse)")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
     args = parser.parse_args(argv)

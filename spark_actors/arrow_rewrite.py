@@ -77,10 +77,12 @@ class _Writer:
 
     path: str
     stream: Any
-    writer: pq.ParquetWriter
+    arrow_schema: pa.Schema  # with field ids
+    kwargs: dict[str, Any]  # the table's Parquet writer properties
     partition: tuple[int, Record]
     schema: Any  # the Iceberg schema written
     row_group_rows: int = ROW_GROUP_ROWS
+    writer: pq.ParquetWriter | None = None  # opened at the first row group, when the data is known
     rows: int = 0
     pending: list[pa.RecordBatch] = field(default_factory=list)
     pending_rows: int = 0
@@ -100,18 +102,50 @@ class _Writer:
     def flush(self) -> None:
         if self.pending:
             held = pa.Table.from_batches(self.pending).combine_chunks()
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.stream, schema=self.arrow_schema,
+                                               use_dictionary=dictionary_columns(held), **self.kwargs)
             for batch in held.to_batches():
                 # pyiceberg's own write-side conversion: field ids, required-ness and physical types
                 converted = _to_requested_schema(self.schema, self.schema, batch, include_field_ids=True,
                                                  format_model=FileFormatFactory.get(FileFormat.PARQUET))
-                self.writer.write_table(pa.Table.from_batches([converted.cast(self.writer.schema)]),
+                self.writer.write_table(pa.Table.from_batches([converted.cast(self.arrow_schema)]),
                                         row_group_size=self.row_group_rows)
         self.pending, self.pending_rows = [], 0
 
     def close(self) -> None:
         self.flush()
+        if self.writer is None:  # no row came: still a valid (empty) Parquet file
+            self.writer = pq.ParquetWriter(self.stream, schema=self.arrow_schema, **self.kwargs)
         self.writer.close()
         self.stream.close()
+
+
+#: A column whose first row group has more distinct values than this share of its rows is written
+#: without a dictionary: pyarrow keeps a dictionary up to its page limit whatever it saves, and for
+#: near-unique values (ids, payloads) that made files 3× larger than plain encoding (Spark's writer
+#: falls back to plain when the dictionary does not pay).
+DICTIONARY_MAX_DISTINCT_SHARE = 0.3
+
+
+def dictionary_columns(data: pa.Table) -> list[str] | bool:
+    """The top-level columns worth a dictionary in ``data`` (nested ones keep it); True: all of them."""
+    import pyarrow.compute as pc
+
+    rows = max(1, data.num_rows)
+    keep: list[str] = []
+    for name, column in zip(data.column_names, data.columns, strict=True):
+        if pa.types.is_nested(column.type):
+            keep.append(name)
+            continue
+        try:
+            distinct = pc.count_distinct(column, mode="all").as_py()
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            keep.append(name)
+            continue
+        if distinct <= DICTIONARY_MAX_DISTINCT_SHARE * rows:
+            keep.append(name)
+    return True if len(keep) == data.num_columns else keep
 
 
 @dataclass
@@ -129,8 +163,8 @@ class _Writers:
             stream = self.table.io.new_output(path).create(overwrite=False)
             kwargs = _get_parquet_writer_kwargs(self.table.properties) | {"compression": self.codec}
             limit = int(self.table.properties.get("write.parquet.row-group-limit", ROW_GROUP_ROWS))
-            current = _Writer(path, stream, pq.ParquetWriter(stream, schema=self.schema, **kwargs), partition,
-                              self.table.schema(), row_group_rows=max(1, limit))
+            current = _Writer(path, stream, self.schema, kwargs, partition, self.table.schema(),
+                              row_group_rows=max(1, limit))
             self.open[directory] = current
         return current
 

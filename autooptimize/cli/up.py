@@ -178,9 +178,15 @@ def _celery(*args: str) -> list[str]:
 def _start_children(children: Supervisor, settings: Settings, workers: int, flower: bool, beat: bool,
                     console: bool = True) -> None:
     from autooptimize.cli.runtime import flower_credentials, worker_argv
+    from tasks.routing import CONTROL_QUEUE, all_queue_names
 
+    # actors take the rewrites and consolidations; scans and decisions have a worker of their own, so a
+    # backlog of merges never delays noticing the next commit (nor a scan a merge slot)
+    actor_queues = ",".join(q for q in all_queue_names(settings.priority_classes) if q != CONTROL_QUEUE)
     for i in range(workers):
-        children.start(f"worker-{i}", _celery(*worker_argv(settings, name=f"actor{i}@%h")))
+        children.start(f"worker-{i}", _celery(*worker_argv(settings, queues=actor_queues, name=f"actor{i}@%h")))
+    children.start("control", _celery(*worker_argv(settings, queues=CONTROL_QUEUE, concurrency=1,
+                                                   name="control@%h")))
     children.start("listener", [sys.executable, "-m", "autooptimize.cli", "listener"])
     if settings.dispatch == "rpq":
         children.start("dispatcher", [sys.executable, "-m", "autooptimize.cli", "dispatcher"])

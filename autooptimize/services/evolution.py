@@ -31,16 +31,22 @@ NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 
 def validate_merge_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
     """The merge action's options: ``respec`` (bool, default false), ``partial_progress`` (bool, default
-    false) and ``max_commits`` (int ≥ 1, default 10; see services/progress)."""
+    false), ``max_commits`` (int ≥ 1, default 10; see services/progress) and ``engine`` (``auto``,
+    ``spark``, ``arrow`` or ``arrow_on_spark``: AO_REWRITE_ENGINE for this action)."""
     from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
 
-    valid = ("respec", *PROGRESS_OPTIONS)
+    valid = ("respec", "engine", *PROGRESS_OPTIONS)
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise InvalidArgument(f"merge does not know option(s) {', '.join(unknown)}; valid options: {', '.join(valid)}")
     out: dict[str, Any] = validate_progress_options(options)
     if "respec" in options:
         out["respec"] = bool_option("respec", options["respec"])
+    if "engine" in options:
+        engines = ("auto", "spark", "arrow", "arrow_on_spark")
+        if options["engine"] not in engines:
+            raise InvalidArgument(f"option engine must be one of {', '.join(engines)}, got {options['engine']!r}")
+        out["engine"] = options["engine"]
     return out
 
 

@@ -91,7 +91,7 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Mer
                                              else settings.merge_policy)),
         settle_seconds=settings.settle_seconds,
         fan_in=settings.merge_fan_in,
-        engine=settings.rewrite_engine,
+        engine=str(options.get("engine") or settings.rewrite_engine),
         arrow_group_bytes=settings.arrow_group_bytes,
     )
 

@@ -98,7 +98,9 @@ def test_kill_9_at_each_step_then_retry_commits_exactly_once(settings, spark, ca
     ident = identifier(table)
     before, second = table_checksum(table), second_reader_checksum(table)
     files_before = set(live_files(table))
-    action_id = actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False)
+    # on Spark: its job must be killed mid-write and fenced (the pyarrow path is too quick to be caught)
+    action_id = actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False,
+                               options={"engine": "spark"})
 
     child = _child(action_id, point)
     if point == "during_write":
@@ -138,7 +140,8 @@ def test_spark_server_restart_mid_action_is_survived_on_retry(settings, spark, c
     table = _table(catalog)
     before, second = table_checksum(table), second_reader_checksum(table)
     files_before = set(live_files(table))
-    action_id = actions.submit(settings, identifier(table), partition="day=2026-01-01", dispatch=False)
+    action_id = actions.submit(settings, identifier(table), partition="day=2026-01-01", dispatch=False,
+                               options={"engine": "spark"})  # the Spark server restarts under its job
     first: dict = {}
 
     def run() -> None:

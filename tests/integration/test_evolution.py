@@ -182,7 +182,8 @@ def _spark_row(i: int, evolved: bool) -> dict:
     return row
 
 
-def test_spark_path_rewrites_renamed_widened_dropped_and_added_columns(settings, spark, catalog):
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
+def test_each_path_rewrites_renamed_widened_dropped_and_added_columns(settings, spark, catalog, engine):
     table = _new_table(catalog, SPARK_SCHEMA)
     for start in (0, 20, 40):
         table.append(_arrow(table, [_spark_row(i, False) for i in range(start, start + 20)]))
@@ -199,10 +200,10 @@ def test_spark_path_rewrites_renamed_widened_dropped_and_added_columns(settings,
     before = pyiceberg_rows(table)
     assert len(before) == 100
 
-    out, groups = _merge(settings, spark, table)
+    out, groups = _merge(settings, spark, table, engine=engine)
 
     assert out["state"] == "succeeded", out
-    assert [g["engine"] for g in groups] == ["spark"]
+    assert [g["engine"] for g in groups] == [engine]
     assert (out["files_in"], out["files_out"], out["rows_out"]) == (5, 1, 100)
     assert out["checksum_in"] == out["checksum_out"]
     _assert_same(table, before)
@@ -317,7 +318,7 @@ def test_files_without_field_ids_are_read_by_name_in_their_own_group(settings, s
     before = pyiceberg_rows(table)
     assert len(before) == 150 and all(r[1] is not None for r in before)
 
-    out, groups = _merge(settings, spark, table)
+    out, groups = _merge(settings, spark, table, engine="spark")  # files with ids on Spark, the others not
 
     assert out["state"] == "succeeded", out
     assert sorted(g["engine"] for g in groups) == ["arrow", "spark"]

@@ -200,7 +200,7 @@ def test_verification_failure_in_one_concurrent_group_commits_nothing_and_leaves
         values = data.column("v").to_pylist()
         values[0] = "tampered"
         index = data.schema.get_field_index("v")
-        pq.write_table(data.set_column(index, data.schema.field(index), pa.array(values, pa.string())), path)
+        pq.write_table(data.set_column(index, data.schema.field(index), pa.array(values, data.schema.field(index).type)), path)
 
     out = actions.execute(settings, _submit(settings, table), spark=spark, hooks=Hooks(after_write=tamper))
 

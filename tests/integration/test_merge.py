@@ -243,7 +243,7 @@ def test_checksum_mismatch_blocks_the_commit(settings, spark, catalog):
         values = data.column("v").to_pylist()
         values[0] = "tampered"
         index = data.schema.get_field_index("v")
-        data = data.set_column(index, data.schema.field(index), pa.array(values, pa.string()))
+        data = data.set_column(index, data.schema.field(index), pa.array(values, data.schema.field(index).type))
         pq.write_table(data, path)
 
     out = actions.execute(settings, _submit(settings, table), spark=spark, hooks=Hooks(after_write=tamper))

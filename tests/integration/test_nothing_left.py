@@ -90,8 +90,8 @@ def test_up_restarts_a_killed_child_then_stops_everything_it_started(settings, t
                                       for pid, cmd in children_of(proc.pid).items()), 30), log.read_text()
         assert proc.poll() is None
         children = children_of(proc.pid)
-        # worker, listener, beat, flower, console (+ dispatcher)
-        assert len(children) == 5 + (settings.dispatch == "rpq"), children
+        # actor worker, control worker, listener, beat, flower, console (+ dispatcher)
+        assert len(children) == 6 + (settings.dispatch == "rpq"), children
         elapsed = _stop_within_bound(proc, signal.SIGTERM, log)
         watch.stop()
         assert not alive(jvm), "the Spark server `up` started must be stopped"

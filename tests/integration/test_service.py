@@ -104,8 +104,8 @@ def test_up_runs_worker_and_authenticated_flower_then_stops_cleanly(settings, sp
         assert identifier(table) in tasks[handle.id]["kwargs"]
 
         children = _children_of(proc.pid)
-        # worker, listener, beat, flower, console, and the fair dispatcher when actions go through the RPQ
-        assert len(children) == 5 + (settings.dispatch == "rpq")
+        # actor worker, control worker, listener, beat, flower, console, and the fair dispatcher when actions go through the RPQ
+        assert len(children) == 6 + (settings.dispatch == "rpq")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -60,7 +60,7 @@ from autooptimize.services.rewrite.verify import (
     read_back_digest,
     verify_group,
 )
-from autooptimize.services.sizing import NO_SIZING, calibrate, calibration_sample
+from autooptimize.services.sizing import NO_SIZING, calibrate, calibrate_arrow, calibration_sample
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,18 @@ def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], reque
         if not all(evolution.has_field_ids(table, p) for p in sample):
             return request
         codec = table.properties.get("write.parquet.compression-codec", "zstd")
-        sizing = calibrate(spark, table, sample, f"{action_dir(table, pf, request.action_id)}/calibration", codec)
+        directory = f"{action_dir(table, pf, request.action_id)}/calibration"
+        # measured with the writer that will write the groups: pyarrow's and Spark's files of the same rows
+        # differ in size by up to 3× (seen in tests/integration/test_sizing.py)
+        from spark_actors.types import SPARK, engine_for
+
+        spark_can = engine_for(table.schema(), field_ids=True) == SPARK
+        if choose_engine(request, request.target_file_size, spark_can=spark_can, local=True,
+                         ordered=False) == Engine.ARROW:
+            by_path = {f.path: f.data_file for f in pf.data_files}
+            sizing = calibrate_arrow(table, [by_path[p] for p in sample], directory, codec, (pf.spec_id, pf.record))
+        else:
+            sizing = calibrate(spark, table, sample, directory, codec)
         log.info("action %s: calibrated output at %.2f bytes/row from %d files", request.action_id,
                  sizing.bytes_per_row or 0, len(sample))
         return dataclasses.replace(request, sizing=sizing)
