@@ -767,6 +767,7 @@ def baseline_compact(table: Table, target: int, rule: str, run_no: int) -> tuple
     (files replaced, files written, seconds)."""
     from autooptimize.domain.planning import PlanFile, plan_iceberg_bin_pack
     from autooptimize.iceberg.commit import commit_replace, data_file_from_footer
+    from spark_actors.arrow_rewrite import dictionary_columns
 
     started = time.monotonic()
     table.refresh()
@@ -798,7 +799,8 @@ def baseline_compact(table: Table, target: int, rule: str, run_no: int) -> tuple
                 if part.num_rows == 0:
                     continue
                 path = f"{directory}/baseline-{run_no:04d}-{uuid.uuid4().hex}.parquet"
-                pq.write_table(part, local_path(path), compression="zstd")
+                # the service's own choice of dictionaries (near-unique columns plain), so both write alike
+                pq.write_table(part, local_path(path), compression="zstd", use_dictionary=dictionary_columns(part))
                 written.append(path)
                 added.append(data_file_from_footer(table, path, spec_id, inputs[0].partition))
             removed += inputs
