@@ -126,15 +126,18 @@ class _Writer:
 #: near-unique values (ids, payloads) that made files 3× larger than plain encoding (Spark's writer
 #: falls back to plain when the dictionary does not pay).
 DICTIONARY_MAX_DISTINCT_SHARE = 0.3
+DICTIONARY_SAMPLE_ROWS = 16_384  # judged on this many rows of the first row group
 
 
 def dictionary_columns(data: pa.Table) -> list[str] | bool:
-    """The top-level columns worth a dictionary in ``data`` (nested ones keep it); True: all of them."""
+    """The top-level columns worth a dictionary in ``data``, judged on its first rows (nested ones keep
+    it); True: all of them."""
     import pyarrow.compute as pc
 
-    rows = max(1, data.num_rows)
+    sample = data.slice(0, DICTIONARY_SAMPLE_ROWS)  # counting every distinct value cost more than the write
+    rows = max(1, sample.num_rows)
     keep: list[str] = []
-    for name, column in zip(data.column_names, data.columns, strict=True):
+    for name, column in zip(sample.column_names, sample.columns, strict=True):
         if pa.types.is_nested(column.type):
             keep.append(name)
             continue
