@@ -83,3 +83,4 @@ def test_the_fused_column_kernels_give_the_column_by_column_digest(monkeypatch: 
         reference = digest.row_hashes(data)
         monkeypatch.undo()
         assert np.array_equal(fused[0], reference[0]) and np.array_equal(fused[1], reference[1])
+
