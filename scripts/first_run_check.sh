@@ -32,7 +32,7 @@ unshare --net --mount --fork bash -euo pipefail -c '
     for path in "$dir"/*; do
       name="$(basename "$path")"
       case "$name" in
-        java|javac|jar|jshell|pg_*|psql|postgres|postmaster|initdb|createdb|redis-*) ;;
+        java|javac|jar|jshell|pg_*|psql|postgres|postmaster|initdb|createdb|redis-*|make) ;;
         *) [ -e "$shadow/$name" ] || ln -s "$path" "$shadow/$name" ;;
       esac
     done
@@ -43,11 +43,11 @@ unshare --net --mount --fork bash -euo pipefail -c '
     case "$entry" in /usr/local/sbin|/usr/local/bin|/usr/sbin|/usr/bin|/sbin|/bin) ;; *) kept="$kept$entry:" ;; esac
   done
   export PATH="$kept$shadow"
-  if command -v java >/dev/null || (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null \
+  if command -v java >/dev/null || command -v make >/dev/null || (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null \
      || (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
-    echo "first-run check: the namespace still has Java, PostgreSQL or Redis" >&2; exit 90
+    echo "first-run check: the namespace still has Java, make, PostgreSQL or Redis" >&2; exit 90
   fi
-  echo "first-run check: no Java on PATH, nothing on 127.0.0.1:5432 or :6379; running the Quick start"
+  echo "first-run check: no Java or make on PATH, nothing on 127.0.0.1:5432 or :6379; running the Quick start"
   cd "$work/repo"
   # whatever happens, stop what the run left in this namespace (Spark server, embedded servers)
   trap "env -u JAVA_HOME .venv/bin/autooptimize spark stop || true; .venv/bin/python scripts/embedded_services.py stop || true" EXIT
