@@ -43,7 +43,8 @@ def _decode(text: str) -> Any:
 
 
 def _job(metadata_location: str, properties: dict[str, str], inputs: list[DataFile], output_dir: str,
-         files_out: int, codec: str, spec_id: int | None, input_partition: tuple[int, Record] | None) -> str:
+         files_out: int, codec: str, spec_id: int | None, input_partition: tuple[int, Record] | None,
+         sort: list[Any] | None = None) -> str:
     """Runs in the Spark worker: the group's rewrite, its outcome (or the error) pickled as text."""
     from pyiceberg.table import StaticTable
 
@@ -53,7 +54,7 @@ def _job(metadata_location: str, properties: dict[str, str], inputs: list[DataFi
         table = StaticTable.from_metadata(metadata_location, properties=properties)
         spec = table.metadata.specs()[spec_id] if spec_id is not None else None
         out = rewrite_group_arrow(table, inputs, output_dir, files_out, codec, spec=spec,
-                                  input_partition=input_partition)
+                                  input_partition=input_partition, sort=sort)
         return _encode(("ok", out))
     except Exception as exc:  # sent back whole: the action maps it as if it ran here
         return _encode(("error", exc))
@@ -68,12 +69,13 @@ def rewrite_group_arrow_on_spark(
     codec: str = "zstd",
     spec: PartitionSpec | None = None,
     input_partition: tuple[int, Record] | None = None,
+    sort: list[Any] | None = None,
 ) -> ArrowOutput:
     """:func:`~spark_actors.arrow_rewrite.rewrite_group_arrow` of one group, run as one Spark task."""
     import pyarrow as pa
 
     args = (table.metadata_location, io_properties(table.io), list(inputs), output_dir, files_out, codec,
-            spec.spec_id if spec is not None else None, input_partition)
+            spec.spec_id if spec is not None else None, input_partition, sort)
 
     def run(batches: Any) -> Any:
         for batch in batches:

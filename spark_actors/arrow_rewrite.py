@@ -52,6 +52,7 @@ from autooptimize.domain.cancel import raise_if_stopped
 from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.fileio import exists, list_files
+from spark_actors.arrow_sort import SortKey, sorted_slices
 from spark_actors.types import output_schema_problem, unsupported_reason
 
 
@@ -215,12 +216,15 @@ def rewrite_group_arrow(
     codec: str = "zstd",
     spec: PartitionSpec | None = None,
     input_partition: tuple[int, Record] | None = None,
+    sort: list[SortKey] | None = None,
 ) -> ArrowOutput:
     """Rewrite ``inputs`` under ``output_dir`` (which must not exist) and verify the result.
 
     Without ``spec`` the rows keep the inputs' partition (``input_partition``) and are spread over
     about ``files_out`` files. With ``spec`` every row goes to its partition under ``spec`` (one
-    sub-directory and one file per partition met), and each output records that partition.
+    sub-directory and one file per partition met), and each output records that partition. With
+    ``sort`` (no ``spec``) the group is sorted in memory and cut into files of disjoint ranges of the
+    first key (spark_actors/arrow_sort.py).
     """
     schema = table.schema()
     reason = unsupported_reason(schema)
@@ -230,16 +234,21 @@ def rewrite_group_arrow(
         raise VerificationFailed(f"output directory {output_dir} already exists")
     if spec is None and input_partition is None:
         raise ValueError("rewrite_group_arrow needs the inputs' partition or a spec to partition by")
+    if sort and spec is not None:
+        raise ValueError("rewrite_group_arrow sorts within one partition: give sort or spec, not both")
     arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
     expected_rows = sum(int(f.record_count) for f in inputs)
     rows_per_file = max(1, math.ceil(expected_rows / max(1, files_out)))
     writers = _Writers(table, arrow_schema, codec)
     digest_in = DigestAccumulator()
+    held: list[pa.Table] = []  # a sort needs the whole group
     try:
         for batch in scan(table, inputs):
             raise_if_stopped(output_dir)  # an attempt stopped from outside ends here (domain/cancel.py)
             digest_in.add(batch)
-            if spec is None:
+            if sort:
+                held.append(pa.Table.from_batches([batch]))
+            elif spec is None:
                 assert input_partition is not None
                 _write_rolling(writers, output_dir, batch, rows_per_file, input_partition)
             else:
@@ -248,6 +257,14 @@ def rewrite_group_arrow(
                     partition = (spec.spec_id, part.partition_key.partition)
                     for chunk in part.arrow_table_partition.to_batches():
                         _write(writers.get(directory, partition), schema, chunk)
+        if sort:
+            assert input_partition is not None
+            data = pa.concat_tables(held, promote_options="permissive") if held else arrow_schema.empty_table()
+            held.clear()
+            for piece in sorted_slices(data, sort, files_out):
+                for chunk in piece.to_batches():
+                    _write(writers.get(output_dir, input_partition), schema, chunk)
+                writers.roll(output_dir)
     finally:
         written = writers.close()
     paths = [w.path for w in written]

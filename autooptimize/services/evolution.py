@@ -43,11 +43,18 @@ def validate_merge_options(table: Table, options: dict[str, Any]) -> dict[str, A
     if "respec" in options:
         out["respec"] = bool_option("respec", options["respec"])
     if "engine" in options:
-        engines = ("auto", "spark", "arrow", "arrow_on_spark")
-        if options["engine"] not in engines:
-            raise InvalidArgument(f"option engine must be one of {', '.join(engines)}, got {options['engine']!r}")
-        out["engine"] = options["engine"]
+        out["engine"] = engine_option(options["engine"])
     return out
+
+
+ENGINES = ("auto", "spark", "arrow", "arrow_on_spark")
+
+
+def engine_option(value: Any) -> str:
+    """The ``engine`` option of a merge or sort (AO_REWRITE_ENGINE for one action)."""
+    if value not in ENGINES:
+        raise InvalidArgument(f"option engine must be one of {', '.join(ENGINES)}, got {value!r}")
+    return str(value)
 
 
 def wants_respec(options: dict[str, Any] | None) -> bool:

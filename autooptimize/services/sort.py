@@ -111,10 +111,11 @@ def resolve_sort_order(table: Table, option: str | None, configured: str | None)
 
 def validate_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
     """The sort action's options: ``sort_order`` (checked against the table now), ``partial_progress``
-    and ``max_commits`` (see services/progress)."""
+    and ``max_commits`` (see services/progress), and ``engine`` (services/evolution.engine_option)."""
+    from autooptimize.services.evolution import engine_option
     from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
 
-    valid = ("sort_order", *PROGRESS_OPTIONS)
+    valid = ("sort_order", "engine", *PROGRESS_OPTIONS)
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise InvalidArgument(f"unknown option(s) for sort: {', '.join(unknown)}; valid: {', '.join(valid)}")
@@ -122,6 +123,8 @@ def validate_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
     if "sort_order" in options:
         columns = parse_sort_order(table, options["sort_order"])
         out["sort_order"] = ", ".join(c.spec() for c in columns)
+    if "engine" in options:
+        out["engine"] = engine_option(options["engine"])
     return out
 
 

@@ -113,3 +113,40 @@ def test_manifest_rewrite_expiry_and_orphans_on_s3(s3_settings, s3_catalog):
     assert orphans["state"] == "succeeded", orphans["plan"]
     assert stray not in list_files(table.io, table.location() + "/data")
     assert table_checksum(table) == before and _second_reader(table) == second
+
+
+def test_sort_on_s3_runs_in_spark_tasks_and_writes_disjoint_sorted_files(s3_settings, s3_catalog, spark):
+    import random
+
+    import pyarrow as pa
+
+    from tests.integration.tables import ARROW, SCHEMA, SPEC
+
+    table = s3_catalog.create_table(f"test.sorted_{random.randrange(10**9)}", schema=SCHEMA, partition_spec=SPEC)
+    ids = list(range(600))
+    random.Random(3).shuffle(ids)
+    for k in range(6):  # six files whose id ranges all overlap
+        chunk = ids[k * 100:(k + 1) * 100]
+        table.append(pa.table({"id": chunk, "day": [DAY1] * 100, "v": [f"value-{i}" for i in chunk],
+                               "x": [i * 0.5 for i in chunk]}, schema=ARROW))
+    ident = identifier(table)
+    tracking.track(s3_settings, ident, target_file_size="4KiB", sort_order="id")
+    before, second = table_checksum(table), _second_reader(table)
+
+    action_id = actions.submit(s3_settings, ident, partition="day=2026-01-01", kind="sort", dispatch=False)
+    out = actions.execute(s3_settings, action_id, spark=spark)
+
+    assert out["state"] == "succeeded", out
+    assert (out["rows_in"], out["checksum_in"]) == (out["rows_out"], out["checksum_out"]) and out["rows_in"] == 600
+    with session_scope(s3_settings) as s:
+        assert {g["engine"] for g in get_action(s, action_id).checkpoint["groups"]} == {"arrow_on_spark"}
+    assert table_checksum(table) == before and _second_reader(table) == second
+    spans = []
+    for path in live_files(table):
+        with table.io.new_input(path).open() as stream:
+            got = pq.read_table(stream, columns=["id"])["id"].to_pylist()
+        assert got == sorted(got), "a file is not sorted"
+        spans.append((min(got), max(got)))
+    spans.sort()
+    assert len(spans) == out["files_out"] >= 2
+    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False)), spans

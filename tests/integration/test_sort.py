@@ -13,6 +13,8 @@ from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.checksum import table_checksum
 from autooptimize.iceberg.commit import ACTION_KIND_PROPERTY
 from autooptimize.services import actions, tracking
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.repositories import get_action
 from tests.integration.tables import (
     ARROW,
     DAY1,
@@ -58,16 +60,19 @@ def _run(settings, spark, table, partition="day=2026-01-01", **options):
     return actions.execute(settings, action_id, spark=spark)
 
 
-def test_sort_writes_disjoint_sorted_files_and_keeps_every_row(settings, spark, catalog):
-    table = _interleaved(catalog, "sort_interleaved")
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
+def test_sort_writes_disjoint_sorted_files_and_keeps_every_row(settings, spark, catalog, engine):
+    table = _interleaved(catalog, f"sort_interleaved_{engine}")
     ident = identifier(table)
     tracking.track(settings, ident, target_file_size="4KiB", sort_order="id")
     before, second = table_checksum(table), second_reader_checksum(table)
     day2 = {p for p in live_files(table) if "day=2026-01-02" in p}
 
-    out = _run(settings, spark, table)
+    out = _run(settings, spark, table, engine=engine)
 
     assert out["state"] == "succeeded", out
+    with session_scope(settings) as s:
+        assert {g["engine"] for g in get_action(s, out["id"]).checkpoint["groups"]} == {engine}
     assert out["rows_in"] == out["rows_out"] == 12 * 400
     assert out["checksum_in"] == out["checksum_out"]
     assert table_checksum(table) == before

@@ -22,7 +22,8 @@ from autooptimize.services.rewrite.verify import output_digest, read_back_digest
 
 def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory: str, files_out: int,
                       codec: str, by_path: dict[str, LiveFile], hooks: Hooks, respec: bool,
-                      spark: Any = None) -> GroupResult:
+                      spark: Any = None, sort: list[Any] | None = None, sort_order_id: int | None = None,
+                      check_sorted: Any = None) -> GroupResult:
     """Rewrite one group on the pyarrow path and verify it; returns the group's checkpoint record.
 
     Raises VerificationFailed unless rows and content checksum of the outputs (read back by field id
@@ -37,7 +38,7 @@ def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], direc
     run = rewrite_group_arrow if spark is None else functools.partial(rewrite_group_arrow_on_spark, spark)
     with phase("group.read_write" if spark is None else "group.spark_task"):
         result = run(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,
-                     spec=spec, input_partition=None if respec else (pf.spec_id, pf.record))
+                     spec=spec, input_partition=None if respec else (pf.spec_id, pf.record), sort=sort)
     partitions = list(result.partitions)
     digest_in = Digest(result.rows_in, result.checksum_in)
     with phase("group.read_back"):
@@ -49,19 +50,21 @@ def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], direc
             for path, partition in zip(result.paths, partitions, strict=True):
                 check_partition(table, spec, path, partition)
         with phase("group.footers"):
-            outputs.extend(data_file_from_footer(table, p, sid, record)
+            outputs.extend(data_file_from_footer(table, p, sid, record, sort_order_id)
                            for p, (sid, record) in zip(result.paths, partitions, strict=True))
         return sum(int(o.record_count) for o in outputs)
 
     verify_group(directory, reader="pyiceberg", files_in=len(inputs),
                  metadata_rows=sum(by_path[p].record_count for p in inputs), rows_read=digest_in.rows,
                  expected_out=digest_in, digest_out=digest_out, footer_rows=footer_rows)
+    if check_sorted is not None:  # a sort: the outputs hold disjoint ranges of the first sort column
+        check_sorted(outputs)
     encoded = None if spec is None else tuple((int(sid), tuple(encode_partition(spec, table, record)))
                                               for sid, record in partitions)
     return group_result(pf, inputs, sum(by_path[p].size for p in inputs), list(result.paths), outputs,
                         digest_in.rows, digest_in.checksum, digest_out,
                         engine=(Engine.ARROW if spark is None else Engine.ARROW_ON_SPARK).value,
-                        output_partitions=encoded)
+                        output_partitions=encoded, sort_order_id=sort_order_id)
 
 
 def check_partition(table: Table, spec: PartitionSpec, path: str, partition: tuple[int, Record]) -> None:

@@ -61,6 +61,7 @@ from autooptimize.services.rewrite.verify import (
     verify_group,
 )
 from autooptimize.services.sizing import NO_SIZING, calibrate, calibrate_arrow, calibration_sample
+from spark_actors.arrow_sort import sortable
 
 log = logging.getLogger(__name__)
 
@@ -283,17 +284,24 @@ class MergeKind:
         # Spark's own Parquet IO reaches only local files; a table on an object store goes through the
         # pyarrow path, run as a Spark task (spark_actors/arrow_on_spark.py)
         spark_can = engine_for(table.schema(), field_ids=with_ids.pop()) == SPARK and is_local(table)
-        if order is not None and (respec or not spark_can):
-            raise ActionRefused("sort_not_supported",
-                                "sorting needs the Spark path: this group has types or files without field ids "
-                                "that only the pyarrow path rewrites faithfully; merge it instead")
+        columns = order[0] if order else None
+        keys = spark_sort(columns)
         engine = choose_engine(request, group.bytes_in, spark_can=spark_can, local=is_local(table),
-                               ordered=order is not None)
+                               ordered=order is not None, arrow_sortable=sortable([f.name for f in table.schema().fields],
+                                                                                  keys))
+        if order is not None and (respec or (engine == Engine.SPARK and not spark_can)):
+            raise ActionRefused("sort_not_supported",
+                                "this sort needs the Spark path (a group this large, or NULLS FIRST and LAST mixed), "
+                                "and this group has types or files that only the pyarrow path rewrites "
+                                "faithfully; merge it instead")
         if respec or engine != Engine.SPARK:
             return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec,
-                                     spark=spark if engine == Engine.ARROW_ON_SPARK else None)
-        columns = order[0] if order else None
+                                     spark=spark if engine == Engine.ARROW_ON_SPARK else None, sort=keys,
+                                     sort_order_id=order[1] if order else None,
+                                     check_sorted=(lambda outputs: check_sorted_group(table, outputs, columns))
+                                     if order else None)
         by_id = inputs_digest(table, inputs)  # pyarrow reads the inputs while Spark rewrites them
+        # (``columns``, the sort columns of a sort, were resolved above)
         with phase("group.spark_job"):
             result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
                                    sort=spark_sort(columns), io=table.io)
