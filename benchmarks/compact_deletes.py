@@ -115,7 +115,7 @@ def run_action(settings, spark, identifier: str, kind: str, *, target: str = "12
     from autooptimize.services import actions, tracking
 
     tracking.track(settings, identifier, target_file_size=target)
-    action_id = actions.submit(settings, identifier, partition="event_date=2026-11-01", kind=kind, dispatch=False,
+    action_id = actions.submit(settings, identifier, partition="ts_day=2026-11-01", kind=kind, dispatch=False,
                                options=options)
     started = time.perf_counter()
     out = actions.execute(settings, action_id, spark=spark)
