@@ -12,12 +12,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from autooptimize.engines.xxh64 import P1, P2, P3, P4, P5  # defined before xxh64 imports this module
+
 _U = np.uint64
-P1 = _U(0x9E3779B185EBCA87)
-P2 = _U(0xC2B2AE3D27D4EB4F)
-P3 = _U(0x165667B19E3779F9)
-P4 = _U(0x85EBCA77C2B2AE63)
-P5 = _U(0x27D4EB2F165667C5)
 _MASK32 = _U(0xFFFFFFFF)
 
 _jit = numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -43,19 +40,22 @@ def _avalanche(h):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def _u64(data, pos):  # type: ignore[no-untyped-def]
+def _le(data, pos, width):  # type: ignore[no-untyped-def]
+    """``width`` bytes at ``pos`` read as a little-endian unsigned integer."""
     out = _U(0)
-    for i in range(8):
+    for i in range(width):
         out |= _U(data[pos + i]) << _U(8 * i)
     return out
 
 
 @_jit
+def _u64(data, pos):  # type: ignore[no-untyped-def]
+    return _le(data, pos, 8)
+
+
+@_jit
 def _u32(data, pos):  # type: ignore[no-untyped-def]
-    out = _U(0)
-    for i in range(4):
-        out |= _U(data[pos + i]) << _U(8 * i)
-    return out
+    return _le(data, pos, 4)
 
 
 @_jit
@@ -145,13 +145,18 @@ def _long_step(v, h):  # type: ignore[no-untyped-def]
 
 
 @_jit
+def _marked(present, position, h):  # type: ignore[no-untyped-def]
+    """``h`` chained with the column's marker: 2p when the value is present, 2p + 1 when null."""
+    return _int_step(2 * position + (0 if present else 1), h)
+
+
+@_jit
 def chain_ints(values, valid, position, lane1, lane2):  # type: ignore[no-untyped-def]
     """Values hashed as 4 bytes (int8/16/32 raw values; booleans and dates as ints)."""
     for i in range(lane1.shape[0]):
         present = valid[i]
-        marker = 2 * position + (0 if present else 1)
-        a = _int_step(marker, lane1[i])
-        b = _int_step(marker, lane2[i])
+        a = _marked(present, position, lane1[i])
+        b = _marked(present, position, lane2[i])
         if present:
             a = _int_step(values[i], a)
             b = _int_step(values[i], b)
@@ -164,9 +169,8 @@ def chain_longs(values, valid, position, lane1, lane2):  # type: ignore[no-untyp
     """Values hashed as 8 bytes (int64 raw values: longs, timestamps in micros)."""
     for i in range(lane1.shape[0]):
         present = valid[i]
-        marker = 2 * position + (0 if present else 1)
-        a = _int_step(marker, lane1[i])
-        b = _int_step(marker, lane2[i])
+        a = _marked(present, position, lane1[i])
+        b = _marked(present, position, lane2[i])
         if present:
             v = _U(values[i])
             a = _long_step(v, a)
@@ -181,9 +185,8 @@ def chain_doubles(values, valid, position, lane1, lane2):  # type: ignore[no-unt
     bits = values.view(np.uint64)
     for i in range(lane1.shape[0]):
         present = valid[i]
-        marker = 2 * position + (0 if present else 1)
-        a = _int_step(marker, lane1[i])
-        b = _int_step(marker, lane2[i])
+        a = _marked(present, position, lane1[i])
+        b = _marked(present, position, lane2[i])
         if present:
             x = values[i]
             if x != x:
@@ -202,9 +205,8 @@ def chain_doubles(values, valid, position, lane1, lane2):  # type: ignore[no-unt
 def chain_marker(valid, position, lane1, lane2):  # type: ignore[no-untyped-def]
     """Only the marker (a struct's own position)."""
     for i in range(lane1.shape[0]):
-        marker = 2 * position + (0 if valid[i] else 1)
-        lane1[i] = _int_step(marker, lane1[i])
-        lane2[i] = _int_step(marker, lane2[i])
+        lane1[i] = _marked(valid[i], position, lane1[i])
+        lane2[i] = _marked(valid[i], position, lane2[i])
 
 
 @_jit
@@ -212,9 +214,8 @@ def chain_bytes(data, starts, lengths, valid, position, lane1, lane2):  # type: 
     """Values ``data[starts[i]:starts[i] + lengths[i]]`` (strings as UTF-8, binaries)."""
     for i in range(lane1.shape[0]):
         present = valid[i]
-        marker = 2 * position + (0 if present else 1)
-        a = _int_step(marker, lane1[i])
-        b = _int_step(marker, lane2[i])
+        a = _marked(present, position, lane1[i])
+        b = _marked(present, position, lane2[i])
         if present:
             a = _hash_one(data, starts[i], lengths[i], a)
             b = _hash_one(data, starts[i], lengths[i], b)
