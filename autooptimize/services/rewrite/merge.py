@@ -1,4 +1,4 @@
-"""The merge kind (and sort, its ordered variant, and respec): which groups of which partitions to
+"""The merge kind (and sort and zorder, its ordered variants, and respec): which groups of which partitions to
 rewrite, the rewrite of one group on Spark (or the pyarrow path), and the commit of verified groups.
 
 The lifecycle around them (exactly once, fencing, checkpoint, cleanup, partial progress) is
@@ -48,8 +48,10 @@ from autooptimize.services.rewrite.outputs import action_dir
 from autooptimize.services.rewrite.sort import (
     check_sorted_group,
     plan_sorted_partition,
+    plan_zorder_partition,
     sort_spec,
     spark_sort,
+    zorder_spec,
 )
 from autooptimize.services.rewrite.verify import (
     as_digest,
@@ -59,6 +61,7 @@ from autooptimize.services.rewrite.verify import (
     verify_group,
 )
 from autooptimize.services.sizing import NO_SIZING, calibrate, calibration_sample
+from autooptimize.services.zorder import group_keys
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +130,15 @@ def plan_partitions(
     skipped: dict[str, str] = {}
     rules: dict[str, str] = {}  # partition key → the planning rule that produced its plan
     order = sort_spec(table, request)
+    zorder = zorder_spec(table, request)
     for pf in partitions:
         problem = refusal(table, pf)
         if problem is not None:
             skipped[pf.key] = problem.reason
             continue
-        if order is not None:
+        if zorder is not None:
+            plan, reason = plan_zorder_partition(pf, plan_files(pf, request.sizing), request)
+        elif order is not None:
             plan, reason = plan_sorted_partition(table, pf, plan_files(pf, request.sizing), order[0], request)
         else:
             plan, rule = plan_partition_with_rule(table, pf, request)
@@ -220,7 +226,7 @@ def _mse_after(partitions: list[PartitionFiles], plans: list[tuple[PartitionFile
 
 
 class MergeKind:
-    """Merge, sort (``request.kind == "sort"``) and respec (option ``respec``) groups."""
+    """Merge, sort (``request.kind == "sort"``), zorder (``"zorder"``) and respec (option ``respec``) groups."""
 
     nothing_reason = "nothing_to_merge"
     rewrite_on_resume_conflict = False
@@ -262,6 +268,7 @@ class MergeKind:
         by_path = {f.path: f for f in pf.data_files}
         inputs = [f.path for f in group.files]
         order = sort_spec(table, request)
+        zorder = zorder_spec(table, request)
         respec = pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options)
         with_ids = {evolution.has_field_ids(table, p) for p in inputs}
         if len(with_ids) != 1:
@@ -269,17 +276,18 @@ class MergeKind:
         # Spark's own Parquet IO reaches only local files; a table on an object store goes through the
         # pyarrow path, run as a Spark task (spark_actors/arrow_on_spark.py)
         spark_can = engine_for(table.schema(), field_ids=with_ids.pop()) == SPARK and is_local(table)
-        if order is not None and (respec or not spark_can):
-            raise ActionRefused("sort_not_supported",
-                                "sorting needs the Spark path: this group has types or files without field ids "
-                                "that only the pyarrow path rewrites faithfully; merge it instead")
+        if (order is not None or zorder is not None) and (respec or not spark_can):
+            raise ActionRefused(f"{request.kind}_not_supported",
+                                f"{request.kind} needs the Spark path: this group has types or files without "
+                                "field ids that only the pyarrow path rewrites faithfully; merge it instead")
         if respec or not spark_can:
             return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec,
                                      spark=None if is_local(table) else spark)
         columns = order[0] if order else None
         by_id = inputs_digest(table, inputs)  # pyarrow reads the inputs while Spark rewrites them
+        keys = group_keys(table, [by_path[p].data_file for p in inputs], zorder) if zorder else None
         result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
-                               sort=spark_sort(columns), io=table.io)
+                               sort=spark_sort(columns), io=table.io, zorder=keys)
         paths = list(result.paths)
         digest_in = as_digest(result.digest_in)
         digest_out = read_back_digest(hooks, paths, lambda: output_digest(table, paths))
