@@ -133,15 +133,14 @@ def boxes(table: Table, data_files: list[Any], columns: list[ZColumn]) -> list[l
 
     out: list[list[tuple[Any, Any]] | None] = []
     for f in data_files:
-        box = []
+        box: list[tuple[Any, Any]] = []
         for c in columns:
             col = SortColumn(c.name, c.field_id)
             lo, hi = bound(f, col, table, "lower_bounds"), bound(f, col, table, "upper_bounds")
             if lo is None or hi is None:
-                box = None
                 break
             box.append((lo, hi))
-        out.append(box)
+        out.append(box if len(box) == len(columns) else None)
     return out
 
 
