@@ -1,12 +1,13 @@
-"""Sort and delete-compaction throughput on ≥100 MB, each beside the plain merge of the same data in the same run.
+"""Sort, zorder and delete-compaction throughput on ≥100 MB, each beside the plain merge of the same data in the same run.
 
     python -m benchmarks.rewrites [--files 100] [--mb 110] [--target 32MiB] [--deleted 0.05] [--json]
 
-Three tables get identical data files (one partition, ``--files`` files, ~``--mb`` MB, random
+Four tables get identical data files (one partition, ``--files`` files, ~``--mb`` MB, random
 ``user_id``, so nothing is in order). One is merged, one is sorted by ``user_id`` (the option
-``sort_order``: range-partitioned on it, sorted within each file), and one gets the delete files of
+``sort_order``: range-partitioned on it, sorted within each file), one is z-ordered on ``user_id`` and
+``amount`` (range-partitioned on the z-value, sorted by it within each file), and one gets the delete files of
 ``benchmarks.compact_deletes`` (position deletes of ``--deleted`` of each file's rows, two equality
-delete files) and is compacted. All three go through the real action path (plan, Spark Connect
+delete files) and is compacted. All four go through the real action path (plan, Spark Connect
 rewrite, verification of rows and checksums, REPLACE commit) with the same ``--target`` file size:
 32 MiB by default, so that the default partition (133 MB on disk) is written as several files and the sort really
 range-partitions (at one output file it would only sort within it). Each figure is MB of input data
@@ -14,7 +15,7 @@ files per second of the action; the ratios are sort / merge and compaction / mer
 timed actions every table's files are read once and each kind runs once on a 3 MB copy, so no
 action pays for a cold JVM code path that another has already warmed.
 
-Checked, loudly: every action succeeded with equal checksums in and out; merge and sort keep every
+Checked, loudly: every action succeeded with equal checksums in and out; merge, sort and zorder keep every
 row; the compaction removes exactly the rows an independent count says the deletes remove; the
 sorted table's data files (all new) hold pairwise disjoint ``user_id`` ranges by their manifest
 bounds, and each is sorted within (its ``user_id`` column read back after the timing).
@@ -44,7 +45,8 @@ import pyarrow.parquet as pq
 from benchmarks.compact_deletes import add_deletes, build_table, run_action, run_with_server, warm
 
 SORT_COLUMN = "user_id"
-KINDS = ("merge", "sort", "compact")
+ZORDER_COLUMNS = "user_id, amount"  # both random: z-ordered from scratch (the zorder row; issue 15)
+KINDS = ("merge", "sort", "zorder", "compact")
 
 
 def check_sorted(table, column: str = SORT_COLUMN) -> dict:  # type: ignore[no-untyped-def]
@@ -87,6 +89,8 @@ def _actions(settings, spark, prefix: str, target: str) -> dict[str, tuple[dict,
         "merge": run_action(settings, spark, f"bench.{prefix}merge", "merge", target=target),
         "sort": run_action(settings, spark, f"bench.{prefix}sort", "sort", target=target,
                            options={"sort_order": SORT_COLUMN}),
+        "zorder": run_action(settings, spark, f"bench.{prefix}zorder", "zorder", target=target,
+                             options={"zorder_columns": ZORDER_COLUMNS}),
         "compact": run_action(settings, spark, f"bench.{prefix}compact", "compact_deletes", target=target),
     }
 
@@ -101,7 +105,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=100)
     parser.add_argument("--mb", type=int, default=110)
-    parser.add_argument("--target", default="32MiB", help="target file size of all three actions")
+    parser.add_argument("--target", default="32MiB", help="target file size of all four actions")
     parser.add_argument("--deleted", type=float, default=0.05, help="fraction of each file's rows position-deleted")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -111,7 +115,7 @@ def main() -> int:
 def _measure(settings, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
     from spark_actors.session import get_session
 
-    print(f"building three tables of {args.files} files, ~{args.mb} MB each …", file=sys.stderr, flush=True)
+    print(f"building {len(KINDS)} tables of {args.files} files, ~{args.mb} MB each …", file=sys.stderr, flush=True)
     tables = {kind: build_table(settings, f"rw_{kind}", args.files, args.mb) for kind in KINDS}
     print("adding delete files …", file=sys.stderr, flush=True)
     expected_deleted = add_deletes(tables["compact"], args.deleted)
@@ -130,7 +134,7 @@ def _measure(settings, args: argparse.Namespace) -> int:  # type: ignore[no-unty
             return _fail(f"{name} ended {out['state']} ({out.get('reason')})", out)
         if not out["checksum_in"] or out["checksum_in"] != out["checksum_out"]:
             return _fail(f"{name}: checksum in {out['checksum_in']} != out {out['checksum_out']}", out)
-    for name in ("merge", "sort"):
+    for name in ("merge", "sort", "zorder"):
         out = runs[name][0]
         if out["rows_in"] != out["rows_out"] or out["files_in"] != args.files:
             return _fail(f"{name}: rows {out['rows_in']} → {out['rows_out']}, {out['files_in']} files in", out)
@@ -154,6 +158,7 @@ def _measure(settings, args: argparse.Namespace) -> int:  # type: ignore[no-unty
         **figures,
         "target": args.target,
         "ratio_sort_to_merge": round(figures["sort"]["mb_per_s"] / merge_rate, 3),
+        "ratio_zorder_to_merge": round(figures["zorder"]["mb_per_s"] / merge_rate, 3),
         "ratio_compact_to_merge": round(figures["compact"]["mb_per_s"] / merge_rate, 3),
         "verified": True,
     }
@@ -166,10 +171,12 @@ def _measure(settings, args: argparse.Namespace) -> int:  # type: ignore[no-unty
     print(line("merge", figures["merge"]))
     print(line(f"sort by {SORT_COLUMN}", figures["sort"],
                f"; {figures['sort']['check']['files']} output files, {SORT_COLUMN} ranges disjoint, each sorted"))
+    print(line("zorder", figures["zorder"], f"; on {ZORDER_COLUMNS}"))
     print(line("delete compaction", figures["compact"],
                f"; {figures['compact']['delete_files_removed']} delete files folded, independent count "
                f"{expected_deleted}"))
     print(f"ratio sort / merge:       {result['ratio_sort_to_merge']}")
+    print(f"ratio zorder / merge:     {result['ratio_zorder_to_merge']}")
     print(f"ratio compaction / merge: {result['ratio_compact_to_merge']}")
     print(f"(same run, same data files, target {args.target}; plan + Spark rewrite + verify + commit each)")
     if args.json:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.schema import Schema
 
+from autooptimize.domain.zorder import ZKey
 from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.paths import walk
@@ -47,13 +48,16 @@ def rewrite_group(
     codec: str = "zstd",
     sort: list[tuple[str, bool, bool]] | None = None,
     io: Any = None,
+    zorder: list[ZKey] | None = None,
 ) -> GroupOutput:
     """Rewrite ``inputs`` into ``files_out`` files under ``output_dir`` (which must not exist).
 
     The input digest is observed during the write (one pass); the caller measures the outputs with
     another reader (autooptimize.services.rewrite.verify.output_digest). With ``sort`` (``(column, descending, nulls_first)``
     each) the rows are range-partitioned on the first column, so the files hold disjoint ranges of
-    it (equal values never straddle two files), and sorted on every column within each file.
+    it (equal values never straddle two files), and sorted on every column within each file. With
+    ``zorder`` (the keys of autooptimize.domain.zorder) the same is done on the rows' z-value, computed
+    by a Spark expression (spark_actors/zorder.py) and never written.
     """
     from pyspark.sql import Observation
 
@@ -75,6 +79,12 @@ def rewrite_group(
         keys = [key(*s) for s in sort]
         spread = observed.coalesce(1) if files_out <= 1 else observed.repartitionByRange(files_out, keys[0])
         shaped = spread.sortWithinPartitions(*keys)
+    elif zorder:
+        from spark_actors.zorder import z_column
+
+        z = z_column(zorder)
+        spread = observed.coalesce(1) if files_out <= 1 else observed.repartitionByRange(files_out, z)
+        shaped = spread.sortWithinPartitions(z)
     else:
         shaped = observed.coalesce(1) if files_out <= 1 else observed.repartition(files_out)
     writer = shaped.write.mode("error")

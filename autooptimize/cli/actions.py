@@ -18,6 +18,7 @@ def cmd_track(args: argparse.Namespace) -> int:
     tuning = {
         "target_file_size": args.target_size, "tolerance": args.tolerance, "min_input_files": args.min_input_files,
         "priority_class": args.priority, "weight": args.weight, "sort_order": args.sort_order,
+        "zorder_columns": args.zorder_columns,
         "allowed_actions": args.allowed_actions, "max_bytes_per_action": args.max_bytes_per_action,
         "min_interval_seconds": args.min_interval, "allow": args.allow, "disallow": args.disallow,
     }

@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--priority", help="priority class, e.g. high|normal|low")
     tr.add_argument("--weight", type=count(1))
     tr.add_argument("--sort-order", help="comma-separated columns")
+    tr.add_argument("--zorder-columns", help="2 to 4 comma-separated columns that zorder clusters on")
     tr.add_argument("--allowed-actions", type=kinds, help="the allowed actions, comma-separated (replaces them)")
     tr.add_argument("--allow", type=kinds, metavar="KINDS",
                     help="also allow these actions, e.g. expire_snapshots,remove_orphans (off by default)")

@@ -77,6 +77,7 @@ class MergeRequest:
     dry_run: bool = False
     kind: str = "merge"
     sort_order: str | None = None  # the table's configured sort order ("col_a,col_b"), if any
+    zorder_columns: str | None = None  # the table's configured z-order columns ("col_a, col_b"), if any
     options: dict[str, Any] = field(default_factory=dict)  # the action's options as submitted
     sizing: Sizing = NO_SIZING  # output bytes per row learned from the table's rewrites (services/sizing)
     max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES  # no group reads more (AO_MAX_GROUP_BYTES)

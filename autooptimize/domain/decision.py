@@ -1,4 +1,4 @@
-"""Decide: for one partition, which action (merge, sort, delete compaction or nothing) and why.
+"""Decide: for one partition, which action (merge, sort, zorder, delete compaction or nothing) and why.
 
 Pure code over facts the caller measured (the planners' plans, the partition's delete load, whether
 its files overlap on the sort column). Every candidate is scored by **value** against **cost** in
@@ -13,6 +13,8 @@ the same unit, bytes:
 * **sort** — value: what its rewrite saves as a merge would (files removed, MSE closed) plus the
   bytes of files whose ranges of the first sort column overlap others (a filter on that column cannot
   skip them); cost: the bytes it rewrites (the whole partition, or the runs its ordered plan merges).
+* **zorder** — the same as a sort, with the bytes of files whose boxes on the z-order columns (every
+  column's range) meet another file's as the overlap; offered only when the table names z-order columns.
 
 Rules come before scores where correctness needs them: a partition holding delete files cannot be
 merged or sorted before its deletes are folded in (``has_delete_files``), and a candidate over the
@@ -22,6 +24,7 @@ threshold, the one with the best value per byte wins. The reason codes, recorded
 ``delete_heavy``        the deleted fraction or the delete file count passes its threshold
 ``has_delete_files``    sizes need a merge, but deletes must be folded in first
 ``unsorted``            files overlap on the sort column and the partition needs a rewrite
+``unclustered``         files' boxes overlap on the z-order columns and the partition needs a rewrite
 ``above_threshold``     MSE ≥ T²: a merge plan brings it under (or as close as the budget allows)
 ``budget``              the best candidate would rewrite more than max_bytes_per_action
 ``below_threshold``     MSE < T² and no delete load worth folding: nothing to do
@@ -100,6 +103,7 @@ class PartitionFacts:
     merge: MergeFacts | None  # None: the planner found nothing to do
     deletes: DeleteFacts = field(default_factory=DeleteFacts)
     sort: SortFacts | None = None  # None: the table has no sort order
+    zorder: SortFacts | None = None  # None: the table names no z-order columns (overlap: of boxes)
     allowed: frozenset[str] = frozenset({"merge"})
     max_bytes: int | None = None
     #: The partition's exact SSE (Σ e² over its data files); when given, the attention rule uses it
@@ -179,8 +183,8 @@ def _compaction_candidate(facts: PartitionFacts) -> Candidate | None:
                      else reason)
 
 
-def _sort_candidate(facts: PartitionFacts) -> Candidate | None:
-    s = facts.sort
+def _sort_candidate(facts: PartitionFacts, kind: str = "sort") -> Candidate | None:
+    s = facts.sort if kind == "sort" else facts.zorder
     if s is None or s.files < 2 or not s.overlapping_bytes or not s.files_in:
         return None
     cost = s.bytes_rewritten
@@ -188,13 +192,14 @@ def _sort_candidate(facts: PartitionFacts) -> Candidate | None:
     value = _rewrite_value(s.files_in, s.files_out, facts.mse, s.mse_after) + s.overlapping_bytes
     eligible = (facts.needs_attention and not facts.deletes.files and overlapping >= SORT_OVERLAP_FRACTION
                 and not _over_budget(cost, facts.max_bytes))
-    return Candidate("sort", value, cost, eligible, "budget" if _over_budget(cost, facts.max_bytes) else "unsorted")
+    reason = "unsorted" if kind == "sort" else "unclustered"
+    return Candidate(kind, value, cost, eligible, "budget" if _over_budget(cost, facts.max_bytes) else reason)
 
 
 def decide(facts: PartitionFacts) -> Decision:
     """The action for one partition, with every candidate's value, cost and reason (see module doc)."""
-    candidates = tuple(c for c in (_compaction_candidate(facts), _sort_candidate(facts), _merge_candidate(facts))
-                       if c is not None)
+    candidates = tuple(c for c in (_compaction_candidate(facts), _sort_candidate(facts),
+                                   _sort_candidate(facts, "zorder"), _merge_candidate(facts)) if c is not None)
     eligible = [c for c in candidates if c.eligible]
     allowed = [c for c in eligible if c.kind in facts.allowed]
     if allowed:

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-U64 = np.uint64
-P1 = U64(0x9E3779B185EBCA87)
-P2 = U64(0xC2B2AE3D27D4EB4F)
-P3 = U64(0x165667B19E3779F9)
-P4 = U64(0x85EBCA77C2B2AE63)
-P5 = U64(0x27D4EB2F165667C5)
+from autooptimize.engines.xxh64_primes import P1, P2, P3, P4, P5, U64
+
 SPARK_SEED = 42  # the seed Spark's xxhash64 starts its chain with
 
 

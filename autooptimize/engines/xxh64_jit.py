@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from autooptimize.engines.xxh64 import P1, P2, P3, P4, P5  # defined before xxh64 imports this module
+from autooptimize.engines.xxh64_primes import P1, P2, P3, P4, P5
 
 _U = np.uint64
 _MASK32 = _U(0xFFFFFFFF)

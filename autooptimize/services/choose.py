@@ -27,11 +27,13 @@ class Choice:
     merge_plan: Plan | None
     sort_plan: Plan | None
     rule: str | None = None  # the merge planning rule (binpack, tiered, live_wait, settled_full, …)
+    zorder_plan: Plan | None = None
 
     @property
     def plan(self) -> Plan | None:
-        """The plan of the chosen action (merge or sort), or None."""
-        return {"merge": self.merge_plan, "sort": self.sort_plan}.get(self.decision.kind or "")
+        """The plan of the chosen action (merge, sort or zorder), or None."""
+        return {"merge": self.merge_plan, "sort": self.sort_plan, "zorder": self.zorder_plan}.get(
+            self.decision.kind or "")
 
 
 def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: int | None,
@@ -46,7 +48,8 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
         target_file_size=target, tolerance=min(tuning.tolerance if tuning else settings.tolerance_default, target),
         min_input_files=tuning.min_input_files if tuning else 2,
         max_bytes=tuning.max_bytes_per_action if tuning else None, checkpoint=None, dry_run=True,
-        sort_order=tuning.sort_order if tuning else None, sizing=learned(settings, identifier),
+        sort_order=tuning.sort_order if tuning else None,
+        zorder_columns=tuning.zorder_columns if tuning else None, sizing=learned(settings, identifier),
         max_group_bytes=settings.max_group_bytes, policy=settings.merge_policy,
         settle_seconds=settings.settle_seconds, fan_in=settings.merge_fan_in,
     )
@@ -121,17 +124,36 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
             sort = SortFacts(overlapping_bytes(table, pf, order[0][0]), pf.bytes, len(pf.data_files),
                              sort_plan.bytes_rewritten, sort_plan.files_in, sort_plan.files_out,
                              sort_plan.mse_after)
+    zorder_plan, zorder = _zorder_facts(table, pf, request, allowed, problem)
     stats = pf.delete_stats
     deletes = DeleteFacts(stats.files, stats.bytes, stats.rows_deleted_estimate, stats.data_rows, pf.bytes)
     from autooptimize.domain.entropy import EntropyStats
 
     mse = EntropyStats.from_sizes([f.size for f in pf.data_files], request.target_file_size).mse
     facts = PartitionFacts(files=len(pf.data_files), bytes=pf.bytes, mse=mse, tolerance=request.tolerance,
-                           merge=merge, deletes=deletes, sort=sort, allowed=allowed, max_bytes=request.max_bytes)
+                           merge=merge, deletes=deletes, sort=sort, zorder=zorder, allowed=allowed, max_bytes=request.max_bytes)
     decision = decide(facts)
     if problem is not None and problem.reason not in ("has_delete_files",):
         decision = Decision(None, problem.reason, decision.candidates)
     elif decision.kind is None and rule == "live_wait":
         # left alone only because writers are still adding files: judged again once it settles
         decision = Decision(None, "live_wait", decision.candidates)
-    return Choice(decision, merge_plan, sort_plan, rule)
+    return Choice(decision, merge_plan, sort_plan, rule, zorder_plan)
+
+
+def _zorder_facts(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: frozenset[str],
+                  problem: ActionRefused | None) -> tuple[Plan | None, SortFacts | None]:
+    """The zorder plan and facts, when the table names z-order columns and zorder may rewrite ``pf``."""
+    if "zorder" not in allowed or pf.delete_files or problem is not None or not request.zorder_columns:
+        return None, None
+    from autooptimize.services import zorder
+
+    try:
+        columns = zorder.parse_zorder_columns(table, request.zorder_columns)
+    except InvalidArgument:  # a column dropped since the tuning named it
+        return None, None
+    plan = zorder.plan_zorder(plan_files(pf, request.sizing), request.target_file_size, request.tolerance,
+                              request.min_input_files, request.max_bytes)
+    facts = SortFacts(zorder.overlapping_bytes(table, pf, columns), pf.bytes, len(pf.data_files),
+                      plan.bytes_rewritten, plan.files_in, plan.files_out, plan.mse_after)
+    return plan, facts

@@ -49,6 +49,9 @@ KINDS: dict[str, ActionKind] = {
     "sort": ActionKind("sort", "autooptimize.services.rewrite.merge:run_merge", True, "partition",
                        "rewrite a partition ordered by the sort order into files of disjoint ranges",
                        validator="autooptimize.services.sort:validate_options"),
+    "zorder": ActionKind("zorder", "autooptimize.services.rewrite.merge:run_merge", True, "partition",
+                         "rewrite a partition clustered on 2-4 columns by their interleaved bits (z-order)",
+                         validator="autooptimize.services.zorder:validate_options"),
     # table hygiene (services/hygiene/): metadata work and deletions, no Spark
     "rewrite_manifests": ActionKind("rewrite_manifests", "autooptimize.services.hygiene.manifests:run_rewrite_manifests",
                                     False, "table", "rewrite the data manifests clustered by partition when "

@@ -83,6 +83,7 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Mer
         dry_run=bool(options.get("dry_run")),
         kind=action.kind,
         sort_order=tracked.sort_order,
+        zorder_columns=tracked.zorder_columns,
         options=options,
         max_group_bytes=settings.max_group_bytes,
         concurrency=settings.rewrite_concurrency,

@@ -28,7 +28,7 @@ from autooptimize.domain.actions import NO_SIZING, Sizing
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
 
-REWRITE_KINDS = ("merge", "sort", "compact_deletes")
+REWRITE_KINDS = ("merge", "sort", "zorder", "compact_deletes")
 HISTORY_ACTIONS = 5
 #: A calibration sample reads up to this many targets' worth of raw candidate bytes: merged small
 #: files shrink to a third or less, and compression keeps improving with the rows in a file (measured:

@@ -29,7 +29,7 @@ DESTRUCTIVE_ACTIONS = ("expire_snapshots", "remove_orphans")
 DEFAULT_ACTIONS = tuple(k for k in ACTION_KINDS if k not in DESTRUCTIVE_ACTIONS)
 TUNING_FIELDS = (
     "target_file_size", "tolerance", "min_input_files", "priority_class", "weight", "sort_order",
-    "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",
+    "zorder_columns", "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",
 )
 #: Changes to the allowed actions relative to what the table allows now (``track --allow/--disallow``).
 RELATIVE_FIELDS = ("allow", "disallow")
@@ -43,6 +43,7 @@ class TableTuning:
     priority_class: str
     weight: int
     sort_order: str | None
+    zorder_columns: str | None
     allowed_actions: tuple[str, ...]
     max_bytes_per_action: int | None
     min_interval_seconds: int
@@ -103,6 +104,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         "priority_class": "normal" if "normal" in settings.priority_classes else settings.priority_classes[0],
         "weight": 1,
         "sort_order": None,
+        "zorder_columns": None,
         "allowed_actions": list(DEFAULT_ACTIONS),
         "max_bytes_per_action": None,
         "min_interval_seconds": 0,
@@ -129,6 +131,11 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         from autooptimize.services.sort import parse_sort_order
 
         sort_order = ", ".join(c.spec() for c in parse_sort_order(table, sort_order))
+    zorder_columns = merged["zorder_columns"]
+    if zorder_columns:  # stored as validated: "a, b"
+        from autooptimize.services.zorder import parse_zorder_columns
+
+        zorder_columns = ", ".join(c.name for c in parse_zorder_columns(table, zorder_columns))
     max_bytes = merged["max_bytes_per_action"]
     return TableTuning(
         target_file_size=target,
@@ -137,6 +144,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         priority_class=priority,
         weight=bounded_int("weight", merged["weight"], 1),
         sort_order=sort_order or None,
+        zorder_columns=zorder_columns or None,
         allowed_actions=actions,
         max_bytes_per_action=None if max_bytes is None else size_arg("max_bytes_per_action", max_bytes),
         min_interval_seconds=bounded_int("min_interval_seconds", merged["min_interval_seconds"], 0),
@@ -148,7 +156,7 @@ def tuning_of(row: TrackedTable) -> TableTuning:
     return TableTuning(
         target_file_size=row.target_file_size, tolerance=row.tolerance, min_input_files=row.min_input_files,
         priority_class=row.priority_class, weight=row.weight, sort_order=row.sort_order,
-        allowed_actions=tuple(row.allowed_actions), max_bytes_per_action=row.max_bytes_per_action,
+        zorder_columns=row.zorder_columns, allowed_actions=tuple(row.allowed_actions), max_bytes_per_action=row.max_bytes_per_action,
         min_interval_seconds=row.min_interval_seconds, enabled=row.enabled,
     )
 

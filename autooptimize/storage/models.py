@@ -89,6 +89,7 @@ class TrackedTable(CatalogTableKey, Base):
     priority_class: Mapped[str] = mapped_column(String(50), default="normal")
     weight: Mapped[int] = mapped_column(Integer, default=1)
     sort_order: Mapped[str | None] = mapped_column(Text, nullable=True)
+    zorder_columns: Mapped[str | None] = mapped_column(Text, nullable=True)  # "a, b" (migration 0008)
     allowed_actions: Mapped[list[str]] = mapped_column(JSONB, default=lambda: ["merge"])
     max_bytes_per_action: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     min_interval_seconds: Mapped[int] = mapped_column(Integer, default=0)

@@ -15,7 +15,7 @@ from autooptimize.storage.models import Action, ActionState, AuditLog, Partition
 from autooptimize.storage.observe_models import TableCursor
 
 #: Kinds whose bytes_in are data files read and written again (hygiene kinds free or list bytes instead).
-REWRITE_KINDS = ("merge", "sort", "compact_deletes")
+REWRITE_KINDS = ("merge", "sort", "zorder", "compact_deletes")
 #: Upper bounds (seconds) of the action duration histogram's buckets.
 SECONDS_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 

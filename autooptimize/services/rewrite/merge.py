@@ -1,4 +1,4 @@
-"""The merge kind (and sort, its ordered variant, and respec): which groups of which partitions to
+"""The merge kind (and sort and zorder, its ordered variants, and respec): which groups of which partitions to
 rewrite, the rewrite of one group on Spark (or the pyarrow path), and the commit of verified groups.
 
 The lifecycle around them (exactly once, fencing, checkpoint, cleanup, partial progress) is
@@ -50,8 +50,10 @@ from autooptimize.services.rewrite.outputs import action_dir
 from autooptimize.services.rewrite.sort import (
     check_sorted_group,
     plan_sorted_partition,
+    plan_zorder_partition,
     sort_spec,
     spark_sort,
+    zorder_spec,
 )
 from autooptimize.services.rewrite.verify import (
     as_digest,
@@ -61,6 +63,7 @@ from autooptimize.services.rewrite.verify import (
     verify_group,
 )
 from autooptimize.services.sizing import NO_SIZING, calibrate, calibrate_arrow, calibration_sample
+from autooptimize.services.zorder import group_keys
 from spark_actors.arrow_sort import sortable
 
 log = logging.getLogger(__name__)
@@ -130,12 +133,15 @@ def plan_partitions(
     skipped: dict[str, str] = {}
     rules: dict[str, str] = {}  # partition key → the planning rule that produced its plan
     order = sort_spec(table, request)
+    zorder = zorder_spec(table, request)
     for pf in partitions:
         problem = refusal(table, pf)
         if problem is not None:
             skipped[pf.key] = problem.reason
             continue
-        if order is not None:
+        if zorder is not None:
+            plan, reason = plan_zorder_partition(pf, plan_files(pf, request.sizing), request)
+        elif order is not None:
             plan, reason = plan_sorted_partition(table, pf, plan_files(pf, request.sizing), order[0], request)
         else:
             plan, rule = plan_partition_with_rule(table, pf, request)
@@ -234,7 +240,7 @@ def _mse_after(partitions: list[PartitionFiles], plans: list[tuple[PartitionFile
 
 
 class MergeKind:
-    """Merge, sort (``request.kind == "sort"``) and respec (option ``respec``) groups."""
+    """Merge, sort (``request.kind == "sort"``), zorder (``"zorder"``) and respec (option ``respec``) groups."""
 
     nothing_reason = "nothing_to_merge"
     rewrite_on_resume_conflict = False
@@ -277,6 +283,7 @@ class MergeKind:
         by_path = {f.path: f for f in pf.data_files}
         inputs = [f.path for f in group.files]
         order = sort_spec(table, request)
+        zorder = zorder_spec(table, request)
         respec = pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options)
         with_ids = {evolution.has_field_ids(table, p) for p in inputs}
         if len(with_ids) != 1:
@@ -286,14 +293,16 @@ class MergeKind:
         spark_can = engine_for(table.schema(), field_ids=with_ids.pop()) == SPARK and is_local(table)
         columns = order[0] if order else None
         keys = spark_sort(columns)
+        ordered = order is not None or zorder is not None
+        # a z-order is computed in a Spark expression (spark_actors/zorder.py): Spark only
+        arrow_sortable = zorder is None and sortable([f.name for f in table.schema().fields], keys)
         engine = choose_engine(request, group.bytes_in, spark_can=spark_can, local=is_local(table),
-                               ordered=order is not None, arrow_sortable=sortable([f.name for f in table.schema().fields],
-                                                                                  keys))
-        if order is not None and (respec or (engine == Engine.SPARK and not spark_can)):
-            raise ActionRefused("sort_not_supported",
-                                "this sort needs the Spark path (a group this large, or NULLS FIRST and LAST mixed), "
-                                "and this group has types or files that only the pyarrow path rewrites "
-                                "faithfully; merge it instead")
+                               ordered=ordered, arrow_sortable=arrow_sortable)
+        if ordered and (respec or (engine == Engine.SPARK and not spark_can)):
+            raise ActionRefused(f"{request.kind}_not_supported",
+                                f"this {request.kind} needs the Spark path (a z-order, a group this large, or NULLS "
+                                "FIRST and LAST mixed), and this group has types or files that only the pyarrow "
+                                "path rewrites faithfully, or lives where Spark cannot read; merge it instead")
         if respec or engine != Engine.SPARK:
             return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec,
                                      spark=spark if engine == Engine.ARROW_ON_SPARK else None, sort=keys,
@@ -301,10 +310,10 @@ class MergeKind:
                                      check_sorted=(lambda outputs: check_sorted_group(table, outputs, columns))
                                      if order else None)
         by_id = inputs_digest(table, inputs)  # pyarrow reads the inputs while Spark rewrites them
-        # (``columns``, the sort columns of a sort, were resolved above)
+        zkeys = group_keys(table, [by_path[p].data_file for p in inputs], zorder) if zorder else None
         with phase("group.spark_job"):
             result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
-                                   sort=spark_sort(columns), io=table.io)
+                                   sort=keys, io=table.io, zorder=zkeys)
         paths = list(result.paths)
         digest_in = as_digest(result.digest_in)
         with phase("group.read_back"):

@@ -1,4 +1,5 @@
-"""The sort kind: a merge whose groups are planned by services/sort and rewritten ordered on Spark."""
+"""The sort and zorder kinds: merges whose groups are planned by services/sort (services/zorder) and
+rewritten ordered on Spark."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from autooptimize.domain.job_groups import cap_groups
 from autooptimize.domain.planning import Plan, PlanFile
 from autooptimize.iceberg.files import PartitionFiles
 from autooptimize.services.sort import SortColumn, check_sorted_outputs, plan_sort, resolve_sort_order
+from autooptimize.services.zorder import ZColumn, plan_zorder, resolve_zorder
 
 
 def sort_spec(table: Table, request: MergeRequest) -> tuple[list[SortColumn], int | None] | None:
@@ -42,3 +44,18 @@ def check_sorted_group(table: Table, outputs: list[Any], columns: list[SortColum
     """VerificationFailed when a sorted group's outputs overlap on the first sort column."""
     if columns:
         check_sorted_outputs(table, outputs, columns[0])
+
+
+def zorder_spec(table: Table, request: MergeRequest) -> list[ZColumn] | None:
+    """For a zorder action, its key columns (the option, else the table's tuning); None for other kinds."""
+    if request.kind != "zorder":
+        return None
+    return resolve_zorder(table, request.options.get("zorder_columns"), request.zorder_columns)
+
+
+def plan_zorder_partition(pf: PartitionFiles, files: list[PlanFile], request: MergeRequest) -> tuple[Plan, str | None]:
+    """The partition's z-order plan (whole, cut into runs only over the group cap), or why it is left alone."""
+    plan = plan_zorder(files, request.target_file_size, request.tolerance, request.min_input_files,
+                       request.max_bytes)
+    plan = cap_groups(plan, files, request.max_group_bytes, request.min_input_files)
+    return plan, "nothing_to_zorder" if plan.is_empty else None
