@@ -4,7 +4,8 @@ The same contract as the Spark sort (spark_actors/rewrite.py ``sort=``): every o
 all sort columns, and the outputs hold disjoint ranges of the first one (equal values never straddle
 two files), so file statistics prune. The group is held in memory, which is why the engine choice
 (services/rewrite/engine.py) sends only groups of a bounded size here. pyarrow has one null placement
-for all keys: a sort order that mixes NULLS FIRST and NULLS LAST stays on Spark (:func:`sortable`).
+per key from pyarrow 25 on; before that one for all keys, and a sort order that mixes NULLS FIRST and
+NULLS LAST stays on Spark (:func:`sortable`).
 """
 
 from __future__ import annotations
@@ -16,22 +17,32 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 SortKey = tuple[str, bool, bool]  # (column, descending, nulls first), as the Spark rewrite takes them
+PER_KEY_NULLS = int(pa.__version__.split(".")[0]) >= 25  # (name, order, null placement) sort keys
 
 
 def sortable(schema: pa.Schema | Sequence[str], keys: Sequence[SortKey] | None) -> bool:
-    """Whether the pyarrow path can sort by ``keys``: top-level columns, one null placement."""
+    """Whether the pyarrow path can sort by ``keys``: top-level columns (one null placement for all
+    before pyarrow 25)."""
     if not keys:
         return False
     names = set(schema.names if isinstance(schema, pa.Schema) else schema)
-    return all(k[0] in names for k in keys) and len({k[2] for k in keys}) == 1
+    return all(k[0] in names for k in keys) and (PER_KEY_NULLS or len({k[2] for k in keys}) == 1)
 
 
 def sorted_slices(data: pa.Table, keys: Sequence[SortKey], files_out: int) -> list[pa.Table]:
     """``data`` sorted by ``keys`` and cut into about ``files_out`` slices, each cut moved forward to
     where the first key's value changes."""
-    order = [(name, "descending" if descending else "ascending") for name, descending, _ in keys]
-    placement = "at_start" if keys[0][2] else "at_end"
-    ordered = data.sort_by(order, null_placement=placement) if data.num_rows else data
+    def direction(descending: bool) -> str:
+        return "descending" if descending else "ascending"
+
+    if not data.num_rows:
+        ordered = data
+    elif PER_KEY_NULLS:
+        ordered = data.sort_by([(name, direction(desc), "at_start" if first else "at_end")
+                                for name, desc, first in keys])
+    else:
+        ordered = data.sort_by([(name, direction(desc)) for name, desc, _ in keys],
+                               null_placement="at_start" if keys[0][2] else "at_end")
     rows = ordered.num_rows
     if files_out <= 1 or rows <= 1:
         return [ordered]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from spark_actors.arrow_sort import sortable, sorted_slices
+from spark_actors.arrow_sort import PER_KEY_NULLS, sortable, sorted_slices
 
 
 def test_slices_are_sorted_and_hold_disjoint_ranges_of_the_first_key() -> None:
@@ -33,9 +33,17 @@ def test_one_value_everywhere_is_one_file_and_descending_nulls_last_works() -> N
 
 @pytest.mark.parametrize(("keys", "expected"), [
     ([("a", False, True), ("b", True, True)], True),
-    ([("a", False, True), ("b", False, False)], False),  # one null placement only
+    ([("a", False, True), ("b", False, False)], PER_KEY_NULLS),  # per key from pyarrow 25
     ([("s.x", False, True)], False),  # nested fields stay on Spark
     ([], False),
 ])
 def test_sortable(keys, expected) -> None:  # type: ignore[no-untyped-def]
     assert sortable(["a", "b", "s"], keys) is expected
+
+
+@pytest.mark.skipif(not PER_KEY_NULLS, reason="per-key null placement needs pyarrow 25")
+def test_each_key_keeps_its_own_null_placement() -> None:
+    data = pa.table({"a": pa.array([1, 1, None, 2], pa.int64()), "b": pa.array([None, 5, 1, 3], pa.int64())})
+    (out,) = sorted_slices(data, [("a", False, False), ("b", True, True)], 1)
+    assert list(zip(out.column("a").to_pylist(), out.column("b").to_pylist(), strict=True)) == [
+        (1, None), (1, 5), (2, 3), (None, 1)]
