@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 import redis
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine, insert, select
 
 from autooptimize import api
 from autooptimize.cli import main as cli_main
@@ -73,7 +73,7 @@ def test_destructive_hygiene_is_off_until_allowed_per_table(settings, catalog, c
 
     assert cli_main(["track", ident, "--json"]) == 0
     allowed = json.loads(capsys.readouterr().out)["allowed_actions"]
-    assert allowed == ["merge", "sort", "rewrite_manifests", "compact_deletes"]
+    assert allowed == ["merge", "sort", "zorder", "rewrite_manifests", "compact_deletes"]
     assert not set(allowed) & set(DESTRUCTIVE_ACTIONS)
     # what beat's sweep would submit for the table: nothing that deletes, though snapshots are past retention
     kinds = [d.kind for d in hygiene.hygiene_decisions(settings, table, allowed, None, now)]
@@ -117,17 +117,19 @@ def test_migration_turns_off_only_the_old_default(settings):
     old_default = ["merge", "sort", "rewrite_manifests", "expire_snapshots", "remove_orphans", "compact_deletes"]
     try:
         upgrade(mig, "0005")
-        with session_scope(mig) as s:
+        with session_scope(mig) as s:  # only the columns revision 0005 has (not the model's later ones)
             for name, allowed in (("a.everything", old_default), ("a.narrowed", ["merge", "expire_snapshots"]),
                                   ("a.merge_only", ["merge"])):
-                s.add(TrackedTable(catalog="c", identifier=name, target_file_size=1, tolerance=1, min_input_files=2,
-                                   priority_class="normal", weight=1, allowed_actions=allowed, min_interval_seconds=0,
-                                   enabled=True))
+                s.execute(insert(TrackedTable.__table__).values(
+                    catalog="c", identifier=name, target_file_size=1, tolerance=1, min_input_files=2,
+                    priority_class="normal", weight=1, allowed_actions=allowed, min_interval_seconds=0,
+                    enabled=True))
         upgrade(mig, "head")
         with session_scope(mig) as s:
             after = dict(s.execute(select(TrackedTable.identifier, TrackedTable.allowed_actions)).tuples().all())
             audited = s.scalars(select(AuditLog).where(AuditLog.event == "table.tuned")).all()
-        assert after == {"a.everything": ["merge", "sort", "rewrite_manifests", "compact_deletes"],
+        # 0006 takes the destructive two from the old default; 0008 allows zorder wherever sort is
+        assert after == {"a.everything": ["merge", "sort", "rewrite_manifests", "compact_deletes", "zorder"],
                          "a.narrowed": ["merge", "expire_snapshots"], "a.merge_only": ["merge"]}
         assert [(a.detail["identifier"], a.detail["migration"]) for a in audited] == [("a.everything", "0006")]
         command.downgrade(alembic_config(mig), "0005")
