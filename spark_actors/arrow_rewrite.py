@@ -54,6 +54,7 @@ from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.fileio import exists, list_files
 from spark_actors.arrow_sort import SortKey, sorted_slices
 from spark_actors.types import output_schema_problem, unsupported_reason
+from spark_actors.zorder_arrow import zorder_slices
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,7 @@ def rewrite_group_arrow(
     spec: PartitionSpec | None = None,
     input_partition: tuple[int, Record] | None = None,
     sort: list[SortKey] | None = None,
+    zorder: list[Any] | None = None,
 ) -> ArrowOutput:
     """Rewrite ``inputs`` under ``output_dir`` (which must not exist) and verify the result.
 
@@ -224,7 +226,8 @@ def rewrite_group_arrow(
     about ``files_out`` files. With ``spec`` every row goes to its partition under ``spec`` (one
     sub-directory and one file per partition met), and each output records that partition. With
     ``sort`` (no ``spec``) the group is sorted in memory and cut into files of disjoint ranges of the
-    first key (spark_actors/arrow_sort.py).
+    first key (spark_actors/arrow_sort.py). With ``zorder`` (ZKeys; no ``spec``) it is ordered by the
+    z-value and cut into files of disjoint z ranges (spark_actors/zorder_arrow.py).
     """
     schema = table.schema()
     reason = unsupported_reason(schema)
@@ -234,8 +237,9 @@ def rewrite_group_arrow(
         raise VerificationFailed(f"output directory {output_dir} already exists")
     if spec is None and input_partition is None:
         raise ValueError("rewrite_group_arrow needs the inputs' partition or a spec to partition by")
-    if sort and spec is not None:
+    if (sort or zorder) and spec is not None:
         raise ValueError("rewrite_group_arrow sorts within one partition: give sort or spec, not both")
+    ordered = bool(sort or zorder)
     arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
     expected_rows = sum(int(f.record_count) for f in inputs)
     rows_per_file = max(1, math.ceil(expected_rows / max(1, files_out)))
@@ -246,7 +250,7 @@ def rewrite_group_arrow(
         for batch in scan(table, inputs):
             raise_if_stopped(output_dir)  # an attempt stopped from outside ends here (domain/cancel.py)
             digest_in.add(batch)
-            if sort:
+            if ordered:
                 held.append(pa.Table.from_batches([batch]))
             elif spec is None:
                 assert input_partition is not None
@@ -257,26 +261,32 @@ def rewrite_group_arrow(
                     partition = (spec.spec_id, part.partition_key.partition)
                     for chunk in part.arrow_table_partition.to_batches():
                         _write(writers.get(directory, partition), schema, chunk)
-        if sort:
+        if ordered:
             assert input_partition is not None
             data = pa.concat_tables(held, promote_options="permissive") if held else arrow_schema.empty_table()
             held.clear()
-            for piece in sorted_slices(data, sort, files_out):
+            pieces = zorder_slices(data, zorder, files_out) if zorder else sorted_slices(data, sort or [], files_out)
+            for piece in pieces:
                 for chunk in piece.to_batches():
                     _write(writers.get(output_dir, input_partition), schema, chunk)
                 writers.roll(output_dir)
     finally:
         written = writers.close()
     paths = [w.path for w in written]
-    for path in paths:
-        problem = output_schema_problem(schema, path, table.io)
-        if problem is not None:
-            raise VerificationFailed(problem)
+    check_outputs(table, paths)
     return ArrowOutput(
         paths=tuple(paths),
         partitions=tuple(w.partition for w in written),
         rows_in=digest_in.rows, checksum_in=digest_in.digest.checksum,
     )
+
+
+def check_outputs(table: Table, paths: list[str]) -> None:
+    """VerificationFailed unless every output holds the table's schema with its field ids and types."""
+    for path in paths:
+        problem = output_schema_problem(table.schema(), path, table.io)
+        if problem is not None:
+            raise VerificationFailed(problem)
 
 
 def _write(writer: _Writer, schema: Any, batch: pa.RecordBatch) -> None:

@@ -79,15 +79,18 @@ def resolve_zorder(table: Table, option: str | None, configured: str | None) -> 
 
 
 def validate_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
-    """The zorder action's options: ``zorder_columns`` (checked against the table now), ``partial_progress``
-    and ``max_commits`` (see services/progress)."""
+    """The zorder action's options: ``zorder_columns`` (checked against the table now), ``engine`` (as
+    for a merge), ``partial_progress`` and ``max_commits`` (see services/progress)."""
+    from autooptimize.services.evolution import engine_option
     from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
 
-    valid = (OPTION, *PROGRESS_OPTIONS)
+    valid = (OPTION, "engine", *PROGRESS_OPTIONS)
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise InvalidArgument(f"unknown option(s) for zorder: {', '.join(unknown)}; valid: {', '.join(valid)}")
     out = validate_progress_options(options)
+    if "engine" in options:
+        out["engine"] = engine_option(options["engine"])
     if OPTION in options:
         out[OPTION] = ", ".join(c.name for c in parse_zorder_columns(table, options[OPTION]))
     return out

@@ -21,7 +21,7 @@ from autooptimize.services import actions, tracking, zorder
 from autooptimize.services.explain import explain
 from autooptimize.services.status import table_status
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.repositories import audit_events
+from autooptimize.storage.repositories import audit_events, get_action
 from tests.integration.tables import identifier, live_files, second_reader_checksum
 
 pytestmark = pytest.mark.spark
@@ -83,15 +83,21 @@ def _run(settings, spark, table, **options):
     return action_id, actions.execute(settings, action_id, spark=spark)
 
 
-def test_zorder_on_two_columns_clusters_the_files_and_keeps_every_row(settings, spark, catalog):
-    table = _table(catalog, "zorder_numbers")
+# the pyarrow path (numpy z-values, spark_actors/zorder_arrow.py; the default for a group up to a quarter
+# of AO_ARROW_GROUP_BYTES, and the path on object stores) and Spark's expression (spark_actors/zorder.py)
+ENGINES = pytest.mark.parametrize("engine", ["auto", "spark"])
+
+
+@ENGINES
+def test_zorder_on_two_columns_clusters_the_files_and_keeps_every_row(settings, spark, catalog, engine):
+    table = _table(catalog, f"zorder_numbers_{engine}")
     ident = identifier(table)
     tracking.track(settings, ident, target_file_size="24KiB", zorder_columns="a, b")
     before, second = table_checksum(table), second_reader_checksum(table)
     met_before, ranges_before, area_before = _clustering(table, "a, b")
     assert met_before == 1.0 and min(ranges_before) > 0.95  # every random file spans the key space
 
-    action_id, out = _run(settings, spark, table)
+    action_id, out = _run(settings, spark, table, engine=engine)
 
     assert out["state"] == "succeeded", out
     assert out["rows_in"] == out["rows_out"] == 16 * 2000
@@ -113,18 +119,22 @@ def test_zorder_on_two_columns_clusters_the_files_and_keeps_every_row(settings, 
     assert status["partitions"][0]["last_action"]["kind"] == "zorder"
 
 
-def test_spark_z_values_equal_the_reference_with_nulls_strings_and_timestamps(settings, spark, catalog):
-    table = _table(catalog, "zorder_strings", files=6, rows=1500)
+@ENGINES
+def test_z_values_equal_the_reference_with_nulls_strings_and_timestamps(settings, spark, catalog, engine):
+    table = _table(catalog, f"zorder_strings_{engine}", files=6, rows=1500)
     tracking.track(settings, identifier(table), target_file_size="64KiB")
     before, second = table_checksum(table), second_reader_checksum(table)
     names = "s, ts, a"
     keys = zorder.group_keys(table, _data_files(table), zorder.parse_zorder_columns(table, names))
     assert keys[0].prefix == len("customer-0") and [k.bits for k in keys] == [21] * 3
 
-    _, out = _run(settings, spark, table, zorder_columns=names)
+    action_id, out = _run(settings, spark, table, zorder_columns=names, engine=engine)
 
     assert out["state"] == "succeeded", out
     assert table_checksum(table) == before and second_reader_checksum(table) == second
+    with session_scope(settings) as session:
+        engines = {g["engine"] for g in get_action(session, action_id).checkpoint["groups"]}
+    assert engines == {"arrow" if engine == "auto" else "spark"}
     from pyspark.sql import functions as F
 
     from spark_actors.zorder import z_column

@@ -23,7 +23,7 @@ from autooptimize.services.rewrite.verify import output_digest, read_back_digest
 def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory: str, files_out: int,
                       codec: str, by_path: dict[str, LiveFile], hooks: Hooks, respec: bool,
                       spark: Any = None, sort: list[Any] | None = None, sort_order_id: int | None = None,
-                      check_sorted: Any = None) -> GroupResult:
+                      check_sorted: Any = None, zorder: list[Any] | None = None) -> GroupResult:
     """Rewrite one group on the pyarrow path and verify it; returns the group's checkpoint record.
 
     Raises VerificationFailed unless rows and content checksum of the outputs (read back by field id
@@ -38,7 +38,8 @@ def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], direc
     run = rewrite_group_arrow if spark is None else functools.partial(rewrite_group_arrow_on_spark, spark)
     with phase("group.read_write" if spark is None else "group.spark_task"):
         result = run(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,
-                     spec=spec, input_partition=None if respec else (pf.spec_id, pf.record), sort=sort)
+                     spec=spec, input_partition=None if respec else (pf.spec_id, pf.record), sort=sort,
+                     zorder=zorder)
     partitions = list(result.partitions)
     digest_in = Digest(result.rows_in, result.checksum_in)
     with phase("group.read_back"):

@@ -294,23 +294,23 @@ class MergeKind:
         columns = order[0] if order else None
         keys = spark_sort(columns)
         ordered = order is not None or zorder is not None
-        # a z-order is computed in a Spark expression (spark_actors/zorder.py): Spark only
-        arrow_sortable = zorder is None and sortable([f.name for f in table.schema().fields], keys)
+        # a z-order's z-value is a Spark expression (spark_actors/zorder.py) or numpy (spark_actors/zorder_arrow.py)
+        arrow_sortable = zorder is not None or sortable([f.name for f in table.schema().fields], keys)
+        zkeys = group_keys(table, [by_path[p].data_file for p in inputs], zorder) if zorder else None
         engine = choose_engine(request, group.bytes_in, spark_can=spark_can, local=is_local(table),
                                ordered=ordered, arrow_sortable=arrow_sortable)
         if ordered and (respec or (engine == Engine.SPARK and not spark_can)):
             raise ActionRefused(f"{request.kind}_not_supported",
-                                f"this {request.kind} needs the Spark path (a z-order, a group this large, or NULLS "
+                                f"this {request.kind} needs the Spark path (a group this large, or NULLS "
                                 "FIRST and LAST mixed), and this group has types or files that only the pyarrow "
                                 "path rewrites faithfully, or lives where Spark cannot read; merge it instead")
         if respec or engine != Engine.SPARK:
             return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec,
                                      spark=spark if engine == Engine.ARROW_ON_SPARK else None, sort=keys,
-                                     sort_order_id=order[1] if order else None,
+                                     sort_order_id=order[1] if order else None, zorder=zkeys,
                                      check_sorted=(lambda outputs: check_sorted_group(table, outputs, columns))
                                      if order else None)
         by_id = inputs_digest(table, inputs)  # pyarrow reads the inputs while Spark rewrites them
-        zkeys = group_keys(table, [by_path[p].data_file for p in inputs], zorder) if zorder else None
         with phase("group.spark_job"):
             result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
                                    sort=keys, io=table.io, zorder=zkeys)
