@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.schema import Schema
 from pyiceberg.types import PrimitiveType
@@ -88,10 +88,8 @@ def _position_deletes(spark: SparkSession, files: DataFrame, deletes: list[Seque
     )
 
 
-def _equality_deletes(spark: SparkSession, schema: Schema, ids: tuple[int, ...],
-                      deletes: list[SequencedFile]) -> tuple[DataFrame, list[str]]:
-    from pyspark.sql import functions as F
-
+def equality_fields(schema: Schema, ids: tuple[int, ...]) -> list[Any]:
+    """The table's fields with the equality ids ``ids``; ActionRefused for a missing or nested one."""
     fields = []
     for field_id in ids:
         try:
@@ -104,6 +102,14 @@ def _equality_deletes(spark: SparkSession, schema: Schema, ids: tuple[int, ...],
                                 f"equality deletes on {field.name!r} (a nested or non-primitive field) are not "
                                 "supported yet")
         fields.append(field)
+    return fields
+
+
+def _equality_deletes(spark: SparkSession, schema: Schema, ids: tuple[int, ...],
+                      deletes: list[SequencedFile]) -> tuple[DataFrame, list[str]]:
+    from pyspark.sql import functions as F
+
+    fields = equality_fields(schema, ids)
     seqs = spark.createDataFrame([(normalise_path(d.path), d.sequence_number) for d in deletes],
                                  "_ao_dkey string, _ao_dseq long")
     raw = spark.read.schema(spark_schema(Schema(*fields))).parquet(*[d.path for d in deletes])

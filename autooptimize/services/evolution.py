@@ -47,6 +47,14 @@ def validate_merge_options(table: Table, options: dict[str, Any]) -> dict[str, A
     return out
 
 
+def validate_compact_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
+    """The compact_deletes action's one option: ``engine`` (as for a merge)."""
+    unknown = sorted(set(options) - {"engine"})
+    if unknown:
+        raise InvalidArgument(f"compact_deletes does not know option(s) {', '.join(unknown)}; valid options: engine")
+    return {"engine": engine_option(options["engine"])} if "engine" in options else {}
+
+
 ENGINES = ("auto", "spark", "arrow", "arrow_on_spark")
 
 

@@ -67,7 +67,8 @@ KINDS: dict[str, ActionKind] = {
                                  "autooptimize.services.hygiene.orphans:validate_remove_orphans"),
     "compact_deletes": ActionKind("compact_deletes", "autooptimize.services.rewrite.compact:run_compact_deletes", True,
                                   "partition", "rewrite data files with their position and equality deletes "
-                                  "applied, and drop the delete files that no longer apply"),
+                                  "applied, and drop the delete files that no longer apply",
+                                  validator="autooptimize.services.evolution:validate_compact_options"),
 }
 
 

@@ -58,8 +58,10 @@ def delete_equal(table: Any, scope_path: str, columns: list[str], rows: list[dic
     return str(f.file_path)
 
 
-def _local(path: str) -> str:
-    return path.removeprefix("file://")
+def _read(table: Any, path: str) -> pa.Table:
+    """A file read with plain pyarrow through the table's FileIO (local or an object store)."""
+    with table.io.new_input(path).open() as stream:
+        return pq.read_table(stream)
 
 
 def reference_read(table: Any) -> pa.Table:
@@ -71,14 +73,14 @@ def reference_read(table: Any) -> pa.Table:
     pieces = []
     for data in (e for e in entries if e["data_file"]["content"] == DATA):
         df, seq = data["data_file"], data["sequence_number"]
-        rows = pq.read_table(_local(df["file_path"])).select(names).to_pylist()
+        rows = _read(table, df["file_path"]).select(names).to_pylist()
         keep = [True] * len(rows)
         for d in (e for e in entries if e["data_file"]["content"] != DATA):
             dfile, dseq = d["data_file"], d["sequence_number"]
             if dfile["content"] == POSITION:
                 if dfile["partition"] != df["partition"] or dseq < seq:
                     continue
-                for row in pq.read_table(_local(dfile["file_path"])).to_pylist():
+                for row in _read(table, dfile["file_path"]).to_pylist():
                     if row["file_path"] == df["file_path"]:
                         keep[row["pos"]] = False
             else:
@@ -86,7 +88,7 @@ def reference_read(table: Any) -> pa.Table:
                     continue
                 by_id = {f.field_id: f.name for f in table.schema().fields}
                 cols = [by_id[i] for i in dfile["equality_ids"]]
-                deleted = {tuple(r[c] for c in cols) for r in pq.read_table(_local(dfile["file_path"])).to_pylist()}
+                deleted = {tuple(r[c] for c in cols) for r in _read(table, dfile["file_path"]).to_pylist()}
                 for i, row in enumerate(rows):
                     if tuple(row[c] for c in cols) in deleted:
                         keep[i] = False

@@ -55,6 +55,11 @@ class Crash(BaseException):
     """Stands for the worker dying at a chosen point (not an Exception: nothing may catch it)."""
 
 
+# the pyarrow path (the default for a local group of up to AO_ARROW_GROUP_BYTES, and the one a table on
+# an object store takes, as a Spark task) and Spark's own job
+ENGINES = pytest.mark.parametrize("engine", [{}, {"engine": "spark"}], ids=["auto-arrow", "spark"])
+
+
 def _submit(settings, table, partition: str | None = "day=2026-01-01", **kw):
     ident = identifier(table)
     tracking.track(settings, ident, target_file_size="1MiB")
@@ -121,7 +126,8 @@ def test_position_deletes_are_folded_into_the_data_and_their_files_dropped(setti
     assert "compact_deletes" in refused["error"]
 
 
-def test_equality_deletes_apply_only_to_older_data_files(settings, spark, catalog):
+@ENGINES
+def test_equality_deletes_apply_only_to_older_data_files(settings, spark, catalog, engine):
     table = make_table(catalog, {DAY1: 2, DAY2: 1})
     day1 = data_files(table, "day=2026-01-01")
     eq = delete_equal(table, day1[0], ["id"], [{"id": 3}, {"id": 60}, {"id": 210}, {"id": 999_999}])
@@ -135,7 +141,7 @@ def test_equality_deletes_apply_only_to_older_data_files(settings, spark, catalo
     assert len(reference) == 200 - 3
     expected = arrow_checksum(reference)
 
-    action_id = _submit(settings, table)
+    action_id = _submit(settings, table, options=engine)
     out = actions.execute(settings, action_id, spark=spark)
 
     assert out["state"] == "succeeded", out
@@ -150,7 +156,8 @@ def test_equality_deletes_apply_only_to_older_data_files(settings, spark, catalo
     _assert_clean(table, out)
 
 
-def test_position_and_equality_deletes_together_on_two_columns(settings, spark, catalog):
+@ENGINES
+def test_position_and_equality_deletes_together_on_two_columns(settings, spark, catalog, engine):
     table = make_table(catalog, {DAY1: 3, DAY2: 1})
     day1 = data_files(table, "day=2026-01-01")
     delete_positions(table, {day1[1]: [0, 1, 2], day1[2]: [10]})
@@ -161,7 +168,7 @@ def test_position_and_equality_deletes_together_on_two_columns(settings, spark, 
     day2_before = set(data_files(table, "day=2026-01-02"))
     expected = reference_checksum(table)
 
-    action_id = _submit(settings, table)
+    action_id = _submit(settings, table, options=engine)
     out = actions.execute(settings, action_id, spark=spark)
 
     assert out["state"] == "succeeded", out
@@ -175,7 +182,8 @@ def test_position_and_equality_deletes_together_on_two_columns(settings, spark, 
     _assert_clean(table, out)
 
 
-def test_unpartitioned_table(settings, spark, catalog):
+@ENGINES
+def test_unpartitioned_table(settings, spark, catalog, engine):
     table = catalog.create_table(f"test.unpart_{uuid.uuid4().hex[:8]}", schema=SCHEMA,
                                  partition_spec=UNPARTITIONED_PARTITION_SPEC)
     for first in (0, 40, 80):
@@ -185,7 +193,7 @@ def test_unpartitioned_table(settings, spark, catalog):
     eq = delete_equal(table, files[1], ["id"], [{"id": 41}, {"id": 85}])  # unpartitioned: applies table-wide
     expected = reference_checksum(table)
 
-    action_id = _submit(settings, table, partition=None)
+    action_id = _submit(settings, table, partition=None, options=engine)
     out = actions.execute(settings, action_id, spark=spark)
 
     assert out["state"] == "succeeded", out
@@ -385,7 +393,8 @@ def test_every_row_deleted_removes_the_file_without_output(settings, spark, cata
     assert table_checksum(table) == expected == reference_checksum(table)
 
 
-def test_equality_delete_on_null_matches_null_rows(settings, spark, catalog):
+@ENGINES
+def test_equality_delete_on_null_matches_null_rows(settings, spark, catalog, engine):
     table = make_table(catalog, {DAY1: 1}, rows=20)
     with_nulls = batch(100, 10, DAY1)
     with_nulls = with_nulls.set_column(2, "v", pa.array([None if i % 2 else f"value-{100 + i}" for i in range(10)]))
@@ -396,7 +405,7 @@ def test_equality_delete_on_null_matches_null_rows(settings, spark, catalog):
     assert len(reference) == 30 - 5 - 1
     expected = arrow_checksum(reference)
 
-    out = actions.execute(settings, _submit(settings, table), spark=spark)
+    out = actions.execute(settings, _submit(settings, table, options=engine), spark=spark)
 
     assert out["state"] == "succeeded", out
     assert (out["rows_in"], out["rows_out"]) == (30, 24)

@@ -1,4 +1,5 @@
-"""Writing one batch: read its buffered files with Spark, cast them to the table's schema, write
+"""Writing one batch: read its buffered files with Spark (with pyarrow in this process when the table
+is not on local files, spark_actors/arrow_consolidate.py), cast them to the table's schema, write
 target-size files per partition, and verify rows and content checksum (the output read back by field id
 with plain pyarrow); unusable files are quarantined."""
 
@@ -9,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.table import Table
@@ -20,6 +22,7 @@ from autooptimize.errors import FileRejected, Retry, ServiceUnavailable, Verific
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.checksum import parquet_digest
 from autooptimize.iceberg.commit import data_file_from_footer
+from autooptimize.iceberg.fileio import is_local
 from autooptimize.services.buffer.hooks import Hooks, call_hook
 from autooptimize.services.buffer.landing import QUARANTINE_DIR, check_file
 from autooptimize.services.refusals import record_refusals
@@ -39,9 +42,12 @@ def _claimed_files(settings: Settings, batch_id: str) -> list[BufferFile]:
 def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, identifier: str,
                     output_dir: str, hooks: Hooks) -> tuple[dict[str, Any], list[Any]] | None:
     """Write the batch's files, quarantining unreadable ones; None when none is left."""
+    from spark_actors.arrow_consolidate import consolidate_files_arrow
     from spark_actors.consolidate import consolidate_files
 
     schema, spec = table.schema(), table.spec()
+    # Spark's own Parquet writer reaches only local files; the buffered files are on this worker's disk
+    on_arrow = not is_local(table) or settings.rewrite_engine in ("arrow", "arrow_on_spark")
     for _ in range(3):
         files = _claimed_files(settings, batch_id)
         missing = [f for f in files if not Path(f.path).is_file()]
@@ -58,7 +64,10 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
         rows_per_file = max(1, int(_target_size(settings, table) / max(1.0, bytes_in / max(1, rows_in))))
         codec = table.properties.get("write.parquet.compression-codec", "zstd")
         try:
-            out = consolidate_files(spark, schema, spec, list(groups.values()), output_dir, rows_per_file, codec)
+            if on_arrow:
+                out = consolidate_files_arrow(table, spec, list(groups.values()), output_dir, rows_per_file, codec)
+            else:
+                out = consolidate_files(spark, schema, spec, list(groups.values()), output_dir, rows_per_file, codec)
             call_hook(hooks.after_write, [p for part in out.partitions for p in part.paths])
             if out.required_nulls:
                 raise VerificationFailed(f"{out.required_nulls} row(s) have nulls in required columns")
@@ -71,16 +80,16 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
         except ServiceUnavailable:
             raise
         except Exception as exc:
-            if type(exc).__module__.startswith("pyspark"):
+            if type(exc).__module__.startswith("pyspark") or isinstance(exc, pa.ArrowException | OSError):
                 bad = _probe(settings, identifier, files, schema, spec)
                 paths.delete_tree(table.location(), output_dir, table.io)
                 if bad:
                     continue
-                raise Retry(f"batch {batch_id}: Spark failed ({type(exc).__name__}); will retry", delay=10) from None
+                raise Retry(f"batch {batch_id}: {'the pyarrow write' if on_arrow else 'Spark'} failed ({type(exc).__name__}); will retry", delay=10) from None
             raise
         if out.digest_in.rows != rows_in:
             paths.delete_tree(table.location(), output_dir, table.io)
-            raise VerificationFailed(f"batch {batch_id}: Spark read {out.digest_in.rows} rows but the landed "
+            raise VerificationFailed(f"batch {batch_id}: the writer read {out.digest_in.rows} rows but the landed "
                                      f"footers hold {rows_in}")
         # the output read back by field id with plain pyarrow, not by Spark, which wrote it
         digest_out = parquet_digest(schema, [p for part in out.partitions for p in part.paths], table.io)

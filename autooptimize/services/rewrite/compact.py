@@ -15,7 +15,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import GroupResult, Hooks, MergeOutcome, MergeRequest
+from autooptimize.domain.actions import Engine, GroupResult, Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg import paths
@@ -26,6 +26,7 @@ from autooptimize.iceberg.commit import (
     data_file_from_footer,
 )
 from autooptimize.iceberg.commits import CommitStats
+from autooptimize.iceberg.fileio import is_local
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.services.compact import (
     BROADCAST_DELETE_ROWS,
@@ -37,6 +38,7 @@ from autooptimize.services.compact import (
     sequence_number,
 )
 from autooptimize.services.evolution import has_field_ids
+from autooptimize.services.rewrite.engine import choose_engine
 from autooptimize.services.rewrite.kind import (
     CheckpointWriter,
     Committed,
@@ -114,6 +116,8 @@ class CompactKind:
 
     def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
                 request: MergeRequest) -> GroupResult:
+        from spark_actors.arrow_deletes import compact_group_arrow
+        from spark_actors.arrow_on_spark import run_on_spark
         from spark_actors.deletes import SequencedFile, compact_group
 
         plan: CompactionPlan = unit.work
@@ -124,9 +128,17 @@ class CompactKind:
         ]
         if any(d.equality_ids == () for d in deletes):
             raise ActionRefused("malformed_delete_file", "an equality delete file has no equality field ids")
-        # below ~1M delete rows (tens of MB as file numbers, positions and keys) a broadcast beats a shuffle
-        broadcast = sum(d.record_count for d in plan.deletes) <= BROADCAST_DELETE_ROWS
-        result = compact_group(spark, table.schema(), data, deletes, directory, plan.files_out, codec, broadcast)
+        engine = choose_engine(request, plan.bytes_in, spark_can=is_local(table), local=is_local(table), ordered=False)
+        if engine == Engine.SPARK:
+            # below ~1M delete rows (tens of MB as file numbers, positions and keys) a broadcast beats a shuffle
+            broadcast = sum(d.record_count for d in plan.deletes) <= BROADCAST_DELETE_ROWS
+            result = compact_group(spark, table.schema(), data, deletes, directory, plan.files_out, codec, broadcast)
+        else:
+            with_seq = [(f.data_file, sequence_number(f)) for f in plan.inputs]
+            job_args = (with_seq, deletes, directory, plan.files_out, codec,
+                        (plan.partition.spec_id, plan.partition.record))
+            result = (run_on_spark(spark, table, compact_group_arrow, *job_args) if engine == Engine.ARROW_ON_SPARK
+                      else compact_group_arrow(table, *job_args))
         digest_out = read_back_digest(hooks, list(result.paths), lambda: output_digest(table, list(result.paths)))
         rows_in = sum(f.record_count for f in plan.inputs)
         equality = any(d.equality_ids is not None for d in deletes)
@@ -152,7 +164,7 @@ class CompactKind:
                 paths.delete_tree(table.location(), directory, table.io)
             return sum(int(o.record_count) for o in outputs)
 
-        verify_group(directory, reader="Spark", files_in=len(plan.inputs), metadata_rows=rows_in,
+        verify_group(directory, reader="Spark" if engine == Engine.SPARK else "pyarrow", files_in=len(plan.inputs), metadata_rows=rows_in,
                      rows_read=result.rows_read, expected_out=as_digest(result.digest_kept), digest_out=digest_out,
                      footer_rows=footer_rows, rows_deleted=result.rows_deleted, after_read=deleted_rows_match)
         return group_result(plan.partition, [f.path for f in plan.inputs], plan.bytes_in,
@@ -160,7 +172,7 @@ class CompactKind:
                             digest_out, deletes=tuple(d.path for d in plan.deletes),
                             scope=tuple(d.path for d in plan.scope),
                             refs={k: tuple(sorted(v)) for k, v in plan.refs.items()},
-                            rows_deleted=result.rows_deleted)
+                            rows_deleted=result.rows_deleted, engine=engine.value)
 
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
