@@ -90,12 +90,38 @@ def stop_signals() -> Iterator[StopSignals]:
             signal.signal(signum, handler)
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up in the parent (a child between fork and exec should only call it)."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+def _die_with_parent(prctl: Callable[..., int]) -> Callable[[], None]:
+    def ask() -> None:  # pragma: no cover - runs in the child between fork and exec
+        """SIGTERM to this process when the thread that forked it ends (its parent killed with -9
+        included), so a child of ``up`` or the demo never outlives it unsupervised."""
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+    return ask
+
+
 def spawn(argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start ``argv`` as the leader of a new session (and process group), output appended to ``log_path``."""
+    """Start ``argv`` as the leader of a new session (and process group), output appended to ``log_path``.
+
+    On Linux the child gets SIGTERM when the spawning thread ends, so call this from the thread that
+    supervises the child for its whole life (the entry point's main thread)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    prctl = _prctl() if os.uname().sysname == "Linux" else None
     with open(log_path, "ab") as out:
         return subprocess.Popen(list(argv), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent(prctl) if prctl else None)
 
 
 def group_alive(pgid: int) -> bool:
