@@ -278,7 +278,9 @@ def resolve_remote(settings: Settings) -> str:
         return ensure_local_server(settings).remote
     remote = settings.spark_remote
     if settings.spark_token is not None and "token=" not in remote:
-        remote = remote.rstrip("/") + "/;token=" + settings.spark_token.get_secret_value()
+        # parameters follow the first "/;" and are separated by ";": sc://host:443/;use_ssl=true;token=…
+        token = "token=" + settings.spark_token.get_secret_value()
+        remote = f"{remote.rstrip(';')};{token}" if "/;" in remote else f"{remote.rstrip('/')}/;{token}"
     return remote
 
 
