@@ -61,8 +61,25 @@ def _batch(rng: random.Random, day: dt.date, first_id: int, rows: int) -> pa.Tab
     }, schema=ARROW)
 
 
-def create_demo_table(settings: Settings, files: int, partitions: int, seed: int = 7) -> Any:
-    """(Re)create the demo table with ``files`` small files over ``partitions`` days, one commit each.
+WAREHOUSE_SCHEMES = ("file", "s3", "s3a", "gs", "abfs", "abfss")
+
+
+def demo_location(warehouse: str | None) -> str | None:
+    """Where ``--warehouse`` puts the demo table (None: the catalog's own warehouse); InvalidArgument
+    when it is not a URI of a store pyiceberg's FileIO reaches."""
+    if warehouse is None:
+        return None
+    scheme, sep, rest = warehouse.partition("://")
+    if not sep or scheme not in WAREHOUSE_SCHEMES or not rest.strip("/"):
+        raise InvalidArgument(f"--warehouse {warehouse!r} is not a warehouse URI; give one of "
+                              f"{', '.join(s + '://…' for s in WAREHOUSE_SCHEMES)}, e.g. s3://lake/wh")
+    return f"{warehouse.rstrip('/')}/demo/events"
+
+
+def create_demo_table(settings: Settings, files: int, partitions: int, seed: int = 7,
+                      location: str | None = None) -> Any:
+    """(Re)create the demo table with ``files`` small files over ``partitions`` days, one commit each,
+    at ``location`` (default: in the catalog's warehouse).
 
     Most files land in the newest day, some arrive late for older days, and sizes are uneven, like
     a streaming ingest.
@@ -76,7 +93,7 @@ def create_demo_table(settings: Settings, files: int, partitions: int, seed: int
         catalog.purge_table(DEMO_TABLE)
     except NoSuchTableError:
         pass
-    table = catalog.create_table(DEMO_TABLE, schema=SCHEMA, partition_spec=SPEC)
+    table = catalog.create_table(DEMO_TABLE, schema=SCHEMA, location=location, partition_spec=SPEC)
     rng = random.Random(seed)
     days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(partitions)]
     weights = [1 + i for i in range(partitions)]
@@ -159,18 +176,18 @@ def _files(table: Any) -> int:
 
 
 def run_demo(settings: Settings, *, files: int = 240, partitions: int = 4, target_size: str = "1MiB",
-             as_json: bool = False) -> dict[str, Any]:
+             as_json: bool = False, warehouse: str | None = None) -> dict[str, Any]:
     """Run the demo. SIGTERM or Ctrl-C stops it: the processes it started and the Spark Connect server (unless
     one was running before) are gone within 30 s, and it exits with 128 + the signal number."""
     with stop_signals() as stop:
         try:
-            return _run_demo(settings, stop, files, partitions, target_size, as_json)
+            return _run_demo(settings, stop, files, partitions, target_size, as_json, demo_location(warehouse))
         except Stopped as stopped:
             raise SystemExit(128 + stopped.signum) from None
 
 
 def _run_demo(settings: Settings, stop: StopSignals, files: int, partitions: int, target_size: str,
-              as_json: bool) -> dict[str, Any]:
+              as_json: bool, location: str | None) -> dict[str, Any]:
     if files < partitions or partitions < 1:
         raise InvalidArgument(f"--files ({files}) must be ≥ --partitions ({partitions}) ≥ 1")
     from autooptimize.storage.db import upgrade
@@ -180,8 +197,8 @@ def _run_demo(settings: Settings, stop: StopSignals, files: int, partitions: int
     upgrade(settings)
     say(f"creating {DEMO_TABLE} with {files} small files over {partitions} partitions …")
     started = time.monotonic()
-    table = create_demo_table(settings, files, partitions)
-    say(f"  written in {time.monotonic() - started:.1f} s")
+    table = create_demo_table(settings, files, partitions, location=location)
+    say(f"  written to {table.location()} in {time.monotonic() - started:.1f} s")
     api.track(DEMO_TABLE, settings=settings, target_file_size=target_size)
     checksum = table_checksum(table)
     before: dict[str, Any] = {"files": _files(table), "checksum": checksum, "rows": int(checksum.split(":")[0])}
@@ -209,6 +226,7 @@ def _run_demo(settings: Settings, stop: StopSignals, files: int, partitions: int
             f"rows {r['rows_in']} → {r['rows_out']}, snapshot {r['snapshot_id']}")
     result = {
         "table": DEMO_TABLE,
+        "location": table.location(),
         "files_before": before["files"],
         "files_after": after["files"],
         "rows_before": before["rows"],

@@ -1,6 +1,9 @@
 """Sort, zorder and delete-compaction throughput on ≥100 MB, each beside the plain merge of the same data in the same run.
 
-    python -m benchmarks.rewrites [--files 100] [--mb 110] [--target 32MiB] [--deleted 0.05] [--json]
+    python -m benchmarks.rewrites [--files 100] [--mb 110] [--target 32MiB] [--deleted 0.05] [--s3] [--json]
+
+With ``--s3`` every kind runs again on the same data in tables on an ``s3://`` warehouse served on
+loopback (moto's S3 server), and each kind's s3 MB/s is printed beside its file:// MB/s.
 
 Four tables get identical data files (one partition, ``--files`` files, ~``--mb`` MB, random
 ``user_id``, so nothing is in order). One is merged, one is sorted by ``user_id`` (the option
@@ -83,6 +86,27 @@ def _figures(out: dict, seconds: float) -> dict:
     }
 
 
+def s3_store(settings) -> tuple[str, object]:  # type: ignore[no-untyped-def]
+    """A real S3-protocol server on loopback (moto's server mode, installed by the dev extra) with a
+    bucket, its endpoint and keys given to AO_CATALOG as FileIO properties; (warehouse URI, server)."""
+    import os
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    props = {"s3.endpoint": f"http://{host}:{port}", "s3.access-key-id": "bench", "s3.secret-access-key": "bench-secret",
+             "s3.region": "us-east-1", "s3.path-style-access": "true"}
+    boto3.client("s3", endpoint_url=props["s3.endpoint"], aws_access_key_id="bench", aws_secret_access_key="bench-secret",
+                 region_name="us-east-1").create_bucket(Bucket="bench")
+    prefix = f"PYICEBERG_CATALOG__{settings.catalog.upper().replace('-', '_')}__"
+    for key, value in props.items():
+        os.environ[prefix + key.replace(".", "__").replace("-", "_").upper()] = value
+    return "s3://bench/wh", server
+
+
 def _actions(settings, spark, prefix: str, target: str) -> dict[str, tuple[dict, float]]:  # type: ignore[no-untyped-def]
     """Merge, sort and compaction, in that order, on the tables ``bench.<prefix>merge|sort|compact``."""
     return {
@@ -107,12 +131,25 @@ def main() -> int:
     parser.add_argument("--mb", type=int, default=110)
     parser.add_argument("--target", default="32MiB", help="target file size of all four actions")
     parser.add_argument("--deleted", type=float, default=0.05, help="fraction of each file's rows position-deleted")
+    parser.add_argument("--s3", action="store_true",
+                        help="also run every kind on an s3:// warehouse served on loopback, beside file://")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     return run_with_server(lambda settings: _measure(settings, args))
 
 
 def _measure(settings, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    if not args.s3:
+        return _measure_file(settings, args, None)
+    # before any catalog is opened: the process opens AO_CATALOG once, with the store's properties
+    warehouse, server = s3_store(settings)
+    try:
+        return _measure_file(settings, args, warehouse)
+    finally:
+        server.stop()  # type: ignore[attr-defined]
+
+
+def _measure_file(settings, args: argparse.Namespace, warehouse: str | None) -> int:  # type: ignore[no-untyped-def]
     from spark_actors.session import get_session
 
     print(f"building {len(KINDS)} tables of {args.files} files, ~{args.mb} MB each …", file=sys.stderr, flush=True)
@@ -179,10 +216,45 @@ def _measure(settings, args: argparse.Namespace) -> int:  # type: ignore[no-unty
     print(f"ratio zorder / merge:     {result['ratio_zorder_to_merge']}")
     print(f"ratio compaction / merge: {result['ratio_compact_to_merge']}")
     print(f"(same run, same data files, target {args.target}; plan + Spark rewrite + verify + commit each)")
+    if warehouse is not None:
+        code = _measure_s3(settings, spark, args, warehouse, figures, result)
+        if code:
+            return code
     if args.json:
         result["sort"] = {k: v for k, v in result["sort"].items() if k != "check"} | {
             "sorted_files": figures["sort"]["check"]["files"]}
         print(json.dumps(result))
+    return 0
+
+
+def _measure_s3(settings, spark, args: argparse.Namespace, warehouse: str,  # type: ignore[no-untyped-def]
+                local: dict, result: dict) -> int:
+    """Every kind again on the same data in ``s3://`` tables (loopback S3 server), beside ``local``."""
+    print(f"building the {len(KINDS)} tables again on {warehouse} …", file=sys.stderr, flush=True)
+    tables = {kind: build_table(settings, f"rw_s3_{kind}", args.files, args.mb, f"{warehouse}/rw_s3_{kind}")
+              for kind in KINDS}
+    add_deletes(tables["compact"], args.deleted)
+    warm_compact = {kind: build_table(settings, f"rw_s3_warm_{kind}", 6, 3, f"{warehouse}/rw_s3_warm_{kind}")
+                    for kind in KINDS}["compact"]
+    add_deletes(warm_compact, args.deleted)
+    for name, out in _actions(settings, spark, "rw_s3_warm_", "1MiB").items():
+        if out[0]["state"] != "succeeded":
+            return _fail(f"s3 warm-up {name} ended {out[0]['state']} ({out[0].get('reason')})", out[0])
+    runs = _actions(settings, spark, "rw_s3_", args.target)
+    s3: dict[str, dict] = {}
+    for name, (out, seconds) in runs.items():
+        if out["state"] != "succeeded" or out["checksum_in"] != out["checksum_out"]:
+            return _fail(f"s3 {name} ended {out['state']} ({out.get('reason')})", out)
+        if (out["rows_in"], out["rows_out"]) != (local[name]["rows_in"], local[name]["rows_out"]):
+            return _fail(f"s3 {name}: rows {out['rows_in']} → {out['rows_out']} differ from file://", out)
+        s3[name] = _figures(out, seconds)
+    print(f"\n{'on s3:// (loopback)':<19} {'s3 MB/s':>9} {'file MB/s':>10} {'s3 / file':>10}")
+    for name in KINDS:
+        ratio = round(s3[name]["mb_per_s"] / local[name]["mb_per_s"], 3)
+        s3[name]["ratio_to_file"] = ratio
+        print(f"{name:<19} {s3[name]['mb_per_s']:>9} {local[name]['mb_per_s']:>10} {ratio:>10}")
+    print("(same run, same data; on s3:// each group is a pyarrow rewrite run as a Spark task)")
+    result["s3"] = s3
     return 0
 
 

@@ -166,7 +166,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     size_arg("target_file_size", args.target_size)  # before the demo writes its table
     result = run_demo(current_settings(), files=args.files, partitions=args.partitions, target_size=args.target_size,
-                      as_json=args.json)
+                      as_json=args.json, warehouse=args.warehouse)
     ok = (result["files_after"] * 4 <= result["files_before"] and result["rows_after"] == result["rows_before"]
           and result["checksum_after"] == result["checksum_before"])
     return 0 if ok else 1

@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--partitions", type=count(1, 1000), default=4)
     dm.add_argument("--target-size", default="1MiB")
     dm.add_argument("--json", action="store_true")
+    dm.add_argument("--warehouse", help="put the demo table under this URI (e.g. s3://lake/wh; the store's "
+                                        "endpoint and keys are the catalog's s3.* properties)")
     dm.set_defaults(func=actions.cmd_demo)
 
     sp = sub.add_parser("spark", help="the local Spark Connect server (AO_SPARK_REMOTE=local)")

@@ -55,9 +55,11 @@ def default_catalog_properties(settings: Settings) -> dict[str, str]:
 
 
 def catalog_properties(settings: Settings) -> dict[str, Any]:
-    """The properties AO_CATALOG is opened with: its pyiceberg configuration, read now, else (for the
-    built-in name only) :func:`default_catalog_properties`. Raises ConfigError for any other name
-    without a configuration, or when pyiceberg's configuration cannot be read."""
+    """The properties AO_CATALOG is opened with: its pyiceberg configuration, read now; for the built-in
+    name, :func:`default_catalog_properties` with whatever is configured for it on top (FileIO
+    properties such as ``s3.endpoint`` for tables placed on a store, ``demo --warehouse``). Raises
+    ConfigError for any other name without a configuration, or when pyiceberg's configuration cannot be
+    read."""
     try:
         config = Config()
         configured = config.get_catalog_config(settings.catalog)
@@ -65,10 +67,10 @@ def catalog_properties(settings: Settings) -> dict[str, Any]:
     except Exception as exc:  # strictyaml's and pyiceberg's own complaints about the file
         raise ConfigError(f"cannot read pyiceberg's configuration (.pyiceberg.yaml or PYICEBERG_* variables): "
                           f"{type(exc).__name__}: {redact(str(exc)).splitlines()[0] if str(exc) else ''}") from None
+    if settings.catalog == BUILTIN_CATALOG:  # what is configured for it (say, s3.endpoint) adds to the defaults
+        return {**default_catalog_properties(settings), **dict(configured or {})}
     if configured:
         return dict(configured)
-    if settings.catalog == BUILTIN_CATALOG:
-        return default_catalog_properties(settings)
     raise ConfigError(_unconfigured(settings.catalog, known))
 
 
