@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     # bytes again (autooptimize.domain.policy); "binpack" merges every file that needs it each time
     merge_policy: str = "tiered"
     settle_seconds: float = Field(default=3.0, ge=0)
-    merge_fan_in: int = Field(default=8, ge=2, le=1000)
+    merge_fan_in: int = Field(default=12, ge=2, le=1000)
 
     # dispatch to the actors: "direct" sends each action to Celery at once; "rpq" keeps the backlog in the
     # reliable priority queue and a dispatcher feeds the actors only while they have free slots

@@ -204,11 +204,13 @@ class AutoTracker:
 
 class SettledRecheck:
     """Hands partitions left alone because they were live back to decide once they have settled (no new
-    snapshot would otherwise ask again), at most every ``settings.settle_seconds``."""
+    snapshot would otherwise ask again), on every listener pass up to once a second (one small query),
+    so a settled partition is judged within about a second of its settle time, not a whole settle period
+    later (benchmarks.streaming: once every ``settle_seconds`` put its p95 at 2.9 s past the settle time)."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._every = _Every(max(1.0, settings.settle_seconds))
+        self._every = _Every(min(1.0, max(settings.settle_seconds, 0.1)))
 
     def run_due(self, on_attention: OnAttention | None, now: float | None = None) -> int:
         if on_attention is None or self._settings.merge_policy != "tiered" or not self._every.due(now):

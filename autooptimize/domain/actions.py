@@ -86,7 +86,7 @@ class MergeRequest:
     # or "binpack" (First Fit Decreasing over every file that needs it); AO_MERGE_POLICY
     policy: str = "tiered"
     settle_seconds: float = 3.0  # a partition written to more recently than this is live (AO_SETTLE_SECONDS)
-    fan_in: int = 8  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
+    fan_in: int = 12  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
     now_ms: int | None = None  # the clock live-ness is judged by (None: now)
     engine: str = "auto"  # which path rewrites a merge group (AO_REWRITE_ENGINE; services/rewrite/engine.py)
     arrow_group_bytes: int = 512 * 1024 * 1024  # auto: the pyarrow path up to this many input bytes

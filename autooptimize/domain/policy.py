@@ -7,6 +7,7 @@ decides, see :func:`is_live`), **settled** otherwise. The rules, named in :attr:
 ``below_excess``      the partition is within the excess rule
                       (:func:`~autooptimize.domain.entropy.excess_needs_attention`): nothing to do
 ``tiered``            live: the smallest files merge once ``fan_in`` of similar size have gathered
+                      (:data:`TINY_FAN_IN` while they weigh under ``target // TINY_DIVISOR`` together)
 ``live_wait``         live, over the excess rule, but no tier holds ``fan_in`` files yet
 ``settled_full``      settled: every file under the target is merged into one group (an even split)
 ``settled_partial``   settled: the small files merge, the largest ones stay (see *absorb* below)
@@ -15,21 +16,29 @@ decides, see :func:`is_live`), **settled** otherwise. The rules, named in :attr:
 **Tiers** (live). Files under ``target // LIVE_LARGE_DIVISOR`` are sorted by size and cut into tiers:
 a tier starts at its smallest file and holds every file under ``fan_in`` times that size. Walking up
 from the smallest tier, the first point where the files seen so far number ``fan_in`` or more is
-merged; the group then drops, largest first, any file bigger than the rest of the group together
-(a live merge never rewrites a file for fewer new bytes than it holds). Outputs of a tier weigh at
+merged (or, while the files seen so far weigh under ``target // TINY_DIVISOR`` together, the first
+point where they number :data:`TINY_FAN_IN`: late trickles into past hours are tiny, so merging them
+early costs few bytes and keeps those hours' file counts down); the group then drops, largest first,
+any file bigger than the rest of the group together (a live merge never rewrites a file for fewer new
+bytes than it holds). Outputs of a tier weigh at
 least ``fan_in`` times its smallest file, so they start a tier of their own and wait for peers: each
 byte is rewritten about once per ``fan_in``-fold growth while live, never once per commit. Groups
 are packed First Fit Decreasing into bins of at most ``target + target // BIN_SLACK_DIVISOR`` bytes.
 
-**Absorb** (settled). Sorted by size, a file joins the group only while it is at most ``fan_in``
-times the bytes of the smaller files already in it; the first that is not stops the group (every
-later file is larger). So a merged 10 MB hour is not rewritten for one late 100 KB file (it waits
-until late bytes weigh a ``1/fan_in`` share of it), while an hour of tiered outputs and stragglers
-merges into one group. When every file under the target joins (``settled_full``), the plan ends the
+**Absorb** (settled). Sorted by size, a file joins the group only while it is at most
+``min(fan_in, ABSORB_RATIO)`` times the bytes of the smaller files already in it; the first that is
+not stops the group (every later file is larger). So a merged 10 MB hour is not rewritten for one late
+100 KB file (it waits until late bytes weigh a ``1/ABSORB_RATIO`` share of it), while an hour of tiered
+outputs and stragglers merges into one group. When every file under the target joins (``settled_full``), the plan ends the
 partition within the excess rule: the group's even split carries at most the best layout's error.
 
 Files at or above the target are never rewritten (they carry no error), nor, once settled, files of at
-least three quarters of it (Iceberg's min-file-size ratio).
+least half of it.
+
+The constants were chosen with ``python -m benchmarks.policy_sim --trace streaming`` (the trace of
+``benchmarks.streaming``, late data into three past hours included), against Iceberg's periodic
+bin-pack every 20 commits: write amplification and the mean live file count trade against each other,
+and these settings moved that frontier (see the constants' comments).
 
 Pure code: the standard library and :mod:`autooptimize.domain` only; exact integers throughout.
 """
@@ -48,31 +57,42 @@ from autooptimize.domain.planning.types import Plan, PlanFile
 from autooptimize.errors import InvalidArgument
 
 __all__ = [
+    "ABSORB_RATIO",
     "DEFAULT_FAN_IN",
     "DEFAULT_SETTLE_SECONDS",
     "LIVE_LARGE_DIVISOR",
     "RULES",
     "SKIP_RULES",
+    "TINY_DIVISOR",
+    "TINY_FAN_IN",
     "PolicyPlan",
     "capped_bytes",
     "is_live",
     "plan_partition",
 ]
 
-#: Files of similar size that gather before a live merge. Chosen with ``python -m benchmarks.policy_sim``:
-#: the knee of live files against write amplification (6: WA ≈ 2.0 at 128 MiB; 8: ≈ 1.7 with ~3 % more
-#: files; 12: ≈ 1.5 with ~10 % more files than 8). Bigger trades files for bytes rewritten.
-DEFAULT_FAN_IN = 8
+#: Files of similar size that gather before a live merge. Bigger trades live files for bytes rewritten;
+#: with :data:`TINY_FAN_IN` and :data:`ABSORB_RATIO` beside it, 12 gave (policy_sim, the streaming
+#: trace, 4 seeds, 8 MiB) write amplification 1.47 with 1.03× the bin-pack's live files, where 8 alone
+#: gave 1.62 with 1.06×.
+DEFAULT_FAN_IN = 12
+#: A live tier merges at this many files while its files weigh under ``target // TINY_DIVISOR`` together.
+TINY_FAN_IN = 4
+TINY_DIVISOR = 8
+#: Settled, a file joins the merge only while at most this many times the bytes of the smaller files
+#: already in it (capped by ``fan_in``): a remainder file is rewritten once late bytes weigh a quarter of it.
+ABSORB_RATIO = 4
 #: A partition with no new file for this long is settled. From the simulation (commits 0.6 s apart):
 #: 1.5–6 s change write amplification by < 0.02; 3 s is five commit intervals, so a steady writer
 #: keeps its hour live and an hour settles a few seconds after its writes stop.
 DEFAULT_SETTLE_SECONDS = 3.0
 #: While live, files of at least ``target // LIVE_LARGE_DIVISOR`` bytes are never rewritten.
 LIVE_LARGE_DIVISOR = 2
-#: Settled, files of at least ``target * DONE_NUMERATOR // DONE_DENOMINATOR`` bytes are done (Iceberg's
-#: min-file-size ratio): rewriting a 7.8 MB file with a trickle to reach 8 MiB costs far more than it buys
-#: (measured by benchmarks.streaming: that repeated rewrite held write amplification above 2).
-DONE_NUMERATOR, DONE_DENOMINATOR = 3, 4
+#: Settled, files of at least ``target * DONE_NUMERATOR // DONE_DENOMINATOR`` bytes are done: rewriting a
+#: 7.8 MB file with a trickle to reach 8 MiB costs far more than it buys (measured by benchmarks.streaming:
+#: that repeated rewrite held write amplification above 2). Half (not Iceberg's three quarters) also
+#: leaves an hour's half-target remainder alone while late data trickles in.
+DONE_NUMERATOR, DONE_DENOMINATOR = 1, 2
 
 RULES = ("below_excess", "tiered", "live_wait", "settled_full", "settled_partial", "nothing_to_merge")
 #: The rules that leave a partition alone: each is the reason it was skipped.
@@ -121,17 +141,19 @@ def _tiers(idxs: Sequence[int], sizes: Sequence[int], fan_in: int) -> list[list[
     return tiers
 
 
-def _live_group(idxs: Sequence[int], sizes: Sequence[int], fan_in: int) -> list[int]:
-    """The smallest tier of ``fan_in`` files with every smaller file, less any file above the rest's bytes."""
+def _live_group(idxs: Sequence[int], sizes: Sequence[int], fan_in: int, target: int) -> list[int]:
+    """The smallest tier of ``fan_in`` files with every smaller file (:data:`TINY_FAN_IN` files while they
+    weigh under ``target // TINY_DIVISOR``), less any file above the rest's bytes."""
     group: list[int] = []
+    total = 0
     for tier in _tiers(idxs, sizes, fan_in):
         group.extend(tier)
-        if len(tier) >= fan_in:
+        total += sum(map(sizes.__getitem__, tier))
+        if len(group) >= (min(fan_in, TINY_FAN_IN) if total < target // TINY_DIVISOR else fan_in):
             break
     else:
         return []
-    group = _without_outsized(group, sizes)
-    return group if len(group) >= fan_in else []
+    return _without_outsized(group, sizes)
 
 
 def _without_outsized(group: Sequence[int], sizes: Sequence[int]) -> list[int]:
@@ -174,7 +196,8 @@ def plan_partition(
     layout (files at or above the target are never rewritten).
 
     Guarantees: no file is in two groups or absent from ``files``; every group holds at least
-    ``min_input_files`` files (a live merge starts only when ``fan_in`` similar files wait); live, no group holds a file of
+    ``min_input_files`` files (a live merge starts only when ``fan_in`` similar files wait, or
+    :data:`TINY_FAN_IN` tiny ones); live, no group holds a file of
     ``target // LIVE_LARGE_DIVISOR`` bytes or more, nor a file larger than the rest of its group;
     settled, no group holds a file more than ``fan_in`` times the bytes of its smaller members, and a
     ``settled_full`` plan leaves the partition within the excess rule (under the output model).
@@ -199,7 +222,7 @@ def plan_partition(
     cap = target // LIVE_LARGE_DIVISOR if live else target * DONE_NUMERATOR // DONE_DENOMINATOR
     cand = sorted((i for i, s in enumerate(sizes) if s < cap), key=lambda i: (sizes[i], measured.files[i].path))
     if live:
-        group = _live_group(cand, sizes, fan_in)
+        group = _live_group(cand, sizes, fan_in, target)
         if not group:
             return PolicyPlan(measured.plan(()), "live_wait", True)
         order = sorted(group, key=sizes.__getitem__, reverse=True)
@@ -207,7 +230,7 @@ def plan_partition(
         trimmed = (_without_outsized(b, sizes) for b in bins)  # FFD may pair a file with fewer bytes than it
         chosen = [b for b in trimmed if len(b) >= min_input_files]
         return PolicyPlan(measured.plan(chosen), "tiered" if chosen else "live_wait", True)
-    group = _absorbed(cand, sizes, fan_in)
+    group = _absorbed(cand, sizes, min(fan_in, ABSORB_RATIO))
     if len(group) < min_input_files:
         return PolicyPlan(measured.plan(()), "nothing_to_merge", True)
     # full: every file under the target joined (none left out as done or too large for the group)

@@ -16,13 +16,13 @@ from tests.integration.tables import DAY1, identifier, key_of, make_table
 
 def test_a_live_partition_waits_then_merges_once_settled(settings, catalog):
     live = settings.model_copy(update={"merge_policy": "tiered", "settle_seconds": 3.0, "merge_fan_in": 8})
-    table = make_table(catalog, {DAY1: 4}, rows=10, name="settle")
+    table = make_table(catalog, {DAY1: 3}, rows=10, name="settle")
     ident = identifier(table)
     tracking.track(live, ident, target_file_size="1MiB")
     port = RecordingDispatch()
     handler = on_attention_handler(live, port)
     observe_table(live, ident, on_attention=handler)
-    # four small files just written: live, fewer than fan_in similar files: nothing submitted yet
+    # three tiny files just written: live, fewer than TINY_FAN_IN (4) of them: nothing submitted yet
     assert port.tickets == []
     table_id = tracking.ensure_tracked(live, ident)
     assert settled_partitions(live) == [] or all(t != table_id for t, _, _ in settled_partitions(live))

@@ -16,7 +16,15 @@ from autooptimize.domain.entropy import (
     needs_attention,
 )
 from autooptimize.domain.planning import PlanFile
-from autooptimize.domain.policy import LIVE_LARGE_DIVISOR, PolicyPlan, capped_bytes, is_live, plan_partition
+from autooptimize.domain.policy import (
+    LIVE_LARGE_DIVISOR,
+    TINY_DIVISOR,
+    TINY_FAN_IN,
+    PolicyPlan,
+    capped_bytes,
+    is_live,
+    plan_partition,
+)
 from autooptimize.errors import InvalidArgument
 
 MiB = 1 << 20
@@ -82,7 +90,23 @@ def test_live_merges_a_full_tier_and_leaves_merged_files_alone() -> None:
     result = plan_partition(files_of(sizes), S, T, live=True, fan_in=8)
     assert result.rule == "tiered"
     assert [sorted(f.size for f in g.files) for g in result.plan.groups] == [sizes[:8]]
-    assert plan_partition(files_of(sizes[:7] + sizes[8:]), S, T, live=True, fan_in=8).rule == "live_wait"
+    assert plan_partition(files_of(sizes[:3] + sizes[10:]), S, T, live=True, fan_in=8).rule == "live_wait"
+
+
+def test_tiny_files_merge_at_the_tiny_fan_in_and_larger_ones_wait_for_fan_in() -> None:
+    target = 8 * MiB
+    tiny = [70 * KB + i for i in range(TINY_FAN_IN)]  # a late trickle: together under target // TINY_DIVISOR
+    assert sum(tiny) < target // TINY_DIVISOR
+    result = plan_partition(files_of(tiny + [4 * MiB]), target, target // 4, live=True, fan_in=12)
+    assert result.rule == "tiered"
+    assert [sorted(f.size for f in g.files) for g in result.plan.groups] == [tiny]
+    assert plan_partition(files_of(tiny[:-1] + [4 * MiB]), target, target // 4, live=True,
+                          fan_in=12).rule == "live_wait"
+    larger = [300 * KB + i for i in range(11)]  # over target // TINY_DIVISOR together: fan_in applies
+    assert sum(larger[:TINY_FAN_IN]) >= target // TINY_DIVISOR
+    assert plan_partition(files_of(larger), target, target // 4, live=True, fan_in=12).rule == "live_wait"
+    assert plan_partition(files_of(larger + [300 * KB + 99]), target, target // 4, live=True,
+                          fan_in=12).rule == "tiered"
 
 
 def test_settled_merges_tiers_and_stragglers_into_one_group() -> None:
@@ -172,7 +196,7 @@ def test_the_merge_runs_a_tier_as_chosen_and_never_grows_it_with_the_merged_file
     merged = PlanFile("merged", 3 * MiB)
     small = [PlanFile(f"s{i}", 200 * KiB + i) for i in range(8)]
     files = [merged, *small]
-    chosen = plan_partition(files, target, target // 4, live=True)
+    chosen = plan_partition(files, target, target // 4, live=True, fan_in=8)
     assert chosen.rule == "tiered"
     assert {f.path for g in chosen.plan.groups for f in g.files} == {f.path for f in small}
     grown = balance_outputs(chosen.plan, files)  # the band-filling reshape that bin packing uses
