@@ -27,7 +27,8 @@ def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], direc
     """Rewrite one group on the pyarrow path and verify it; returns the group's checkpoint record.
 
     Raises VerificationFailed unless rows and content checksum of the outputs (read back by field id
-    with plain pyarrow) equal those of the inputs (read through pyiceberg), the footers hold those rows,
+    with plain pyarrow) equal those of the inputs (read through pyiceberg, or directly when their columns are
+    exactly the table's: spark_actors.arrow_rewrite.scan), the footers hold those rows,
     and every respec output holds only rows of the partition it is recorded under. Given ``spark``, the
     rewrite runs as a Spark task (how a table on an object store is rewritten); otherwise in this process.
     """
