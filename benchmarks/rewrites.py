@@ -24,19 +24,21 @@ sorted table's data files (all new) hold pairwise disjoint ``user_id`` ranges by
 bounds, and each is sorted within (its ``user_id`` column read back after the timing).
 
 Measured on the 2-core development machine (defaults: 100 files, 133.3 MB and 2,746,200 rows per table,
-32 MiB target), ``python -m benchmarks.rewrites --s3`` on 2026-11-25:
+32 MiB target), ``python -m benchmarks.rewrites --s3`` on 2026-11-25 (inputs read directly and ahead):
 
-    merge              39.90 MB/s   100 → 3 files (3 groups)
-    sort by user_id    26.63 MB/s   100 → 3 files (1 group, disjoint ranges)   sort / merge 0.67
-    zorder             27.75 MB/s   100 → 3 files (1 group)                    zorder / merge 0.70
-    delete compaction  35.72 MB/s   100 → 4 files (12 delete files, ~5.7% rows) compaction / merge 0.90
+    merge              31.23 MB/s   100 → 3 files (3 groups)
+    sort by user_id    18.64 MB/s   100 → 3 files (1 group, disjoint ranges)   sort / merge 0.60
+    zorder             20.75 MB/s   100 → 3 files (1 group)                    zorder / merge 0.66
+    delete compaction  26.66 MB/s   100 → 4 files (12 delete files, ~5.7% rows) compaction / merge 0.85
 
     on s3:// (loopback)   s3 MB/s  file MB/s  s3 / file
-    merge                   14.59      39.90       0.37
-    sort                    14.55      26.63       0.55
-    zorder                  12.56      27.75       0.45
-    compact                 13.04      35.72       0.37
+    merge                    9.48      31.23       0.30
+    sort                     9.67      18.64       0.52
+    zorder                   9.22      20.75       0.44
+    compact                  9.50      26.66       0.36
 
+The machine's own spread is wide: two file:// runs of the same code the same hour gave merge 62.3 and
+46.4 MB/s, sort / merge 0.55 both times, zorder / merge 0.63 and 0.78.
 All four run on the pyarrow path here (on s3:// as one Spark task per group). The merge planner (FFD)
 cuts three groups of one output each; sort and zorder rewrite the whole partition as one group cut into
 disjoint ranges; the compaction is one group whose output count comes from the raw input bytes (4).
