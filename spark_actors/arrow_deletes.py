@@ -34,9 +34,8 @@ from pyiceberg.table import Table
 from autooptimize.domain.cancel import raise_if_stopped
 from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.errors import ActionRefused, VerificationFailed
-from spark_actors.arrow_rewrite import _is_empty_dir, _write_rolling, _Writers, check_outputs, scan
+from spark_actors.arrow_rewrite import _write_rolling, _Writers, check_outputs, check_writable, scan
 from spark_actors.deletes import _SCHEME, CompactionOutput, SequencedFile, equality_fields, normalise_path
-from spark_actors.types import unsupported_reason
 
 FIELD_ID = b"PARQUET:field_id"
 _ROW = "_ao_row"
@@ -148,12 +147,7 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
                         partition: tuple[int, Any] | None = None) -> CompactionOutput:
     """Rewrite ``data_files`` (each with its data sequence number) with ``deletes`` applied into about
     ``files_out`` files under ``output_dir`` (which must not exist), in the inputs' ``partition``."""
-    schema = table.schema()
-    reason = unsupported_reason(schema)
-    if reason is not None:
-        raise ActionRefused("unsupported_type", reason)
-    if not _is_empty_dir(table, output_dir):
-        raise VerificationFailed(f"output directory {output_dir} already exists")
+    schema = check_writable(table, output_dir)
     assert partition is not None
     arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
     types = {f.name: f.type for f in schema_to_pyarrow(schema, include_field_ids=False)}

@@ -273,6 +273,18 @@ def _is_empty_dir(table: Table, directory: str) -> bool:
     return not exists(table.io, directory) and not list_files(table.io, directory)
 
 
+def check_writable(table: Table, output_dir: str) -> Any:
+    """The table's schema, once the pyarrow path can write its types and ``output_dir`` does not exist yet
+    (ActionRefused, VerificationFailed)."""
+    schema = table.schema()
+    reason = unsupported_reason(schema)
+    if reason is not None:
+        raise ActionRefused("unsupported_type", reason)
+    if not _is_empty_dir(table, output_dir):
+        raise VerificationFailed(f"output directory {output_dir} already exists")
+    return schema
+
+
 def rewrite_group_arrow(
     table: Table,
     inputs: list[DataFile],
@@ -293,12 +305,7 @@ def rewrite_group_arrow(
     first key (spark_actors/arrow_sort.py). With ``zorder`` (ZKeys; no ``spec``) it is ordered by the
     z-value and cut into files of disjoint z ranges (spark_actors/zorder_arrow.py).
     """
-    schema = table.schema()
-    reason = unsupported_reason(schema)
-    if reason is not None:
-        raise ActionRefused("unsupported_type", reason)
-    if not _is_empty_dir(table, output_dir):
-        raise VerificationFailed(f"output directory {output_dir} already exists")
+    schema = check_writable(table, output_dir)
     if spec is None and input_partition is None:
         raise ValueError("rewrite_group_arrow needs the inputs' partition or a spec to partition by")
     if (sort or zorder) and spec is not None:
