@@ -2,8 +2,8 @@
 through the table's FileIO, so it reaches object stores (run there as a Spark task by
 spark_actors/arrow_on_spark.py).
 
-Each data file is read on its own with pyiceberg's reader (by field id, in the table's current schema,
-every row in file order, so a row's position is its index in the file). Then, as in Iceberg's spec
+Each data file is read with :func:`spark_actors.arrow_rewrite.scan_files` (in the table's current schema,
+every row in file order, so a row's position is its index in the file; the next files read ahead). Then, as in Iceberg's spec
 ("Scan Planning"):
 
 * a position delete removes the rows at its positions of the files it names, when its data sequence
@@ -34,7 +34,7 @@ from pyiceberg.table import Table
 from autooptimize.domain.cancel import raise_if_stopped
 from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.errors import ActionRefused, VerificationFailed
-from spark_actors.arrow_rewrite import _write_rolling, _Writers, check_outputs, check_writable, scan
+from spark_actors.arrow_rewrite import _write_rolling, _Writers, check_outputs, check_writable, scan_files
 from spark_actors.deletes import _SCHEME, CompactionOutput, SequencedFile, equality_fields, normalise_path
 
 FIELD_ID = b"PARQUET:field_id"
@@ -163,11 +163,12 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
     kept = DigestAccumulator()
     rows_read = 0
     try:
-        for data_file, seq in data_files:
+        read = scan_files(table, [f for f, _ in data_files])  # read ahead across files, each in file order
+        for (data_file, seq), (_, batches) in zip(data_files, read, strict=True):
             raise_if_stopped(output_dir)
             gone = _deleted_positions(positions, SequencedFile(str(data_file.file_path), seq))
             offset = 0
-            for batch in scan(table, [data_file]):
+            for batch in batches:
                 piece = pa.Table.from_batches([batch])
                 if len(gone):
                     index = np.arange(offset, offset + batch.num_rows, dtype=np.int64)

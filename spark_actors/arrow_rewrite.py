@@ -187,17 +187,21 @@ class _Writers:
         return self.done
 
 
-def _tasks(files: list[DataFile]) -> list[FileScanTask]:
-    return [FileScanTask(f) for f in files]
-
-
 #: Files read ahead, in threads, while the caller consumes the current one (bounded in bytes as well).
 READ_AHEAD_FILES = 8
 READ_AHEAD_BYTES = 256 << 20
 
 
 def scan(table: Table, files: list[DataFile]) -> Iterator[pa.RecordBatch]:
-    """The rows of ``files``, file after file, as pyiceberg reads them in the table's current schema.
+    """The rows of ``files``, file after file, as pyiceberg reads them in the table's current schema
+    (see :func:`scan_files`)."""
+    for _, batches in scan_files(table, files):
+        yield from batches
+
+
+def scan_files(table: Table, files: list[DataFile]) -> Iterator[tuple[DataFile, list[pa.RecordBatch]]]:
+    """Each of ``files`` in order with its rows, every row in file order, as pyiceberg reads them in the
+    table's current schema.
 
     A file whose top-level columns are exactly the table's (names, field ids and types: every file this
     service or pyiceberg wrote since the last schema change) is read directly with pyarrow, which spares
@@ -221,24 +225,26 @@ def scan(table: Table, files: list[DataFile]) -> Iterator[pa.RecordBatch]:
     arrow_scan: ArrowScan | None = None
     remaining = iter(files)
     ahead: deque[tuple[DataFile, Future[list[pa.RecordBatch] | None]]] = deque()
+    ahead_bytes = 0
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ao-read") as pool:
         while True:
-            while len(ahead) < READ_AHEAD_FILES and (
-                    not ahead or sum(int(f.file_size_in_bytes) for f, _ in ahead) < READ_AHEAD_BYTES):
+            while len(ahead) < READ_AHEAD_FILES and (not ahead or ahead_bytes < READ_AHEAD_BYTES):
                 data_file = next(remaining, None)
                 if data_file is None:
                     break
                 ahead.append((data_file, pool.submit(read, data_file)))
+                ahead_bytes += int(data_file.file_size_in_bytes)
             if not ahead:
                 return
             data_file, future = ahead.popleft()
+            ahead_bytes -= int(data_file.file_size_in_bytes)
             batches = future.result()
             if batches is None:
                 if arrow_scan is None:
                     arrow_scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue(),
                                            case_sensitive=True)
-                batches = list(arrow_scan.to_record_batches(_tasks([data_file])))
-            yield from batches
+                batches = list(arrow_scan.to_record_batches([FileScanTask(data_file)]))
+            yield data_file, batches
 
 
 _WIDE = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}
