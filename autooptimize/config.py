@@ -9,7 +9,6 @@ Secrets are ``SecretStr`` so they never print in reprs, may not be empty, and ar
 from __future__ import annotations
 
 import functools
-import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -21,6 +20,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from autooptimize.domain.sizes import MAX_BYTES, MiB, parse_size
 from autooptimize.domain.urls import CONTROL_CHARACTERS, HOST, check_url
+from autooptimize.domain.weights import parse_weights
 from autooptimize.errors import ConfigError, InvalidArgument
 from autooptimize.redact import redact, remember_secrets
 
@@ -222,6 +222,14 @@ class Settings(BaseSettings):
             raise ValueError("must be a JVM memory size such as 512m, 2g or 8g")
         return value
 
+    @field_validator("home", "buffer_root", "buffer_watch_root", mode="before")
+    @classmethod
+    def _not_empty(cls, value: object) -> object:
+        # Path("") is the working directory: an empty value must not silently mean "here"
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must be a directory path, not empty (unset the variable for the default)")
+        return value
+
     @field_validator("home", "buffer_root", "buffer_watch_root")
     @classmethod
     def _path(cls, value: Path | None) -> Path | None:
@@ -294,6 +302,10 @@ class Settings(BaseSettings):
         names = tuple(value) if isinstance(value, list | tuple) else ()
         if not names or not all(isinstance(p, str) and re.fullmatch(r"[a-z][a-z0-9_]*", p) for p in names):
             raise ValueError("must be comma-separated lower-case names such as high,normal,low")
+        repeated = sorted({p for p in names if names.count(p) > 1})
+        if repeated:
+            raise ValueError(f"must name each class once ({', '.join(repeated)} given more than once), "
+                             "such as high,normal,low")
         return names
 
     @field_validator("dispatch")
@@ -343,27 +355,6 @@ class Settings(BaseSettings):
     def redacted_database_url(self) -> str:
         """The database URL with any password masked, for messages and logs."""
         return redact(self.database_url)
-
-
-def parse_weights(value: str) -> dict[str, float]:
-    """Parse ``high=6,normal=3,low=1`` into class weights; ValueError says what is wrong and what is valid."""
-    weights: dict[str, float] = {}
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not parts:
-        raise ValueError("must name at least one class weight, like high=6,normal=3,low=1")
-    for part in parts:
-        name, sep, number = (x.strip() for x in part.partition("="))
-        try:
-            weight = float(number) if sep else math.nan
-        except ValueError:
-            weight = math.nan
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not (math.isfinite(weight) and weight > 0):
-            raise ValueError(f"{part!r} is not class=weight; use comma-separated entries like high=6,normal=3,low=1 "
-                             "with positive weights")
-        if name in weights:
-            raise ValueError(f"class {name!r} is given twice")
-        weights[name] = weight
-    return weights
 
 
 def load_settings() -> Settings:

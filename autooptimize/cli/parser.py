@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from autooptimize import __version__
 from autooptimize.cli import actions, buffer, console, up
@@ -11,9 +12,19 @@ from autooptimize.cli.arguments import count, kinds, log_level, node_name, optio
 DESCRIPTION = "The ``autooptimize`` command line"
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser that keeps why it refused the arguments (``--json`` prints it as the result)."""
+
+    last_error: str | None = None
+
+    def error(self, message: str) -> NoReturn:
+        Parser.last_error = f"{self.prog}: {message}"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand; each sets ``func``, the command that takes the parsed arguments."""
-    parser = argparse.ArgumentParser(prog="autooptimize", description=DESCRIPTION)
+    parser = Parser(prog="autooptimize", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"autooptimize {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

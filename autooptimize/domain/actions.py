@@ -186,6 +186,9 @@ class Checkpoint:
     dirs: tuple[str, ...] = ()
     partial: bool = False
     groups: tuple[GroupResult, ...] = ()
+    #: (snapshot id, parent id) of a commit whose answer was lost: it may still land until the branch
+    #: moves past the parent without it, so nothing of the action's output is removed before then
+    unsettled_commit: tuple[int, int | None] | None = None
 
     def with_groups(self, groups: list[GroupResult] | tuple[GroupResult, ...]) -> Checkpoint:
         return replace(self, groups=tuple(groups))
@@ -197,6 +200,8 @@ class Checkpoint:
         if self.partial:
             out["partial"] = True
         out["groups"] = [g.to_dict() for g in self.groups]
+        if self.unsettled_commit is not None:
+            out["unsettled_commit"] = {"snapshot_id": self.unsettled_commit[0], "parent_id": self.unsettled_commit[1]}
         return out
 
     @classmethod
@@ -205,7 +210,15 @@ class Checkpoint:
         return cls(base_snapshot_id=data.get("base_snapshot_id"),
                    writer_session_id=(data.get("writer") or {}).get("spark_session_id"),
                    dirs=tuple(data.get("dirs") or ()), partial=bool(data.get("partial")),
-                   groups=tuple(GroupResult.from_dict(e) for e in data.get("groups") or ()))
+                   groups=tuple(GroupResult.from_dict(e) for e in data.get("groups") or ()),
+                   unsettled_commit=_unsettled(data.get("unsettled_commit")))
+
+
+def _unsettled(data: dict[str, Any] | None) -> tuple[int, int | None] | None:
+    if not data:
+        return None
+    parent = data.get("parent_id")
+    return int(data["snapshot_id"]), int(parent) if parent is not None else None
 
 
 @dataclass

@@ -21,6 +21,7 @@ from pyiceberg.utils.config import Config
 
 from autooptimize.config import Settings
 from autooptimize.errors import ConfigError, InvalidArgument, ServiceUnavailable, TableNotFound
+from autooptimize.failures import is_transient
 from autooptimize.redact import redact
 
 BUILTIN_CATALOG = "autooptimize"  # AO_CATALOG's default: the one name that needs no configuration
@@ -192,10 +193,6 @@ def _described(settings: Settings) -> str:
 def load_table(settings: Settings, identifier: str) -> Table:
     """Load a table by ``namespace.table``; a missing one raises TableNotFound naming it, a catalog that
     stopped answering ServiceUnavailable naming the catalog."""
-    from requests.exceptions import ConnectionError as RequestsConnectionError
-    from requests.exceptions import Timeout
-    from sqlalchemy.exc import OperationalError
-
     parts = parse_identifier(identifier)
     catalog = get_catalog(settings)
     try:
@@ -205,6 +202,8 @@ def load_table(settings: Settings, identifier: str) -> Table:
             f"table {identifier!r} does not exist in catalog {_described(settings)}; "
             "list tables with pyiceberg or check AO_CATALOG"
         ) from None
-    except (RequestsConnectionError, Timeout, OperationalError, ConnectionError) as exc:
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
         raise ServiceUnavailable(f"catalog {_described(settings)} did not answer loading {identifier!r}: "
                                  f"{type(exc).__name__}") from None

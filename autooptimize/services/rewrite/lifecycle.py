@@ -33,9 +33,10 @@ from autooptimize.domain.actions import (
     OutcomeState,
 )
 from autooptimize.domain.profile import carry
-from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.errors import ActionRefused, CommitOutcomeUnknown, ConflictAbort, Retry, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import action_parts, find_action_snapshot
+from autooptimize.iceberg.staging import metadata_path
 from autooptimize.services.progress import Progress, write_groups
 from autooptimize.services.rewrite.kind import CheckpointWriter, RewriteKind
 from autooptimize.services.rewrite.outputs import (
@@ -53,7 +54,28 @@ log = logging.getLogger(__name__)
 
 def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, spark: Any,
                 save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> MergeOutcome:
-    """Execute (or finish) one rewrite action of ``kind``; see the module docstring for the guarantees."""
+    """Execute (or finish) one rewrite action of ``kind``; see the module docstring for the guarantees.
+
+    A commit whose answer was lost (CommitOutcomeUnknown) leaves everything written in place and is
+    recorded in the checkpoint (``unsettled_commit``) before it is raised: the next attempt settles it
+    from the table's history, and nothing removes that output while the commit may still land."""
+    saved: list[dict[str, Any]] = [request.checkpoint] if request.checkpoint else []
+
+    def remember(checkpoint: dict[str, Any]) -> None:
+        saved[:] = [checkpoint]
+        save_checkpoint(checkpoint)
+
+    try:
+        return _run_rewrite(kind, settings, request, spark, remember, hooks)
+    except CommitOutcomeUnknown as exc:
+        unsettled = dict(saved[-1]) if saved else {}
+        unsettled["unsettled_commit"] = {"snapshot_id": exc.snapshot_id, "parent_id": exc.parent_id}
+        save_checkpoint(unsettled)
+        raise
+
+
+def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, spark: Any,
+                 save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> MergeOutcome:
     hooks = hooks or Hooks()
     started = time.monotonic()
     table = load_table(settings, request.identifier)
@@ -63,6 +85,15 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
         return committed_outcome(request, committed.snapshot_id)
 
     progress = Progress.of(request.options)
+    unsettled = request.resume_point.unsettled_commit
+    if unsettled is not None and not commit_settled(table, *unsettled):
+        # an earlier attempt's commit may still land: re-commit its verified output (the catalog then takes
+        # exactly one of the two) or wait; never rewrite or remove what that commit references
+        resumed = None if progress.partial else _resume_from_checkpoint(kind, table, request, hooks)
+        if resumed is not None:
+            return resumed
+        raise Retry(f"action {request.action_id}: the outcome of its commit of snapshot {unsettled[0]} is not "
+                    "settled yet; its output is kept", delay=30.0)
     done: list[GroupResult] = []  # groups committed by earlier parts of this action (partial progress)
     if request.checkpoint and not request.dry_run:
         if progress.partial:
@@ -93,6 +124,7 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
         outcome.mse_after = planned.mse_after(None)
         return outcome
     kind.check_writable(table, planned)
+    metadata_path(table, "check.avro")  # its manifests must go inside the table too: refused before any work
 
     write_started = time.monotonic()
     codec = table.properties.get("write.parquet.compression-codec", "zstd")
@@ -128,6 +160,9 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
             snapshot_id, plan_facts = result.snapshot_id, result.plan_facts
         outcome.timings["commit"] = time.monotonic() - commit_started
     except (ConflictAbort, VerificationFailed, ActionRefused) as exc:
+        landed = _landed(table, request)  # an earlier attempt's unsettled commit may be what conflicted
+        if landed is not None:
+            return landed
         remove_uncommitted(table, written_dirs, request.action_id)
         if parts.done:  # what earlier parts committed stays committed: the failure record says so
             exc.outcome = _parts_outcome(request, parts.done, "partially_committed")  # type: ignore[attr-defined]
@@ -162,6 +197,9 @@ def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: MergeRequest
     try:
         result = kind.commit(table, request, list(checkpoint.groups))
     except ConflictAbort:
+        landed = _landed(table, request)  # the earlier attempt's unsettled commit landed meanwhile
+        if landed is not None:
+            return landed
         remove_uncommitted(table, checkpoint.dirs, request.action_id)
         if kind.rewrite_on_resume_conflict:  # e.g. an applied delete file is gone: rewrite from the table
             return None
@@ -173,6 +211,13 @@ def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: MergeRequest
                            checkpoint=request.checkpoint, plan=result.plan_facts or None)
     outcome.add_figures(checkpoint.groups)
     return outcome
+
+
+def _landed(table: Any, request: MergeRequest) -> MergeOutcome | None:
+    """The action's outcome when a fresh look at the table's history finds it committed, else None."""
+    table.refresh()
+    committed = find_action_snapshot(table, request.action_id)
+    return committed_outcome(request, committed.snapshot_id) if committed is not None else None
 
 
 def _parts_outcome(request: MergeRequest, done: list[GroupResult], reason: str) -> MergeOutcome:
@@ -211,11 +256,19 @@ def committed_outcome(request: MergeRequest, snapshot_id: int) -> MergeOutcome:
 
 def abandon(settings: Settings, request: MergeRequest) -> int | None:
     """Give an action up: returns the snapshot id if it was in fact committed, else removes its
-    uncommitted output (never a file the table references) and returns None."""
+    uncommitted output (never a file the table references) and returns None.
+
+    Raises CommitOutcomeUnknown, removing nothing, while a commit whose answer was lost may still land
+    (the branch has not moved past the head it was sent on)."""
     table = load_table(settings, request.identifier)
     committed = find_action_snapshot(table, request.action_id)
     if committed is not None:
         return committed.snapshot_id
+    unsettled = request.resume_point.unsettled_commit
+    if unsettled is not None and not commit_settled(table, *unsettled):
+        raise CommitOutcomeUnknown(
+            f"action {request.action_id}: its commit of snapshot {unsettled[0]} may still land (the branch is "
+            "still at the head it was sent on); its output is kept", snapshot_id=unsettled[0], parent_id=unsettled[1])
     try:
         fence_earlier_writer(settings, table, request, wait=30.0)
     except Exception as exc:  # unreachable server or a slow abort: clean what can be cleaned, orphan removal does the rest
@@ -224,6 +277,16 @@ def abandon(settings: Settings, request: MergeRequest) -> int | None:
     dirs = list(request.resume_point.dirs) + action_dirs(table, request.action_id)
     remove_uncommitted(table, sorted(set(dirs)), request.action_id)
     return None
+
+
+def commit_settled(table: Any, snapshot_id: int, parent_id: int | None) -> bool:
+    """Whether a commit of ``snapshot_id`` on top of ``parent_id`` whose answer was lost can no longer
+    land: it is in the metadata, or the main branch has moved past ``parent_id`` without it (the catalog
+    swaps only on the parent it was sent with)."""
+    if table.metadata.snapshot_by_id(snapshot_id) is not None:
+        return True
+    head = table.current_snapshot()
+    return (head.snapshot_id if head is not None else None) != parent_id
 
 
 def spark_tag(action_id: str) -> str:
