@@ -56,7 +56,7 @@ from autooptimize.services.refusals import record_refusals
 from autooptimize.services.rewrite.lifecycle import abandon, committed_outcome, committed_parts, spark_tag
 from autooptimize.storage import leases
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import ActionState, TrackedTable
+from autooptimize.storage.models import ActionState, TrackedTable, Trigger
 from autooptimize.storage.repositories import audit, get_action, now
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,8 @@ class Claim:
     started: bool  # False: the lease was taken to give up or re-queue, not to run
     error: str | None  # the last error recorded
     priority_class: str
+    automatic: bool = False  # decided by the service (event or schedule), not asked for
+    allowed: tuple[str, ...] = ()  # the table's allowed action kinds when the lease was taken
 
 
 def claim(settings: Settings, action_id: str, role: str, *, start: bool) -> Claim | dict[str, Any]:
@@ -111,7 +113,8 @@ def claim(settings: Settings, action_id: str, role: str, *, start: bool) -> Clai
                     audit(session, "action.started", action_id=action_id, table_id=action.table_id,
                           attempt=action.attempts, token=taken.lease.token)
                 result = Claim(taken.lease, request_of(settings, action, tracked), state, action.attempts, started,
-                               action.error, action.priority_class)
+                               action.error, action.priority_class, automatic=action.trigger != Trigger.AD_HOC.value,
+                               allowed=tuple(tracked.allowed_actions or ()))
     except AutoOptimizeError:
         raise
     except Exception as exc:
@@ -145,6 +148,11 @@ def _run(settings: Settings, claimed: Claim, held: HeldLease, spark: Any, hooks:
     if kind is None:
         return finish(settings, request.action_id, ActionState.REFUSED, held=held, reason="unknown_kind",
                       error=f"action kind {request.kind!r} is not known to this worker; known: {', '.join(KINDS)}")
+    if claimed.automatic and request.kind not in claimed.allowed:
+        # allowed_actions changed since it was decided (or re-queued): the table's owner said no
+        return finish(settings, request.action_id, ActionState.REFUSED, held=held, reason="not_allowed",
+                      error=f"action kind {request.kind!r} is no longer among the table's allowed actions "
+                            f"({', '.join(claimed.allowed)}); nothing was done")
     started = time.monotonic()
     profile = Profile()
     stop = threading.Event()  # pyarrow-path groups in this process ask it between batches (domain/cancel.py)
