@@ -12,7 +12,8 @@ services/rewrite/evolution.py).
 
 from __future__ import annotations
 
-import functools
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -69,16 +70,27 @@ def wants_respec(options: dict[str, Any] | None) -> bool:
     return bool((options or {}).get("respec"))
 
 
-@functools.lru_cache(maxsize=65536)
-def _has_field_ids_cached(path: str, io: Any) -> bool:
-    with io.new_input(path).open() as stream:
-        schema = pq.read_schema(stream)
-    return all(f.metadata and b"PARQUET:field_id" in f.metadata for f in schema)
+#: footer answers by file path (files are immutable; the key holds no FileIO, so none is kept alive)
+_FIELD_IDS: OrderedDict[str, bool] = OrderedDict()
+_FIELD_IDS_MAX = 65536
+_field_ids_lock = threading.Lock()
 
 
 def has_field_ids(table: Table, path: str) -> bool:
     """True when every top-level column of the Parquet file carries a field id (files are immutable)."""
-    return _has_field_ids_cached(path, table.io)
+    with _field_ids_lock:
+        known = _FIELD_IDS.get(path)
+        if known is not None:
+            _FIELD_IDS.move_to_end(path)
+            return known
+    with table.io.new_input(path).open() as stream:
+        schema = pq.read_schema(stream)
+    answer = all(f.metadata and b"PARQUET:field_id" in f.metadata for f in schema)
+    with _field_ids_lock:
+        _FIELD_IDS[path] = answer
+        while len(_FIELD_IDS) > _FIELD_IDS_MAX:
+            _FIELD_IDS.popitem(last=False)
+    return answer
 
 
 def may_hold_files_without_ids(table: Table) -> bool:

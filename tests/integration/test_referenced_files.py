@@ -100,3 +100,28 @@ def test_uncommitted_metadata_is_deleted_only_inside_the_table(catalog, outside_
     staging.remove_files(table, [f"file://{victim}", f"file://{inside}"])
     assert victim.exists(), "a file outside the table's location was deleted"
     assert not os.path.exists(inside)
+
+
+def test_spark_temporary_left_in_a_finished_actions_directory_is_removed(settings, catalog):
+    table = make_table(catalog, {DAY1: 3}, rows=10)
+    ident = identifier(table)
+    tracking.track(settings, ident, target_file_size="1MiB")
+    merge = actions.execute(settings, actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False,
+                                                     options={"engine": "arrow"}), spark=None)
+    assert merge["state"] == "succeeded", merge
+    out_dir = os.path.dirname(next(p for p in live_files(table) if "/ao-" in p).removeprefix("file://"))
+    temporary = os.path.join(out_dir, "_temporary", "0", "_temporary", "attempt_1", "part-0.parquet")
+    os.makedirs(os.path.dirname(temporary))
+    pq.write_table(batch(500, 3), temporary)
+    hidden_elsewhere = table.location().removeprefix("file://") + "/data/.keep-me"
+    with open(hidden_elsewhere, "w") as f:
+        f.write("x")
+    _age(table.location().removeprefix("file://"))
+    rows = table.scan().to_arrow().num_rows
+    out = actions.execute(settings, actions.submit(settings, ident, kind="remove_orphans",
+                                                   options={"min_age": "1h"}, dispatch=False), spark=None)
+    assert out["state"] == "succeeded", out
+    assert not os.path.exists(temporary), out["plan"]
+    assert os.path.exists(hidden_elsewhere), "a hidden file outside an action's directory is not ours to delete"
+    table.refresh()
+    assert table.scan().to_arrow().num_rows == rows

@@ -60,3 +60,27 @@ def test_locations_are_spelled_one_way():
     assert is_local(_Table("file:///w/t")) and is_local(_Table("/w/t")) and not is_local(_Table("s3://b/t"))
     _, path, prefix = filesystem(None, "file:///w/t")
     assert (path, prefix) == ("/w/t", "file://")
+
+
+def test_the_field_id_cache_keeps_no_fileio_alive(tmp_path):
+    """A long-lived worker loads a table (and a new FileIO) per action: the footer cache must not pile them up."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from autooptimize.services.evolution import has_field_ids
+
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(pa.table({"a": [1]}), path)
+    refs = []
+    for _ in range(20):
+        io = PyArrowFileIO()
+        refs.append(weakref.ref(io))
+        assert has_field_ids(SimpleNamespace(io=io), path) is False
+        del io
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0

@@ -74,7 +74,8 @@ def _ao_segments(relative: str) -> list[str]:
 def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_age: int, now: float) -> OrphanScan:
     """Files in the data and metadata directories that no snapshot or metadata references and that no
     guard keeps: younger than ``min_age``, inside the ``ao-<id>`` directory of an action that is not
-    finished (or not known), hidden (``.x``/``_x``), Hadoop's version hint, a symlink (listed, never
+    finished (or not known), hidden (``.x``/``_x``) unless inside a finished action's directory (Spark's
+    ``_temporary`` left by a killed job), Hadoop's version hint, a symlink (listed, never
     followed, never deleted), or of unknown age."""
     scan = OrphanScan()
     location = normalise_path(table.location()).rstrip("/")
@@ -104,9 +105,11 @@ def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_
         relative = path[len(location) + 1:]
         parts = relative.split("/")
         ao = _ao_segments(relative)
+        # a finished action's leftovers (Spark's _temporary after a killed job) are its own, not hidden
+        finished_output = bool(ao) and all(i in states and ActionState(states[i]).terminal for i in ao)
         if stored.link:
             scan.keep("symlink", path)
-        elif any(p.startswith((".", "_")) for p in parts):
+        elif any(p.startswith((".", "_")) for p in parts) and not finished_output:
             scan.keep("hidden", path)
         elif parts[-1] == "version-hint.text":
             scan.keep("version_hint", path)
