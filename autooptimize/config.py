@@ -115,6 +115,16 @@ class Settings(BaseSettings):
     orphan_min_age_seconds: int = Field(default=3 * 86400, ge=3600)  # never remove a younger file
     orphan_sweep_interval_seconds: int = Field(default=7 * 86400, ge=0)  # 0: only when asked
 
+    # bounded state (services/retention.py, applied by beat every AO_RETENTION_SWEEP_SECONDS): days kept of the
+    # audit log, of finished actions (their leases go with them), of finished buffer batches and files, of
+    # full-resolution entropy history (older rows thinned to the last of each partition-hour), and of any history
+    retention_audit_days: int = Field(default=90, ge=1)
+    retention_action_days: int = Field(default=30, ge=1)
+    retention_buffer_days: int = Field(default=7, ge=1)
+    retention_history_full_days: int = Field(default=2, ge=1)
+    retention_history_days: int = Field(default=30, ge=1)
+    retention_sweep_seconds: int = Field(default=3600, ge=60)
+
     # buffered writes: where landed files wait (default $AO_HOME/buffer), the watched folder (off when
     # unset), the default rules of a table, how often beat evaluates them, and how long a dropped file must
     # stay unmodified before the watcher lands it

@@ -38,3 +38,11 @@ def hygiene_sweep() -> dict[str, list[str]]:
 
     settings = get_settings()
     return sweep_hygiene(settings, dispatch=CeleryDispatch(settings))
+
+
+@app.task(name="autooptimize.retention")
+def retention() -> dict[str, int]:
+    """Remove state the AO_RETENTION_* settings no longer keep (services/retention.py)."""
+    from autooptimize.services.retention import apply_retention
+
+    return apply_retention(get_settings())

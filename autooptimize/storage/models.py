@@ -126,7 +126,8 @@ class PartitionStats(Base):
 
 class EntropyHistory(Base):
     __tablename__ = "ao_entropy_history"
-    __table_args__ = (Index("ix_ao_entropy_history_partition", "table_id", "spec_id", "partition_key"),)
+    __table_args__ = (Index("ix_ao_entropy_history_partition", "table_id", "spec_id", "partition_key"),
+                      Index("ix_ao_entropy_history_recorded_at", "recorded_at"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     table_id: Mapped[int] = mapped_column(ForeignKey("ao_tracked_tables.id", ondelete="CASCADE"))
@@ -147,6 +148,7 @@ class Action(Base):
     __table_args__ = (
         Index("ix_ao_actions_table_state", "table_id", "state"),
         Index("ix_ao_actions_created_at", "created_at"),
+        Index("ix_ao_actions_finished_at", "finished_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -206,10 +208,11 @@ class ActionLease(Base):
 
 
 class AuditLog(Base):
-    """Append-only: a database trigger rejects UPDATE and DELETE. Secrets in ``detail`` are masked."""
+    """Append-only: a database trigger rejects UPDATE and DELETE (DELETE passes only for the retention job,
+    services/retention.py). Secrets in ``detail`` are masked."""
 
     __tablename__ = "ao_audit_log"
-    __table_args__ = (Index("ix_ao_audit_log_action", "action_id"),)
+    __table_args__ = (Index("ix_ao_audit_log_action", "action_id"), Index("ix_ao_audit_log_at", "at"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True), server_default=_now())
