@@ -118,11 +118,11 @@ class Settings(BaseSettings):
     # bounded state (services/retention.py, applied by beat every AO_RETENTION_SWEEP_SECONDS): days kept of the
     # audit log, of finished actions (their leases go with them), of finished buffer batches and files, of
     # full-resolution entropy history (older rows thinned to the last of each partition-hour), and of any history
-    retention_audit_days: int = Field(default=90, ge=1)
-    retention_action_days: int = Field(default=30, ge=1)
-    retention_buffer_days: int = Field(default=7, ge=1)
-    retention_history_full_days: int = Field(default=2, ge=1)
-    retention_history_days: int = Field(default=30, ge=1)
+    retention_audit_days: float = Field(default=90, gt=0)
+    retention_action_days: float = Field(default=30, gt=0)
+    retention_buffer_days: float = Field(default=7, gt=0)
+    retention_history_full_days: float = Field(default=2, gt=0)
+    retention_history_days: float = Field(default=30, gt=0)
     retention_sweep_seconds: int = Field(default=3600, ge=60)
 
     # buffered writes: where landed files wait (default $AO_HOME/buffer), the watched folder (off when

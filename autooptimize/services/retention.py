@@ -29,6 +29,7 @@ from autooptimize.storage.db import session_scope
 
 log = logging.getLogger(__name__)
 
+DAY = 86400.0
 #: Rows removed per transaction (each statement repeats until it removes fewer).
 BATCH = 5000
 
@@ -37,7 +38,7 @@ _TERMINAL = "('succeeded', 'skipped', 'refused', 'aborted', 'failed')"
 _STATEMENTS: dict[str, str] = {
     "audit": """
         DELETE FROM ao_audit_log WHERE id IN (
-            SELECT id FROM ao_audit_log WHERE at < now() - make_interval(days => :audit_days) LIMIT :batch)""",
+            SELECT id FROM ao_audit_log WHERE at < now() - make_interval(secs => :audit_seconds) LIMIT :batch)""",
     "leases": f"""
         DELETE FROM ao_action_leases WHERE action_id IN (
             SELECT l.action_id FROM ao_action_leases l JOIN ao_actions a ON a.id = l.action_id
@@ -45,28 +46,28 @@ _STATEMENTS: dict[str, str] = {
     "actions": f"""
         DELETE FROM ao_actions WHERE id IN (
             SELECT id FROM ao_actions WHERE state IN {_TERMINAL}
-            AND coalesce(finished_at, created_at) < now() - make_interval(days => :action_days) LIMIT :batch)""",
+            AND coalesce(finished_at, created_at) < now() - make_interval(secs => :action_seconds) LIMIT :batch)""",
     "buffer_files": """
         DELETE FROM ao_buffer_files WHERE id IN (
             SELECT f.id FROM ao_buffer_files f LEFT JOIN ao_buffer_batches b ON b.id = f.batch_id
             WHERE f.state IN ('committed', 'quarantined')
-            AND f.arrived_at < now() - make_interval(days => :buffer_days)
+            AND f.arrived_at < now() - make_interval(secs => :buffer_seconds)
             AND (b.id IS NULL OR (b.state IN ('done', 'empty')
-                                  AND b.finished_at < now() - make_interval(days => :buffer_days)))
+                                  AND b.finished_at < now() - make_interval(secs => :buffer_seconds)))
             LIMIT :batch)""",
     "buffer_batches": """
         DELETE FROM ao_buffer_batches WHERE id IN (
             SELECT b.id FROM ao_buffer_batches b WHERE b.state IN ('done', 'empty')
-            AND b.finished_at < now() - make_interval(days => :buffer_days)
+            AND b.finished_at < now() - make_interval(secs => :buffer_seconds)
             AND NOT EXISTS (SELECT 1 FROM ao_buffer_files f WHERE f.batch_id = b.id) LIMIT :batch)""",
     "history_expired": """
         DELETE FROM ao_entropy_history WHERE id IN (
             SELECT id FROM ao_entropy_history
-            WHERE recorded_at < now() - make_interval(days => :history_days) LIMIT :batch)""",
+            WHERE recorded_at < now() - make_interval(secs => :history_seconds) LIMIT :batch)""",
     "history_thinned": """
         DELETE FROM ao_entropy_history WHERE id IN (
             SELECT h.id FROM ao_entropy_history h
-            WHERE h.recorded_at < now() - make_interval(days => :history_full_days)
+            WHERE h.recorded_at < now() - make_interval(secs => :history_full_seconds)
             AND EXISTS (SELECT 1 FROM ao_entropy_history g
                         WHERE g.table_id = h.table_id AND g.spec_id = h.spec_id
                         AND g.partition_key = h.partition_key
@@ -79,9 +80,9 @@ _STATEMENTS: dict[str, str] = {
 def apply_retention(settings: Settings, *, batch: int = BATCH) -> dict[str, int]:
     """Remove what the AO_RETENTION_* settings no longer keep; rows removed per kind (idempotent)."""
     params: dict[str, Any] = {
-        "audit_days": settings.retention_audit_days, "action_days": settings.retention_action_days,
-        "buffer_days": settings.retention_buffer_days, "history_days": settings.retention_history_days,
-        "history_full_days": settings.retention_history_full_days, "batch": batch,
+        "audit_seconds": settings.retention_audit_days * DAY, "action_seconds": settings.retention_action_days * DAY,
+        "buffer_seconds": settings.retention_buffer_days * DAY, "history_seconds": settings.retention_history_days * DAY,
+        "history_full_seconds": settings.retention_history_full_days * DAY, "batch": batch,
     }
     removed: dict[str, int] = {}
     for name, statement in _STATEMENTS.items():
