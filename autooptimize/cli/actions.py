@@ -131,8 +131,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_whatif(args: argparse.Namespace) -> int:
     from autooptimize.services.explain import whatif
 
-    targets = [t.strip() for t in args.target_size.split(",") if t.strip()]
-    tolerances = [t.strip() for t in args.tolerance.split(",") if t.strip()] if args.tolerance else None
+    # spaces around the commas are fine; any other character (a newline) is part of a size and refused there
+    targets = [t.strip(" ") for t in args.target_size.split(",") if t.strip(" ")]
+    tolerances = [t.strip(" ") for t in args.tolerance.split(",") if t.strip(" ")] if args.tolerance else None
     rows = whatif(current_settings(), args.table, targets, tolerances)
     if args.json:
         print(json.dumps(rows))

@@ -162,8 +162,10 @@ def _open(settings: Settings, properties: dict[str, Any]) -> Catalog:
         raise ConfigError(f"catalog {described} needs a client that is not installed: {hint}") from None
     except ValueError as exc:  # pyiceberg's word for a configuration it cannot use (no URI, unknown type, …)
         raise ConfigError(f"catalog {described} is not configured correctly: {_first_line(exc, properties)}") from None
-    except Exception as exc:  # pyiceberg raises many unrelated types for "cannot connect"
-        raise ServiceUnavailable(f"cannot open catalog {described}: {_first_line(exc, properties)}") from None
+    except Exception as exc:  # pyiceberg raises many unrelated types: "cannot connect" is a retry, the rest bad input
+        if is_transient(exc):
+            raise ServiceUnavailable(f"cannot open catalog {described}: {_first_line(exc, properties)}") from None
+        raise ConfigError(f"catalog {described} cannot be opened as configured: {_first_line(exc, properties)}") from None
 
 
 def _key(settings: Settings) -> tuple[int, str, str, str]:
