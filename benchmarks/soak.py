@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 
 from benchmarks.soak_checks import (
     Check,
@@ -278,7 +278,7 @@ def _run_chaos(args: argparse.Namespace, settings: Any, engine: Any, admin: Any,
     staging.mkdir()
     # one catalog, made before any writer starts (each making its own raced to create the catalog's tables)
     writers = [Writer(t, lambda: catalog, lambda ident, files: api.land(ident, files, settings=settings), staging, ids,
-                      args.seed + i, 0.5 if t.buffered else 1.5, (20, 120) if t.buffered else (50, 400), t0, stop)
+                      args.seed + i, 0.5 if t.buffered else 1.2, (20, 120) if t.buffered else (50, 400), t0, stop)
                for i, t in enumerate(TABLES)]
 
     def restart_spark() -> int | None:
@@ -344,9 +344,9 @@ def _database_bytes(admin: Any, db_name: str) -> int:
 
 def _row_counts(engine: Any) -> dict[str, int]:
     with engine.connect() as conn:
-        names = [r[0] for r in conn.exec_driver_sql(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'ao\\_%' ORDER BY 1")]
-        return {n: int(conn.exec_driver_sql(f'SELECT count(*) FROM "{n}"').scalar_one()) for n in names}
+        names = [r[0] for r in conn.execute(text(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND starts_with(tablename, 'ao_') ORDER BY 1"))]
+        return {n: int(conn.execute(text(f'SELECT count(*) FROM "{n}"')).scalar_one()) for n in names}
 
 
 def _compact(summary: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ def consolidate(self: Task, table: str, flush: bool = False) -> dict:
     try:
         result = consolidate_table(settings, table, flush=flush, dispatch=CeleryDispatch(settings))
     except Retry as exc:
+        log.warning("consolidation of %s will be retried: %s", table, exc)
         raise self.retry(countdown=backoff_delay(exc.delay, self.request.retries), exc=None) from None
     log.info("consolidated %s: %d batch(es)%s", table, len(result["batches"]), " (busy)" if result["busy"] else "")
     return {"table": table, "busy": result["busy"],

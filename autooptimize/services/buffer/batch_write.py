@@ -85,7 +85,9 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
                 paths.delete_tree(table.location(), output_dir, table.io)
                 if bad:
                     continue
-                raise Retry(f"batch {batch_id}: {'the pyarrow write' if on_arrow else 'Spark'} failed ({type(exc).__name__}); will retry", delay=10) from None
+                why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                raise Retry(f"batch {batch_id}: {'the pyarrow write' if on_arrow else 'Spark'} failed "
+                            f"({type(exc).__name__}: {why}); will retry", delay=10) from None
             raise
         if out.digest_in.rows != rows_in:
             paths.delete_tree(table.location(), output_dir, table.io)
