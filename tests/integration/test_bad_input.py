@@ -420,3 +420,20 @@ def test_the_findings_as_real_commands(settings, fuzz_table, argv, env, needles)
         assert needle in result.stderr, (needle, result.stderr)
     assert "Traceback" not in result.stderr
     assert_unchanged(before, everything(settings), " ".join(argv))
+
+
+@pytest.mark.parametrize("argv", [["status"], ["explain", "T"], ["track", "T"]])
+def test_a_malformed_pyiceberg_yaml_as_a_real_command(settings, fuzz_table, tmp_path, argv):
+    """pyiceberg reads the file when its catalog module is imported: the check runs before that import."""
+    secret = "S3cr3t-" + uuid.uuid4().hex
+    (tmp_path / ".pyiceberg.yaml").write_text(
+        f"catalog:\n  lake:\n    uri: http://rest:8181\n    credential: {secret}\n   token: [unclosed\n")
+    before = everything(settings)
+    result = subprocess.run([sys.executable, "-m", "autooptimize.cli", *[fuzz_table if a == "T" else a for a in argv]],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYICEBERG_HOME": str(tmp_path), "AO_CATALOG": "lake"})
+    assert result.returncode == 2, result.stderr
+    assert f"{tmp_path}/.pyiceberg.yaml" in result.stderr and "line 5" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert secret not in result.stderr + result.stdout
+    assert_unchanged(before, everything(settings), " ".join(argv))
