@@ -155,7 +155,7 @@ def drain(engine: Any, service: Service, quiet: float, timeout: float) -> tuple[
 def soak(args: argparse.Namespace) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="ao-soak-"))
     db_name = f"ao_soak_{uuid.uuid4().hex[:8]}"
-    database_url = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db_name}"
+    database_url = args.postgres_url.rsplit("/", 1)[0] + f"/{db_name}"
     env = service_env(home, database_url, args.redis_url, args.spark_port or _free_port())
     # this process lands files and asks for consolidations through the same settings as the service
     os.environ.update({k: v for k, v in env.items() if k.startswith("AO_")})
@@ -166,7 +166,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     from autooptimize.storage.db import upgrade
     from spark_actors.server import ensure_local_server
 
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+    admin = create_engine(args.postgres_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{db_name}"')
     engine = create_engine(database_url, pool_pre_ping=True)
@@ -403,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fault-every", type=float, default=35.0, help="seconds between faults, ±30%% (default 35)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--redis-url", default="redis://localhost:6379/12", help="a Redis db of the soak's own")
+    parser.add_argument("--postgres-url", default=ADMIN_URL,
+                        help="the PostgreSQL server's admin database; the soak creates its own database there "
+                             "(give a server of the soak's own to restart it without disturbing anyone)")
     parser.add_argument("--spark-port", type=int, default=0, help="the local Spark server's port (default: a free one)")
     parser.add_argument("--quiet-seconds", type=float, default=180.0,
                         help="an action queued or running without progress this long at the end, while its table "
