@@ -86,7 +86,7 @@ def _unconfigured(name: str, known: list[str]) -> str:
                  "for a REST catalog")
     message = (f"AO_CATALOG={name!r} names a catalog with no configuration: .pyiceberg.yaml (looked for in "
                f"$PYICEBERG_HOME, the home directory and the working directory) has no {entry!r} under 'catalog:', "
-               f"and {where} (README, 'Your lake', shows REST, Glue, Hive and SQL), or unset AO_CATALOG to use "
+               f"and {where} (docs/catalogs.md shows REST, Glue, Hive and SQL), or unset AO_CATALOG to use "
                f"the built-in SQL catalog {BUILTIN_CATALOG!r} in AO_DATABASE_URL.")
     return message + (f" Configured catalogs: {', '.join(sorted(known))}." if known else "")
 

@@ -92,11 +92,11 @@ def test_buffered_writes_consolidate_into_an_s3_table(s3_settings, s3_catalog, s
 
 
 def _readme_s3_snippet() -> list[str]:
-    """The command lines of the README's "Running against S3" bash block."""
+    """The command lines of docs/catalogs.md's "Running against S3" bash block."""
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "catalogs.md").read_text()
     section = text[text.index("### Running against S3"):]
     block = re.search(r"^```bash\n(.*?)^```$", section, re.M | re.S)
     assert block is not None
@@ -141,7 +141,7 @@ def fresh_redis(settings):
 
 
 def test_demo_with_an_s3_warehouse_runs_the_readme_lines_end_to_end(settings, tmp_path, fresh_database, fresh_redis):
-    """The README's lines as written, on a free port instead of 9000 and with a smaller demo table: an S3
+    """The documented lines as written, on a free port instead of 9000 and with a smaller demo table: an S3
     server, a bucket, the built-in catalog with the store's endpoint as its properties, and
     ``autooptimize demo --warehouse s3://…``, which starts the service, writes the table to the store
     and has it merged there."""
@@ -177,7 +177,7 @@ def test_demo_with_an_s3_warehouse_runs_the_readme_lines_end_to_end(settings, tm
     try:
         deadline = time.monotonic() + 60
         while subprocess.run(shlex.split(bucket_line), env=env, capture_output=True).returncode != 0:
-            assert time.monotonic() < deadline, "the README's S3 server did not take the bucket within 60 s"
+            assert time.monotonic() < deadline, "the documented S3 server did not take the bucket within 60 s"
             time.sleep(0.5)
         with open(log, "ab") as out:
             proc = subprocess.Popen([*shlex.split(demo_line), "--files", "16", "--partitions", "2", "--json"],

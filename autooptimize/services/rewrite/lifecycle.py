@@ -1,6 +1,6 @@
 """The one lifecycle of every rewrite action: plan → rewrite → verify → checkpoint → commit → bookkeeping.
 
-Exactly once (docs/architecture.md, README "How a merge stays safe"): the action id goes into the snapshot summary. Before working, an action
+Exactly once (docs/architecture.md, docs/actions.md "How a merge stays safe"): the action id goes into the snapshot summary. Before working, an action
 already in the table's history only records its result; a checkpointed, verified output whose inputs
 are still live is committed without rewriting; otherwise the groups are rewritten. A killed earlier
 attempt's Spark job is fenced before its output is touched. Output that is not committed is removed,
