@@ -105,7 +105,7 @@ def is_transient(exc: BaseException) -> bool:
     return classify(exc) != FailureKind.PERMANENT
 
 
-def describe(exc: BaseException) -> str:
+def failure_text(exc: BaseException) -> str:
     """``Type: first line`` of an error, for messages (callers redact it)."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__

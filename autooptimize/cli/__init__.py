@@ -18,7 +18,7 @@ from autooptimize.errors import (
     TableNotFound,
     WaitTimeout,
 )
-from autooptimize.failures import describe, is_transient
+from autooptimize.failures import failure_text, is_transient
 from autooptimize.redact import install_log_redaction, redact
 
 
@@ -62,7 +62,7 @@ def _run(args: object) -> int:
             url = redact(current_settings().database_url)
             return _error(exc, f"cannot reach PostgreSQL at {url}: {str(exc.orig).strip()}", 3, as_json)
         if is_transient(exc):
-            return _error(exc, f"a service did not answer: {redact(describe(exc))}", 3, as_json)
+            return _error(exc, f"a service did not answer: {redact(failure_text(exc))}", 3, as_json)
         raise
 
 

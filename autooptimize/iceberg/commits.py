@@ -48,7 +48,7 @@ from pyiceberg.table.update import (
 
 from autooptimize.domain import fencing
 from autooptimize.errors import CommitOutcomeUnknown, ConflictAbort, Retry
-from autooptimize.failures import FailureKind, classify, describe
+from autooptimize.failures import FailureKind, classify, failure_text
 from autooptimize.iceberg.staging import StagedAppend, StagedReplace, avro_codec, metadata_path, remove_files
 
 __all__ = ["CommitPolicy", "CommitStats", "Staged", "StagedAppend", "StagedReplace", "apply_with_retry", "remove_files"]
@@ -210,7 +210,7 @@ def _attempt(table: Table, staged: Staged, properties: dict[str, str], branch: s
             return True
         raise CommitOutcomeUnknown(
             f"the catalog's answer to commit snapshot {staged.snapshot_id} of {'.'.join(table.name())} was lost "
-            f"({describe(exc)}); it may still land", snapshot_id=staged.snapshot_id, parent_id=parent_id) from exc
+            f"({failure_text(exc)}); it may still land", snapshot_id=staged.snapshot_id, parent_id=parent_id) from exc
     table.metadata, table.metadata_location = response.metadata, response.metadata_location
     return True
 

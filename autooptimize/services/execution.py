@@ -37,7 +37,7 @@ from autooptimize.errors import (
     ServiceUnavailable,
     VerificationFailed,
 )
-from autooptimize.failures import describe, is_transient
+from autooptimize.failures import failure_text, is_transient
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import find_action_snapshot
 from autooptimize.iceberg.paths import PathRefused
@@ -209,7 +209,7 @@ def _failed(settings: Settings, claimed: Claim, held: HeldLease, exc: Exception)
     if isinstance(exc, ServiceUnavailable | Retry):
         return _again(settings, claimed, held, str(exc), getattr(exc, "delay", 5.0))
     if is_transient(exc):
-        return _again(settings, claimed, held, describe(exc), 5.0)
+        return _again(settings, claimed, held, failure_text(exc), 5.0)
     if not isinstance(exc, AutoOptimizeError):
         log.error("action %s failed", action_id, exc_info=(type(exc), exc, exc.__traceback__))
     return give_up(settings, claimed.request, held, f"{type(exc).__name__}: {exc}")
@@ -230,12 +230,12 @@ def _unsettled(settings: Settings, claimed: Claim, held: HeldLease, exc: CommitO
     request = claimed.request
     error = f"commit outcome unknown: {exc}"
     note(settings, request.action_id, "action.commit_outcome_unknown", attempt=claimed.attempts,
-         snapshot_id=exc.snapshot_id, parent_id=exc.parent_id, error=describe(exc.__cause__ or exc))
+         snapshot_id=exc.snapshot_id, parent_id=exc.parent_id, error=failure_text(exc.__cause__ or exc))
     try:
         table = load_table(settings, request.identifier)
         committed = find_action_snapshot(table, request.action_id)
     except Exception as look:  # the catalog is still away: the next attempt looks again
-        log.warning("action %s: cannot look for its commit yet: %s", request.action_id, describe(look))
+        log.warning("action %s: cannot look for its commit yet: %s", request.action_id, failure_text(look))
         committed = None
     if committed is not None:
         return finish(settings, request.action_id, ActionState.SUCCEEDED, held=held, reason="already_committed",
