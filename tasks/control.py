@@ -41,7 +41,7 @@ def hygiene_sweep() -> dict[str, list[str]]:
 
 
 @app.task(name="autooptimize.retention")
-def retention() -> dict[str, int]:
+def prune_state() -> dict[str, int]:
     """Remove state the AO_RETENTION_* settings no longer keep (services/retention.py)."""
     from autooptimize.services.retention import apply_retention
 

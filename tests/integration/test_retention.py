@@ -13,7 +13,7 @@ from autooptimize.services import tracking
 from autooptimize.services.retention import apply_retention
 from autooptimize.storage.db import session_scope
 from scheduler.beat import beat_schedule
-from tasks.control import retention
+from tasks.control import prune_state
 from tests.integration.tables import DAY1, identifier, make_table
 
 OLD = "now() - interval '400 days'"
@@ -88,4 +88,4 @@ def test_the_audit_log_stays_append_only_outside_retention(settings, catalog):
 def test_beat_applies_retention(settings):
     entry = beat_schedule(settings)["retention"]
     assert entry["task"] == "autooptimize.retention" and entry["schedule"] == settings.retention_sweep_seconds
-    assert set(retention.run()) >= {"audit", "actions", "leases", "history_thinned"}
+    assert set(prune_state.run()) >= {"audit", "actions", "leases", "history_thinned"}
