@@ -4,8 +4,8 @@ else), and the indexes the retention job prunes by.
 A DELETE on ``ao_audit_log`` passes only in a transaction that set ``ao.retention = 'on'`` (``SET LOCAL``),
 which only autooptimize.services.retention does; UPDATE stays rejected.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-26
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
