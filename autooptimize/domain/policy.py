@@ -231,7 +231,8 @@ def plan_partition(
     Guarantees: no file is in two groups or absent from ``files``; every group holds at least
     ``min_input_files`` files; no group holds a file at or above the target; not cold, no group holds a
     file of ``scale // LIVE_LARGE_DIVISOR`` bytes or more, nor a file larger than the rest of its group;
-    a ``cold_finish`` plan leaves the partition within the excess rule (under the output model).
+    a ``cold_finish`` plan leaves at most one file under ¾ of the target (under the output model), the
+    layout Iceberg's bin-pack ends with.
     Raises :class:`InvalidArgument` naming the first argument that is not valid.
     """
     measured = MeasuredFiles.checked(files, target, tolerance)

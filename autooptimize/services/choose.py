@@ -26,7 +26,7 @@ class Choice:
     decision: Decision
     merge_plan: Plan | None
     sort_plan: Plan | None
-    rule: str | None = None  # the merge planning rule (binpack, tiered, live_wait, settled_full, …)
+    rule: str | None = None  # the merge planning rule (binpack, tiered, live_wait, cold_finish, …)
     zorder_plan: Plan | None = None
 
     @property
@@ -52,7 +52,21 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
         zorder_columns=tuning.zorder_columns if tuning else None, sizing=learned(settings, identifier),
         max_group_bytes=settings.max_group_bytes, policy=settings.merge_policy,
         settle_seconds=settings.settle_seconds, fan_in=settings.merge_fan_in,
+        cold_after_seconds=settings.cold_after_seconds,
+        expected_partition_bytes=expected_partition_bytes(settings, getattr(tuning, "id", None)),
     )
+
+
+def expected_partition_bytes(settings: Any, table_id: int | None) -> int | None:
+    """The bytes a partition of the table is expected to hold: the median over its partitions (None when
+    untracked or not observed yet). The policy cuts its tiers against it (domain.policy.partition_scale)."""
+    if table_id is None:
+        return None
+    from autooptimize.storage.db import session_scope
+    from autooptimize.storage.stats import median_partition_bytes
+
+    with session_scope(settings) as session:
+        return median_partition_bytes(session, table_id)
 
 
 def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:

@@ -79,21 +79,23 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
                           dispatch=dispatch)
 
 
-#: Verdicts that depend on time: a partition left alone because it was live is judged again once settled.
+#: Verdicts that depend on time: a partition left alone because it was written to is judged again once cold.
 LIVE_VERDICTS = ("skip:live_wait",)
 
 
 def _settled_since(settings: Settings, stats: PartitionStats) -> bool:
-    """True when the partition was left alone only because it was live, and has been quiet since."""
+    """True when the partition was left alone only because it was written to, and has been quiet since
+    for AO_COLD_AFTER_SECONDS (the policy's cold rule then finishes it)."""
     if stats.last_decision not in LIVE_VERDICTS or stats.last_decision_at is None:
         return False
-    return (now() - stats.last_decision_at).total_seconds() >= settings.settle_seconds
+    return (now() - stats.last_decision_at).total_seconds() >= settings.cold_after_seconds
 
 
 def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
-    """(table, spec, key) of partitions left alone as live that have been quiet for AO_SETTLE_SECONDS: the
-    listener hands them to decide again, so a partition whose writes stopped gets its settled merge."""
-    cutoff = now() - timedelta(seconds=settings.settle_seconds)
+    """(table, spec, key) of partitions left alone as written to that have been quiet for
+    AO_COLD_AFTER_SECONDS: the listener hands them to decide again, so a partition whose writes stopped
+    gets its cold finish."""
+    cutoff = now() - timedelta(seconds=settings.cold_after_seconds)
     with session_scope(settings) as session:
         rows = session.execute(select(PartitionStats.table_id, PartitionStats.spec_id, PartitionStats.partition_key)
                                .where(PartitionStats.last_decision.in_(LIVE_VERDICTS),

@@ -326,3 +326,12 @@ def table_file_count(session: Session, table_id: int) -> int:
     c = PartitionStats.__table__.c
     return int(session.execute(select(func.coalesce(func.sum(c.n_files), 0)).where(c.table_id == table_id)).scalar_one())
 
+
+
+def median_partition_bytes(session: Session, table_id: int) -> int | None:
+    """The median bytes of the table's partitions that hold files (None when it has none): the history
+    the merge policy cuts its tiers against."""
+    c = PartitionStats.__table__.c
+    value = session.execute(select(func.percentile_cont(0.5).within_group(c.total_bytes))
+                            .where(c.table_id == table_id, c.n_files > 0)).scalar_one()
+    return None if value is None else int(value)

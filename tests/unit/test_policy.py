@@ -219,8 +219,8 @@ def test_policy_invariants(sizes: list[int], tolerance: int, cold: bool, fan_in:
         if not cold:
             assert members[-1] < scale // LIVE_LARGE_DIVISOR
             assert members[-1] <= sum(members[:-1]), "written to: no file above the rest of its group"
-    if result.rule == "cold_finish":
-        assert not excess_attention_of(sizes_after(result, files), small, tolerance)
+    if result.rule == "cold_finish":  # the bin-pack's end layout: at most one file under 3/4 of the target
+        assert sum(1 for x in sizes_after(result, files) if x < small * 3 // 4) <= 1
 
 
 def test_the_merge_runs_a_tier_as_chosen_and_never_grows_it_with_the_merged_file_beside_it():
