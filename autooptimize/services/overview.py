@@ -1,8 +1,9 @@
 """What the console and ``history`` show: tables with their health, a table's partitions and file-size
 histograms, the action history with each action's cost, phases, before and after, and audit trail.
 
-Read only. Health is File Size Entropy against the table's tolerance: a partition needs attention when
-its MSE ≥ T² (``domain.entropy.needs_attention``); ``worst_ratio`` is the worst MSE over T².
+Read only. Health is one rule everywhere: a partition needs attention when its File Size Entropy exceeds
+what its bytes allow by T² per file (``domain.entropy.partition_needs_attention``), so a partition
+smaller than the target, merged into one file, is healthy; ``worst_ratio`` is the worst raw MSE over T².
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
             return None
     # the partition travels as its Iceberg values (PartitionRef), never through its human text
     partition = PartitionRef.of_key(spec_id, partition_key) if partition_key else None
-    choice = _choose(settings, identifier, spec_id, partition_key, tuning)
+    choice = _choose(settings, identifier, spec_id, partition_key, tuning, table_id)
     if choice is None:
         return None
     decision = choice.decision
@@ -104,7 +104,8 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     return [(int(t), int(sp), str(k)) for t, sp, k in rows]
 
 
-def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: str, tuning: Any) -> Any:
+def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: str, tuning: Any,
+            table_id: int | None = None) -> Any:
     """The decision for one partition of the table as it is now (None when the partition is gone)."""
     from autooptimize.iceberg.catalog import load_table
     from autooptimize.services.choose import choose, planning_request
@@ -114,7 +115,8 @@ def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: st
     found = select_partitions(table, spec_id, partition_key)
     if not found:
         return None
-    request = planning_request(settings, identifier, tuning, spec_id=spec_id, partition_key=partition_key)
+    request = planning_request(settings, identifier, tuning, spec_id=spec_id, partition_key=partition_key,
+                               table_id=table_id)
     return choose(table, found[0], request, frozenset(tuning.allowed_actions))
 
 
