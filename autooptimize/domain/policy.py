@@ -73,9 +73,11 @@ __all__ = [
 ]
 
 #: Files of similar size that gather before a merge while the partition is written to. Bigger trades
-#: live files for bytes rewritten (``python -m benchmarks.policy_sim --fan-in N`` over the family):
-#: 8 gave mean write amplification 2.0 at 1.06× the bin-pack's live files over the hourly members, 12
-#: gave 1.8 at 1.15×, 20 gave 1.6 at 1.40×; no fan-in reaches WA ≤ 1.5 on the 35 %-late hourly members.
+#: live files for bytes rewritten. Over the 12 members of benchmarks.trace_family (policy_sim; fan-in,
+#: TINY_FAN_IN, TINY_DIVISOR and LIVE_LARGE_DIVISOR searched over 120 combinations): fan-in 8 gave mean
+#: write amplification 2.19 at a mean 1.06× the bin-pack's live files, 12 gave 1.89 at 1.11×, 16 gave
+#: 1.77 at 1.21×; 12 with 4 and 8 below was within 0.6 of the best summed shortfall of any combination,
+#: and no combination met WA ≤ 1.5 with live ≤ 1.05× on 8 of the 12 members (docs/policy.md).
 DEFAULT_FAN_IN = 12
 #: A tier merges at this many files while its files weigh under ``scale // TINY_DIVISOR`` together.
 TINY_FAN_IN = 4
@@ -87,9 +89,9 @@ LIVE_LARGE_DIVISOR = 2
 #: Cold, files under this share of the target are merged into the best layout (Iceberg's bin-pack rule,
 #: so the end layout is the bin-pack's).
 COLD_DONE_NUMERATOR, COLD_DONE_DENOMINATOR = 3, 4
-#: A partition with no new file for this long is cold and finished once. 30–300 s moved the family's
-#: figures by under 0.1 WA (late writes keep a partition warm while its hour takes them); a minute keeps
-#: the finish close to the end of the writes.
+#: A partition with no new file for this long is cold and finished once. Over the family, 60–300 s moved
+#: every member's write amplification by under 0.1; 30 s added 0.26 on m01 (late writes into a past hour
+#: come more than 30 s apart there, so it was finished, then written again and finished again).
 DEFAULT_COLD_AFTER_SECONDS = 60.0
 
 RULES = ("below_excess", "left_alone", "tiered", "live_wait", "cold_finish", "nothing_to_merge")
