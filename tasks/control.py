@@ -38,3 +38,11 @@ def hygiene_sweep() -> dict[str, list[str]]:
 
     settings = get_settings()
     return sweep_hygiene(settings, dispatch=CeleryDispatch(settings))
+
+
+@app.task(name="autooptimize.autotune")
+def autotune() -> dict[str, str]:
+    """Re-evaluate every tracked table's suggested merge tuning from its own history (AutoAnalyze)."""
+    from autooptimize.services.autotune import reevaluate
+
+    return reevaluate(get_settings())

@@ -161,6 +161,9 @@ class TableDetail(Open):
     histogram: Histogram
     partitions: list[PartitionLine] = Field(description="worst MSE first")
     actions: list[ActionView]
+    suggested_tuning: dict[str, Any] | None = Field(
+        None, description="AutoAnalyze's last suggestion (whatif --suggest, beat): tuning, predicted, current "
+                          "and bin-pack figures, whether it keeps the file goal, whether it was applied")
 
 
 class QueueClass(Open):

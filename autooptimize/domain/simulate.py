@@ -147,7 +147,8 @@ def simulate_baseline(writes: Sequence[Write], target: int, every: int = BASELIN
 
 
 def expected_bytes(received: dict[Hashable, int], part: Hashable) -> int | None:
-    """What a partition is expected to hold: the median bytes the table's other partitions received."""
+    """What a partition is expected to hold: the median bytes of the table's other partitions (as the
+    service takes it from its partition statistics, ``storage.stats.median_partition_bytes``)."""
     others = [b for p, b in received.items() if p != part]
     return int(statistics.median(others)) if others else None
 
@@ -243,7 +244,7 @@ def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FA
 
 def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    candidates: Sequence[PolicyTuning] | None = None,
-                   every: int = BASELINE_EVERY) -> Suggestion:
+                   every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one with the fewest mean live files. Ties go to the earlier candidate (``default``
@@ -254,7 +255,7 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     if default not in cands:
         cands.insert(0, default)
     base = simulate_baseline(writes, default.target, every)
-    results = [(t, simulate_policy(writes, t)) for t in cands]
+    results = [(t, simulate_policy(writes, t, latency)) for t in cands]
     defaults = next(f for t, f in results if t == default)
     good = [(t, f) for t, f in results if _meets(f, base)]
     if good:

@@ -54,7 +54,7 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
         zorder_columns=tuning.zorder_columns if tuning else None, sizing=learned(settings, identifier),
         max_group_bytes=settings.max_group_bytes, policy=settings.merge_policy,
         settle_seconds=settings.settle_seconds, **policy_tuning(settings, tuning),
-        expected_partition_bytes=expected_partition_bytes(settings, table_id),
+        expected_partition_bytes=expected_partition_bytes(settings, table_id, spec_id, partition_key),
     )
 
 
@@ -68,16 +68,19 @@ def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
             "leave_alone_below": getattr(tuning, "leave_alone_below", None) or 0}
 
 
-def expected_partition_bytes(settings: Any, table_id: int | None) -> int | None:
-    """The bytes a partition of the table is expected to hold: the median over its partitions (None when
-    untracked or not observed yet). The policy cuts its tiers against it (domain.policy.partition_scale)."""
+def expected_partition_bytes(settings: Any, table_id: int | None, spec_id: int | None = None,
+                             partition_key: str | None = None) -> int | None:
+    """The bytes a partition of the table is expected to hold: the median over its other partitions
+    (None when untracked or not observed yet). The policy cuts its tiers against it
+    (domain.policy.partition_scale)."""
     if table_id is None:
         return None
     from autooptimize.storage.db import session_scope
     from autooptimize.storage.stats import median_partition_bytes
 
+    exclude = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
     with session_scope(settings) as session:
-        return median_partition_bytes(session, table_id)
+        return median_partition_bytes(session, table_id, exclude)
 
 
 def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:

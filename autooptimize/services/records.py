@@ -93,7 +93,7 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Mer
                                              else settings.merge_policy)),
         settle_seconds=settings.settle_seconds,
         **policy_tuning(settings, tracked),
-        expected_partition_bytes=expected_partition_bytes(settings, tracked.id),
+        expected_partition_bytes=expected_partition_bytes(settings, tracked.id, action.spec_id, action.partition_key),
         engine=str(options.get("engine") or settings.rewrite_engine),
         arrow_group_bytes=settings.arrow_group_bytes,
     )

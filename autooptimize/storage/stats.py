@@ -340,10 +340,12 @@ def table_file_count(session: Session, table_id: int) -> int:
 
 
 
-def median_partition_bytes(session: Session, table_id: int) -> int | None:
-    """The median bytes of the table's partitions that hold files (None when it has none): the history
-    the merge policy cuts its tiers against."""
+def median_partition_bytes(session: Session, table_id: int, exclude: PartitionId | None = None) -> int | None:
+    """The median bytes of the table's partitions that hold files, less ``exclude`` (the partition being
+    judged), or None when there is none: the history the merge policy cuts its tiers against."""
     c = PartitionStats.__table__.c
-    value = session.execute(select(func.percentile_cont(0.5).within_group(c.total_bytes))
-                            .where(c.table_id == table_id, c.n_files > 0)).scalar_one()
+    where = [c.table_id == table_id, c.n_files > 0]
+    if exclude is not None:
+        where.append(tuple_(c.spec_id, c.partition_key) != tuple_(*exclude))
+    value = session.execute(select(func.percentile_cont(0.5).within_group(c.total_bytes)).where(*where)).scalar_one()
     return None if value is None else int(value)
