@@ -135,8 +135,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
     if args.suggest:
         return _suggest(args)
-    if args.apply:
-        raise InvalidArgument("--apply goes with --suggest")
+    if args.apply or args.cold_after:
+        raise InvalidArgument("--apply and --cold-after go with --suggest")
     if not args.target_size:
         raise InvalidArgument("whatif needs --target-size (e.g. 64MiB,128MiB) or --suggest")
     targets = [t.strip() for t in args.target_size.split(",") if t.strip()]
@@ -157,7 +157,17 @@ def _suggest(args: argparse.Namespace) -> int:
 
     if args.target_size:
         raise InvalidArgument("--suggest keeps the table's target size; leave out --target-size")
-    out = suggest(current_settings(), args.table, apply=True if args.apply else None)
+    from autooptimize.domain.simulate import SUGGEST_COLD_AFTER
+
+    cold = SUGGEST_COLD_AFTER
+    if args.cold_after:
+        try:
+            cold = tuple(float(x) for x in args.cold_after.split(",") if x.strip())
+        except ValueError:
+            cold = ()
+        if not cold or not all(0 <= c <= 86400 for c in cold):
+            raise InvalidArgument(f"--cold-after must be seconds from 0 to 86400, comma-separated (got {args.cold_after!r})")
+    out = suggest(current_settings(), args.table, apply=True if args.apply else None, cold_after=cold)
     if args.json:
         print(json.dumps(out, default=str))
         return 0

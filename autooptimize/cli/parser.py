@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="replay the table's own commits through the policy simulator over candidate tunings "
                          "and print the one with the fewest bytes rewritten that keeps the file goal")
     wi.add_argument("--apply", action="store_true", help="with --suggest: make it the table's tuning")
+    wi.add_argument("--cold-after", metavar="SECONDS", help="with --suggest: the cold-after times to try, "
+                                                         "comma-separated (default 30,60,120,300)")
     wi.add_argument("--tolerance", help="comma-separated tolerances (default: a quarter of each target)")
     wi.add_argument("--json", action="store_true")
     wi.set_defaults(func=actions.cmd_whatif)
