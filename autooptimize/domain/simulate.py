@@ -32,8 +32,9 @@ from autooptimize.domain.entropy import best_layout
 from autooptimize.domain.planning import PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
 from autooptimize.domain.policy import PolicyTuning, plan_partition
 
-__all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "Figures", "Suggestion", "Write", "candidate_tunings",
-           "simulate_baseline", "simulate_policy", "suggest_tuning"]
+__all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
+           "Suggestion", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
+           "suggest_tuning"]
 
 #: The baseline bin-packs after this many writes (benchmarks.streaming's ``--compact-every``).
 BASELINE_EVERY = 20
@@ -68,6 +69,7 @@ class Figures:
     def as_dict(self) -> dict[str, float]:
         return {"mean_live_files": self.mean_live_files, "max_live_files": self.max_live_files,
                 "files_replaced": self.files_replaced, "bytes_rewritten": self.bytes_rewritten,
+                "bytes_written": self.bytes_written,
                 "write_amplification": self.write_amplification, "end_files": self.end_files,
                 "end_excess_mse_mib2": self.end_excess_mse / (1 << 40), "actions": self.actions}
 
@@ -157,30 +159,35 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc)."""
     t = _Table(tuning.target)
     rules: dict[str, int] = {}
-    pending: dict[Hashable, tuple[RewriteGroup, ...]] = {}
+    pending: set[Hashable] = set()
     events: list[tuple[float, int, str, Hashable]] = []  # (at, seq, kind, partition)
     seq = itertools.count()
 
-    def judge(part: Hashable, now: float) -> None:
-        if part in pending or part not in t.parts:
-            return
-        idle = now - t.newest[part]
+    def plan(part: Hashable, now: float) -> tuple[RewriteGroup, ...]:
+        # the same sum the cold timer was set at (``now - newest`` may round just under cold_after)
+        cold = now >= t.newest[part] + tuning.cold_after_seconds
         files = t.files(part)
-        result = plan_partition(files, tuning.target, tuning.tolerance, cold=idle >= tuning.cold_after_seconds, fan_in=tuning.fan_in,
+        result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, fan_in=tuning.fan_in,
                                 received_bytes=t.received[part],
                                 expected_bytes=expected_bytes(t.received, part),
                                 leave_alone_below=tuning.leave_alone_below)
         rules[result.rule] = rules.get(result.rule, 0) + 1
-        plan = balance_outputs(result.plan, files, grow=False)
-        if plan.groups:
-            pending[part] = plan.groups
+        return balance_outputs(result.plan, files, grow=False).groups
+
+    def judge(part: Hashable, now: float) -> None:
+        """Decide: submit a merge when the policy has one (it plans again when it runs, as the service's)."""
+        if part in pending or part not in t.parts:
+            return
+        if plan(part, now):
+            pending.add(part)
             heapq.heappush(events, (now + latency, next(seq), "land", part))
 
     def run_until(until: float) -> None:
         while events and events[0][0] <= until:
             at, _, kind, part = heapq.heappop(events)
             if kind == "land":
-                t.apply(part, pending.pop(part))
+                pending.discard(part)
+                t.apply(part, plan(part, at))  # the action plans on the files as they are when it runs
             elif at < t.newest[part] + (tuning.settle_seconds if kind == "settle" else tuning.cold_after_seconds):
                 continue  # written again since the timer was set
             judge(part, at)
@@ -213,7 +220,7 @@ class Suggestion:
     predicted: Figures
     baseline: Figures
     defaults: Figures
-    meets_goal: bool  # mean live files within LIVE_FILES_GOAL × the bin-pack's, end files within 10 %
+    meets_goal: bool  # mean live files within LIVE_FILES_GOAL × the bin-pack's; end files and excess within 10 %
     tried: int
 
     def as_dict(self) -> dict[str, object]:
@@ -222,8 +229,33 @@ class Suggestion:
                 "meets_goal": self.meets_goal, "tried": self.tried}
 
 
+#: The write amplification goal a tuning is held to when no candidate keeps the file goal.
+WRITE_AMPLIFICATION_GOAL = 1.5
+
+
+#: Slack on the end excess MSE goal (bytes²): the bin-pack's own figure is often 0, and 10 % of 0 is nothing.
+END_EXCESS_SLACK = 1 << 40
+
+
+def _end_excess_limit(base: Figures) -> float:
+    return 1.1 * base.end_excess_mse + END_EXCESS_SLACK
+
+
 def _meets(f: Figures, base: Figures) -> bool:
-    return f.mean_live_files <= LIVE_FILES_GOAL * base.mean_live_files and f.end_files <= 1.1 * base.end_files
+    """The file goal: mean live files within 1.05× the bin-pack's; files and excess MSE at the end within 10 %."""
+    return (f.mean_live_files <= LIVE_FILES_GOAL * base.mean_live_files and f.end_files <= 1.1 * base.end_files
+            and f.end_excess_mse <= _end_excess_limit(base))
+
+
+def shortfall(f: Figures, base: Figures) -> float:
+    """How far ``f`` misses the goals, summed as fractions: mean live files over 1.05× the bin-pack's,
+    end files over 1.1×, end excess MSE over 1.1× (+ 1 MiB²), write amplification over 1.5 (0 when every
+    goal holds)."""
+    live = f.mean_live_files / (LIVE_FILES_GOAL * base.mean_live_files) - 1 if base.mean_live_files else 0.0
+    end = f.end_files / (1.1 * base.end_files) - 1 if base.end_files else 0.0
+    excess = f.end_excess_mse / _end_excess_limit(base) - 1
+    return (max(0.0, live) + max(0.0, end) + max(0.0, excess)
+            + max(0.0, f.write_amplification / WRITE_AMPLIFICATION_GOAL - 1))
 
 
 def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FAN_INS,
@@ -247,8 +279,9 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
-    none does, the one with the fewest mean live files. Ties go to the earlier candidate (``default``
-    first), so the defaults are kept unless a tuning does strictly better."""
+    none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
+    so an unreachable file goal does not buy live files at any price in bytes). Ties go to the earlier
+    candidate (``default`` first), so the defaults are kept unless a tuning does strictly better."""
     if not writes:
         raise ValueError("suggest_tuning needs at least one write in the history")
     cands = list(candidates) if candidates is not None else candidate_tunings(default)
@@ -261,5 +294,5 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     if good:
         tuning, fig = min(good, key=lambda tf: tf[1].bytes_rewritten)
     else:
-        tuning, fig = min(results, key=lambda tf: (tf[1].mean_live_files, tf[1].bytes_rewritten))
+        tuning, fig = min(results, key=lambda tf: (round(shortfall(tf[1], base), 6), tf[1].bytes_rewritten))
     return Suggestion(tuning, fig, base, defaults, bool(good), len(results))
