@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     merge_policy: str = "tiered"
     settle_seconds: float = Field(default=3.0, ge=0)
     merge_fan_in: int = Field(default=12, ge=2, le=1000)
+    # a partition with no new file for this long is finished to its best layout once (the policy's cold rule)
+    cold_after_seconds: float = Field(default=60.0, ge=0, le=86400)
+    # how often beat re-evaluates every tracked table's suggested tuning (AutoAnalyze, services/autotune.py)
+    autotune_seconds: int = Field(default=3600, ge=60)
 
     # dispatch to the actors: "direct" sends each action to Celery at once; "rpq" keeps the backlog in the
     # reliable priority queue and a dispatcher feeds the actors only while they have free slots

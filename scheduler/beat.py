@@ -38,6 +38,8 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         # Bounded state: old audit records, finished actions and batches, thinned history (AO_RETENTION_*).
         "retention": _every("autooptimize.retention", float(settings.retention_sweep_seconds),
                             settings.retention_sweep_seconds - 5),
+        # AutoAnalyze: a fresh suggested tuning per tracked table, applied where the owner allowed it.
+        "autotune": _every("autooptimize.autotune", float(settings.autotune_seconds), settings.autotune_seconds - 5),
         # Buffered writes: age rules, the watched folder, abandoned batches.
         "buffer-tick": _every("autooptimize.buffer_tick", settings.buffer_tick_seconds,
                               settings.buffer_tick_seconds),

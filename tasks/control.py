@@ -46,3 +46,11 @@ def prune_state() -> dict[str, int]:
     from autooptimize.services.retention import apply_retention
 
     return apply_retention(get_settings())
+
+
+@app.task(name="autooptimize.autotune")
+def autotune() -> dict[str, str]:
+    """Re-evaluate every tracked table's suggested merge tuning from its own history (AutoAnalyze)."""
+    from autooptimize.services.autotune import reevaluate
+
+    return reevaluate(get_settings())

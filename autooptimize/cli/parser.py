@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--disallow", type=kinds, metavar="KINDS", help="no longer allow these actions")
     tr.add_argument("--max-bytes-per-action")
     tr.add_argument("--min-interval", type=count(0), help="seconds between actions on one partition")
+    tr.add_argument("--merge-fan-in", type=count(2, 1000),
+                    help="files of a similar size merged together while a partition is written to")
+    tr.add_argument("--cold-after", type=seconds, help="seconds without a write before a partition is finished")
+    tr.add_argument("--leave-alone-below", metavar="SIZE", help="never merge partitions smaller than this")
+    tr.add_argument("--auto-tune", action=argparse.BooleanOptionalAction, default=None,
+                    help="let AutoAnalyze apply the tuning it suggests from the table's history")
     tr.add_argument("--json", action="store_true")
     tr.set_defaults(func=actions.cmd_track)
 
@@ -96,9 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", action="store_true")
     ex.set_defaults(func=actions.cmd_explain)
 
-    wi = sub.add_parser("whatif", help="simulate target sizes and tolerances on the table's current files")
+    wi = sub.add_parser("whatif", help="simulate target sizes and tolerances on the table's current files, or "
+                                       "(--suggest) replay its history to suggest its merge tuning")
     wi.add_argument("table")
-    wi.add_argument("--target-size", required=True, help="comma-separated sizes, e.g. 64MiB,128MiB,256MiB")
+    wi.add_argument("--target-size", help="comma-separated sizes, e.g. 64MiB,128MiB,256MiB")
+    wi.add_argument("--suggest", action="store_true",
+                    help="replay the table's own commits through the policy simulator over candidate tunings "
+                         "and print the one with the fewest bytes rewritten that keeps the file goal")
+    wi.add_argument("--apply", action="store_true", help="with --suggest: make it the table's tuning")
+    wi.add_argument("--cold-after", metavar="SECONDS", help="with --suggest: the cold-after times to try, "
+                                                         "comma-separated (default 30,60,120,300)")
     wi.add_argument("--tolerance", help="comma-separated tolerances (default: a quarter of each target)")
     wi.add_argument("--json", action="store_true")
     wi.set_defaults(func=actions.cmd_whatif)

@@ -37,9 +37,10 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     with session_scope(settings) as session:
         tracked = tracked_table(session, settings.catalog, identifier)
         tuning = tuning_of(tracked) if tracked is not None else None
+        table_id = tracked.id if tracked is not None else None
     request = planning_request(
         settings, identifier, tuning, spec_id=table.spec().spec_id if key is not None else None,
-        partition_key=key, target_file_size=target_override,
+        partition_key=key, target_file_size=target_override, table_id=table_id,
     )
     target, tolerance = request.target_file_size, request.tolerance
     allowed = frozenset(tuning.allowed_actions if tuning else DEFAULT_ACTIONS)

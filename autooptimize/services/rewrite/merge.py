@@ -124,7 +124,7 @@ def plan_partitions(
     table: Table, partitions: list[PartitionFiles], request: MergeRequest
 ) -> tuple[list[tuple[PartitionFiles, Plan]], dict[str, str], dict[str, str]]:
     """The merge plan of each partition, a reason for each partition left alone, and the planning rule
-    of each partition planned (``binpack``, ``tiered``, ``settled_full``, …).
+    of each partition planned (``binpack``, ``tiered``, ``cold_finish``, …).
 
     Pure planning on the current snapshot's metadata: ``explain`` and the action call this same
     function, so an explained plan is what the action executes while the table is unchanged.
@@ -163,7 +163,7 @@ def plan_partition(table: Table, pf: PartitionFiles, request: MergeRequest) -> P
 
 def plan_partition_with_rule(table: Table, pf: PartitionFiles, request: MergeRequest) -> tuple[Plan, str]:
     """The merge plan of one partition and the rule that made it: ``respec``, ``binpack``, or one of
-    :data:`autooptimize.domain.policy.RULES` (``tiered``, ``live_wait``, ``settled_full``, …)."""
+    :data:`autooptimize.domain.policy.RULES` (``tiered``, ``live_wait``, ``cold_finish``, …)."""
     files = plan_files(pf, request.sizing)
     if pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options):
         # a respec moves single files too; one alone larger than the cap stays in its older spec
@@ -173,9 +173,12 @@ def plan_partition_with_rule(table: Table, pf: PartitionFiles, request: MergeReq
     if request.policy == "tiered" and not without_ids and request.max_bytes is None:
         now_ms = request.now_ms if request.now_ms is not None else int(time.time() * 1000)
         newest = pf.newest_ms
-        live = newest is not None and is_live((now_ms - newest) / 1000, request.settle_seconds)
-        chosen = plan_by_policy(files, request.target_file_size, request.tolerance, live=live,
-                                fan_in=request.fan_in, min_input_files=request.min_input_files)
+        # no known write time (only our own outputs): nothing is being written there, so it is cold
+        cold = newest is None or not is_live((now_ms - newest) / 1000, request.cold_after_seconds)
+        chosen = plan_by_policy(files, request.target_file_size, request.tolerance, cold=cold,
+                                fan_in=request.fan_in, min_input_files=request.min_input_files,
+                                received_bytes=pf.bytes, expected_bytes=request.expected_partition_bytes,
+                                leave_alone_below=request.leave_alone_below)
         # the policy chose its files on purpose: spread them evenly, never grow the group (see balance_outputs)
         plan = balance_outputs(chosen.plan, files, min_input_files=request.min_input_files, grow=False)
         return cap_groups(plan, files, request.max_group_bytes, request.min_input_files), chosen.rule
