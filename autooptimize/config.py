@@ -87,9 +87,10 @@ class Settings(BaseSettings):
     # most this many group jobs in flight on its Spark Connect session
     max_group_bytes: int = Field(default=8 * 1024 * MiB, gt=0)
     rewrite_concurrency: int = Field(default=2, ge=1)
-    # which path rewrites a merge group: auto, spark, arrow (in the worker) or arrow_on_spark (a Spark task);
-    # auto: arrow for a local group reading at most AO_ARROW_GROUP_BYTES, Spark above (services/rewrite/engine.py)
-    rewrite_engine: Literal["auto", "spark", "arrow", "arrow_on_spark"] = "auto"
+    # which path rewrites the groups (services/rewrite/engine.py, docs/engines.md): spark (one Spark job per
+    # action, the work on the executors), spark_sql (Spark's own Parquet IO, file:// only) or local (pyarrow
+    # in the worker process: a single machine without a cluster)
+    rewrite_engine: Literal["spark", "spark_sql", "local"] = "spark"
     arrow_group_bytes: int = Field(default=512 * MiB, ge=0)
 
     # how automatic merges choose files: "tiered" keeps live partitions bounded without rewriting merged

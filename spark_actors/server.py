@@ -159,7 +159,7 @@ def _start(settings: Settings, spark_dir: Path) -> ServerInfo:
     with contextlib.suppress(OSError):
         pid_file.unlink()
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
-    # the Python workers (arrow_on_spark's tasks) run this interpreter: it has pyiceberg and autooptimize
+    # the Python workers run this interpreter: it has pyiceberg and pyarrow (our code comes as an artifact)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.update(
         SPARK_CONNECT_AUTHENTICATE_TOKEN=token,

@@ -25,12 +25,13 @@ class OutcomeState(StrEnum):
 
 
 class Engine(StrEnum):
-    """Which path rewrote a group: Spark, or pyarrow through pyiceberg (types/files Spark cannot) in the
-    worker process, or that pyarrow path run as a Spark task (tables on object stores)."""
+    """Which path rewrote a group (services/rewrite/engine.py): ``spark``, the groups of the action as the
+    tasks of one Spark job on the executors; ``spark_sql``, Spark's own Parquet reader and writer, a job per
+    group; ``local``, pyarrow in the worker process (a single machine, chosen explicitly)."""
 
     SPARK = "spark"
-    ARROW = "arrow"
-    ARROW_ON_SPARK = "arrow_on_spark"
+    SPARK_SQL = "spark_sql"
+    LOCAL = "local"
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class MergeRequest:
     settle_seconds: float = 3.0  # a partition written to more recently than this is live (AO_SETTLE_SECONDS)
     fan_in: int = 12  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
     now_ms: int | None = None  # the clock live-ness is judged by (None: now)
-    engine: str = "auto"  # which path rewrites a merge group (AO_REWRITE_ENGINE; services/rewrite/engine.py)
+    engine: str = "spark"  # which path rewrites the groups (AO_REWRITE_ENGINE; services/rewrite/engine.py)
     arrow_group_bytes: int = 512 * 1024 * 1024  # auto: the pyarrow path up to this many input bytes
 
     @property
@@ -133,6 +134,9 @@ class GroupResult:
     scope: tuple[str, ...] | None = None
     refs: dict[str, tuple[str, ...]] | None = None
     rows_deleted: int | None = None
+    #: the outputs' DataFiles as the executors read them from the footers (not checkpointed: a resumed
+    #: checkpoint reads the footers again)
+    data_files: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     def in_part(self, number: int) -> GroupResult:
         return replace(self, part=number)
@@ -146,7 +150,7 @@ class GroupResult:
         }
         if self.engine is not None:
             out["engine"] = self.engine
-        if self.engine == Engine.SPARK:  # the Spark path always recorded it, None included
+        if self.engine == Engine.SPARK_SQL or self.sort_order_id is not None:
             out["sort_order_id"] = self.sort_order_id
         if self.part is not None:
             out["part"] = self.part

@@ -51,7 +51,7 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
         sort_order=tuning.sort_order if tuning else None,
         zorder_columns=tuning.zorder_columns if tuning else None, sizing=learned(settings, identifier),
         max_group_bytes=settings.max_group_bytes, policy=settings.merge_policy,
-        settle_seconds=settings.settle_seconds, fan_in=settings.merge_fan_in,
+        settle_seconds=settings.settle_seconds, fan_in=settings.merge_fan_in, engine=settings.rewrite_engine,
     )
 
 

@@ -47,7 +47,7 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
 
     schema, spec = table.schema(), table.spec()
     # Spark's own Parquet writer reaches only local files; the buffered files are on this worker's disk
-    on_arrow = not is_local(table) or settings.rewrite_engine in ("arrow", "arrow_on_spark")
+    on_arrow = not is_local(table) or settings.rewrite_engine == "local"
     for _ in range(3):
         files = _claimed_files(settings, batch_id)
         missing = [f for f in files if not Path(f.path).is_file()]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import Engine, GroupResult, Hooks, MergeOutcome, MergeRequest, Sizing
+from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeOutcome, MergeRequest, Sizing
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.job_groups import cap_groups
 from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_bin_pack
@@ -36,7 +37,8 @@ from autooptimize.iceberg.fileio import is_local
 from autooptimize.iceberg.files import PartitionFiles, live_partitions
 from autooptimize.services import evolution
 from autooptimize.services.rewrite.engine import choose_engine
-from autooptimize.services.rewrite.evolution import evolution_data_files, evolution_rewrite
+from autooptimize.services.evolution import encode_partition
+from autooptimize.services.rewrite.evolution import evolution_data_files, local_rewrite
 from autooptimize.services.rewrite.kind import (
     CheckpointWriter,
     Committed,
@@ -190,14 +192,16 @@ def plan_partition_with_rule(table: Table, pf: PartitionFiles, request: MergeReq
 
 
 def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], request: MergeRequest) -> MergeRequest:
-    """The request with output bytes per row measured by a Spark sample, when sizing can matter.
+    """The request with output bytes per row measured on a sample written by the writer of the groups
+    (under ``spark`` a task on an executor, under ``local`` this process), when sizing can matter.
 
     Only partitions this version may merge count, and only when one holds at least a target's worth
     of candidate files (smaller partitions write one file whatever the estimate). The sample is
     written under the action's own directory and removed.
     """
     target = request.target_file_size
-    if not is_local(table):  # the sample is written by Spark's own writer, which reaches only local files
+    engine = Engine(request.engine)
+    if engine == Engine.SPARK_SQL and not is_local(table):  # Spark's own writer reaches only local files
         return request
     for pf in partitions:
         if refusal(table, pf) is not None:
@@ -206,7 +210,7 @@ def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], reque
         if sum(size for size, _ in candidates) < target or len(candidates) < request.min_input_files:
             continue
         sample = calibration_sample(candidates, target)
-        if not all(evolution.has_field_ids(table, p) for p in sample):
+        if evolution.may_hold_files_without_ids(table) and not all(evolution.has_field_ids(table, p) for p in sample):
             return request
         codec = table.properties.get("write.parquet.compression-codec", "zstd")
         directory = f"{action_dir(table, pf, request.action_id)}/calibration"
@@ -214,13 +218,19 @@ def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], reque
         # differ in size by up to 3× (seen in tests/integration/test_sizing.py)
         from spark_actors.types import SPARK, engine_for
 
-        spark_can = engine_for(table.schema(), field_ids=True) == SPARK
-        if choose_engine(request, request.target_file_size, spark_can=spark_can, local=True,
-                         ordered=False) == Engine.ARROW:
-            by_path = {f.path: f.data_file for f in pf.data_files}
-            sizing = calibrate_arrow(table, [by_path[p] for p in sample], directory, codec, (pf.spec_id, pf.record))
-        else:
+        by_path = {f.path: f.data_file for f in pf.data_files}
+        if engine == Engine.SPARK:  # on an executor, like the groups (spark_actors/group_tasks.calibrate)
+            from spark_actors import group_tasks
+            from spark_actors.action_job import TableContext, run_action_job
+
+            job = run_action_job(spark, TableContext.of(table), [(group_tasks.calibrate, (
+                [by_path[p] for p in sample], directory, codec, (pf.spec_id, pf.record)))])
+            rows, size = job.values()[0]
+            sizing = Sizing(size / rows, "calibration") if rows else NO_SIZING
+        elif engine == Engine.SPARK_SQL and engine_for(table.schema(), field_ids=True) == SPARK:
             sizing = calibrate(spark, table, sample, directory, codec)
+        else:
+            sizing = calibrate_arrow(table, [by_path[p] for p in sample], directory, codec, (pf.spec_id, pf.record))
         log.info("action %s: calibrated output at %.2f bytes/row from %d files", request.action_id,
                  sizing.bytes_per_row or 0, len(sample))
         return dataclasses.replace(request, sizing=sizing)
@@ -237,6 +247,22 @@ def _mse_after(partitions: list[PartitionFiles], plans: list[tuple[PartitionFile
         return EntropyStats.from_sizes(sizes, target).mse
     planned = sum((plan.mse_after * len(pf.data_files) for pf, plan in plans), 0.0)
     return planned / max(1, sum(len(pf.data_files) for pf, _ in plans))
+
+
+@dataclass(frozen=True)
+class _Group:
+    """One merge group ready to rewrite: its inputs, the engine chosen and its sort or z-order keys."""
+
+    unit: Unit
+    directory: str
+    by_path: dict[str, Any]
+    inputs: list[str]
+    engine: Engine
+    respec: bool
+    keys: list[Any] | None  # sort keys (SortKey)
+    zkeys: list[Any] | None  # z-order keys (ZKey)
+    columns: list[Any] | None  # the sort columns (checked on the outputs)
+    sort_order_id: int | None
 
 
 class MergeKind:
@@ -274,9 +300,8 @@ class MergeKind:
     def concurrency(self, request: MergeRequest) -> int:
         return request.concurrency
 
-    def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
-                request: MergeRequest) -> GroupResult:
-        from spark_actors.rewrite import rewrite_group
+    def prepare(self, table: Table, unit: Unit, directory: str, request: MergeRequest) -> _Group:
+        """What the group's rewrite needs, and the engine that rewrites it (or ActionRefused)."""
         from spark_actors.types import SPARK, engine_for
 
         pf, group = unit.partition, unit.work
@@ -285,40 +310,113 @@ class MergeKind:
         order = sort_spec(table, request)
         zorder = zorder_spec(table, request)
         respec = pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options)
-        with_ids = {evolution.has_field_ids(table, p) for p in inputs}
+        with_ids = {evolution.has_field_ids(table, p) for p in inputs} if evolution.may_hold_files_without_ids(
+            table) else {True}  # without a name mapping every file has field ids: no footer is read here
         if len(with_ids) != 1:
             raise VerificationFailed(f"group {directory} mixes files with and without field ids")
-        # Spark's own Parquet IO reaches only local files; a table on an object store goes through the
-        # pyarrow path, run as a Spark task (spark_actors/arrow_on_spark.py)
-        spark_can = engine_for(table.schema(), field_ids=with_ids.pop()) == SPARK and is_local(table)
+        field_ids = with_ids.pop()
+        # Spark's own Parquet IO reaches only local files (no Hadoop S3 filesystem here)
+        spark_can = engine_for(table.schema(), field_ids=field_ids) == SPARK and is_local(table)
         columns = order[0] if order else None
         keys = spark_sort(columns)
         ordered = order is not None or zorder is not None
         # a z-order's z-value is a Spark expression (spark_actors/zorder.py) or numpy (spark_actors/zorder_arrow.py)
         arrow_sortable = zorder is not None or sortable([f.name for f in table.schema().fields], keys)
         zkeys = group_keys(table, [by_path[p].data_file for p in inputs], zorder) if zorder else None
-        engine = choose_engine(request, group.bytes_in, spark_can=spark_can, local=is_local(table),
-                               ordered=ordered, arrow_sortable=arrow_sortable)
-        if ordered and (respec or (engine == Engine.SPARK and not spark_can)):
+        engine = choose_engine(request, spark_can=spark_can, ordered=ordered, arrow_sortable=arrow_sortable)
+        if engine == Engine.SPARK_SQL and not spark_can and ordered:
             raise ActionRefused(f"{request.kind}_not_supported",
-                                f"this {request.kind} needs the Spark path (a group this large, or NULLS "
-                                "FIRST and LAST mixed), and this group has types or files that only the pyarrow "
-                                "path rewrites faithfully, or lives where Spark cannot read; merge it instead")
-        if respec or engine != Engine.SPARK:
-            return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec,
-                                     spark=spark if engine == Engine.ARROW_ON_SPARK else None, sort=keys,
-                                     sort_order_id=order[1] if order else None, zorder=zkeys,
-                                     check_sorted=(lambda outputs: check_sorted_group(table, outputs, columns))
-                                     if order else None)
+                                f"this {request.kind} needs Spark's own sort (NULLS FIRST and LAST mixed, or a "
+                                "nested key), and this group has types or files that only the pyarrow path "
+                                "rewrites faithfully, or lives where Spark cannot read; merge it instead")
+        if respec and engine == Engine.SPARK_SQL:
+            engine = Engine.SPARK  # a respec partitions rows with pyiceberg's transforms (pyarrow path)
+        return _Group(unit, directory, by_path, inputs, engine, respec, keys, zkeys, columns,
+                      order[1] if order else None)
+
+    def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
+                request: MergeRequest) -> GroupResult:
+        """One group in this process's threads (``local``) or as its own Spark SQL job (``spark_sql``);
+        a group of the ``spark`` engine goes with the others through :meth:`rewrite_action`."""
+        g = self.prepare(table, unit, directory, request)
+        if g.engine == Engine.SPARK:
+            return self.rewrite_action(spark, table, [unit], [directory], codec, hooks, request)[0]
+        return self._rewrite_one(spark, table, g, codec, hooks)
+
+    def rewrite_action(self, spark: Any, table: Table, units: list[Unit], directories: list[str], codec: str,
+                       hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
+        """Every group of the action: those of the ``spark`` engine as the tasks of one Spark job on the
+        executors (spark_actors/action_job.py), verified here from what the tasks return; any other
+        (a sort only Spark SQL can do) after it, one by one."""
+        from spark_actors import group_tasks
+        from spark_actors.action_job import TableContext, run_action_job
+
+        prepared = [self.prepare(table, u, d, request) for u, d in zip(units, directories, strict=True)]
+        on_job = [g for g in prepared if g.engine == Engine.SPARK]
+        results: dict[int, GroupResult] = {}
+        if on_job:
+            calls = []
+            for g in on_job:
+                pf = g.unit.partition
+                spec_id = table.spec().spec_id if g.respec else None
+                calls.append((group_tasks.rewrite_group,
+                              ([g.by_path[p].data_file for p in g.inputs], g.directory, g.unit.work.files_out, codec,
+                               spec_id, None if g.respec else (pf.spec_id, pf.record), g.keys, g.zkeys,
+                               g.sort_order_id)))
+            with phase("action.spark_job"):
+                job = run_action_job(spark, TableContext.of(table), calls, tag=tag)
+            log.info("action %s: %d group(s) in one Spark job, %.2f s, on %d executor(s)", request.action_id,
+                     len(calls), job.seconds, len(job.executors))
+            for g, outcome in zip(on_job, job.outcomes, strict=True):
+                if outcome.error is not None:
+                    raise outcome.error
+                results[id(g)] = self._verify_written(table, g, outcome.value, hooks, outcome.executor)
+        for g in prepared:
+            if id(g) not in results:
+                results[id(g)] = self._rewrite_one(spark, table, g, codec, hooks)
+        return [results[id(g)] for g in prepared]
+
+    def _verify_written(self, table: Table, g: _Group, written: Any, hooks: Hooks, executor: str) -> GroupResult:
+        """The group's record once the figures an executor sent back pass the verify ladder."""
+        pf = g.unit.partition
+        paths = list(written.paths)
+        digest_in = Digest(int(written.rows_in), str(written.checksum_in))
+        digest_out = Digest(int(written.rows_out), str(written.checksum_out))
+        if hooks.after_write:  # a test touched the outputs after the executor read them: read them again
+            digest_out = read_back_digest(hooks, paths, lambda: output_digest(table, paths))
+        outputs = list(written.data_files)
+        verify_group(g.directory, reader="pyiceberg", files_in=len(g.inputs),
+                     metadata_rows=sum(g.by_path[p].record_count for p in g.inputs), rows_read=digest_in.rows,
+                     expected_out=digest_in, digest_out=digest_out,
+                     footer_rows=lambda: sum(int(o.record_count) for o in outputs))
+        check_sorted_group(table, outputs, g.columns)
+        encoded = None
+        if g.respec:
+            spec = table.spec()
+            encoded = tuple((int(sid), tuple(encode_partition(spec, table, record)))
+                            for sid, record in written.partitions)
+        return group_result(pf, g.inputs, sum(g.by_path[p].size for p in g.inputs), paths, outputs, digest_in.rows,
+                            digest_in.checksum, digest_out, engine=Engine.SPARK.value, output_partitions=encoded,
+                            sort_order_id=g.sort_order_id, data_files=tuple(outputs))
+
+    def _rewrite_one(self, spark: Any, table: Table, g: _Group, codec: str, hooks: Hooks) -> GroupResult:
+        from spark_actors.rewrite import rewrite_group
+
+        pf, group, inputs, by_path, directory = g.unit.partition, g.unit.work, g.inputs, g.by_path, g.directory
+        if g.engine == Engine.LOCAL:
+            return local_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, g.respec,
+                                 sort=g.keys, sort_order_id=g.sort_order_id, zorder=g.zkeys,
+                                 check_sorted=(lambda outputs: check_sorted_group(table, outputs, g.columns))
+                                 if g.columns else None)
         by_id = inputs_digest(table, inputs)  # pyarrow reads the inputs while Spark rewrites them
         with phase("group.spark_job"):
             result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
-                                   sort=keys, io=table.io, zorder=zkeys)
+                                   sort=g.keys, io=table.io, zorder=g.zkeys)
         paths = list(result.paths)
         digest_in = as_digest(result.digest_in)
         with phase("group.read_back"):
             digest_out = read_back_digest(hooks, paths, lambda: output_digest(table, paths))
-        sort_order_id = order[1] if order else None
+        sort_order_id = g.sort_order_id
         outputs: list[Any] = []
 
         def footer_rows() -> int:
@@ -332,9 +430,10 @@ class MergeKind:
                      metadata_rows=sum(by_path[p].record_count for p in inputs), rows_read=digest_in.rows,
                      expected_out=digest_in, digest_out=digest_out, footer_rows=footer_rows,
                      inputs_by_id=inputs_by_id)
-        check_sorted_group(table, outputs, columns)
+        check_sorted_group(table, outputs, g.columns)
         return group_result(pf, inputs, sum(by_path[p].size for p in inputs), paths, outputs, digest_in.rows,
-                            digest_in.checksum, digest_out, engine=Engine.SPARK.value, sort_order_id=sort_order_id)
+                            digest_in.checksum, digest_out, engine=Engine.SPARK_SQL.value,
+                            sort_order_id=sort_order_id)
 
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
@@ -362,13 +461,26 @@ def _added_files(table: Table, live: dict[str, Any], groups: list[GroupResult]) 
     """The DataFiles of the groups' outputs, from their footers, in their inputs' (or their own) partition."""
     added: list[Any] = []
     for g in groups:
+        if g.output_partitions is not None and g.data_files is not None:  # a respec on the executors
+            added.extend(g.data_files)
+            continue
         if g.output_partitions is not None:  # rewritten into another spec: each output has its own partition
             added.extend(evolution_data_files(table, g))
             continue
         first = live[g.inputs[0]].data_file
+        if g.data_files is not None:  # read from the footers on the executors that wrote them
+            added.extend(_in_spec(f, first.spec_id) for f in g.data_files)
+            continue
         added.extend(data_file_from_footer(table, p, first.spec_id, first.partition, g.sort_order_id)
                      for p in g.outputs)
     return added
+
+
+def _in_spec(data_file: Any, spec_id: int) -> Any:
+    """``data_file`` (read on an executor, written in its inputs' partition) with its spec id (not a field
+    of the manifest entry, so not carried by pickling)."""
+    data_file.spec_id = spec_id
+    return data_file
 
 
 def run_merge(settings: Settings, request: MergeRequest, spark: Any, save_checkpoint: CheckpointWriter,
