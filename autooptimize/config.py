@@ -48,6 +48,11 @@ class Settings(BaseSettings):
     spark_driver_memory: str = "2g"
     spark_cores: int = Field(default=2, ge=1)
     spark_port: int = Field(default=15002, ge=0, le=65535)
+    # the master the service's own Connect server (local, or ``autooptimize spark serve``) runs its jobs on:
+    # empty for local[spark_cores] in the server's JVM, or a cluster (spark://host:7077, yarn, k8s://...)
+    spark_master: str = ""
+    # extra Spark confs of that server (JSON object), e.g. {"spark.executor.memory": "4g"}
+    spark_server_conf: dict[str, str] = Field(default_factory=dict)
     # token of a Spark Connect server this service does not start (e.g. `autooptimize spark serve`); not empty
     spark_token: SecretStr | None = None
 

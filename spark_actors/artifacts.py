@@ -41,16 +41,17 @@ def _sources() -> list[tuple[str, Path]]:
 
 
 def build_archive() -> tuple[str, Path]:
-    """The zip of our packages and its content hash (built once per process and content)."""
+    """The zip of our packages and its content hash, built once per process (the code a process runs does
+    not change under it)."""
     global _archive
     with _lock:
+        if _archive is not None and _archive[1].is_file():
+            return _archive
         sources = _sources()
         digest = hashlib.sha256()
         for name, path in sources:
             digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
         content = digest.hexdigest()[:16]
-        if _archive is not None and _archive[0] == content and _archive[1].is_file():
-            return _archive
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
             for name, path in sources:

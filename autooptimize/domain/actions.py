@@ -134,6 +134,7 @@ class GroupResult:
     scope: tuple[str, ...] | None = None
     refs: dict[str, tuple[str, ...]] | None = None
     rows_deleted: int | None = None
+    executor: str | None = None  # ``host:pid`` of the executor JVM whose task rewrote it (engine ``spark``)
     #: the outputs' DataFiles as the executors read them from the footers (not checkpointed: a resumed
     #: checkpoint reads the footers again)
     data_files: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
@@ -154,6 +155,8 @@ class GroupResult:
             out["sort_order_id"] = self.sort_order_id
         if self.part is not None:
             out["part"] = self.part
+        if self.executor is not None:
+            out["executor"] = self.executor
         if self.output_partitions is not None:
             out["output_partitions"] = [[sid, list(encoded)] for sid, encoded in self.output_partitions]
         if self.deletes is not None:
@@ -170,7 +173,7 @@ class GroupResult:
             outputs=tuple(entry["outputs"]), bytes_in=int(entry["bytes_in"]), bytes_out=int(entry["bytes_out"]),
             rows_in=int(entry["rows_in"]), rows_out=int(entry["rows_out"]), checksum_in=entry["checksum_in"],
             checksum_out=entry["checksum_out"], output_sizes=tuple(int(s) for s in entry.get("output_sizes") or ()),
-            engine=entry.get("engine"), sort_order_id=entry.get("sort_order_id"),
+            engine=entry.get("engine"), sort_order_id=entry.get("sort_order_id"), executor=entry.get("executor"),
             part=None if entry.get("part") is None else int(entry["part"]),
             output_partitions=None if partitions is None else tuple((int(s), tuple(e)) for s, e in partitions),
             deletes=None if entry.get("deletes") is None else tuple(entry["deletes"]),

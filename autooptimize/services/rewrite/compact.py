@@ -176,7 +176,7 @@ class CompactKind:
             results.append(_verified(plan, d, directory, "pyarrow", int(written.rows_in), int(written.rows_deleted),
                                      Digest(int(written.rows_in) - int(written.rows_deleted), str(written.checksum_in)),
                                      digest_out, lambda o=outputs: sum(int(f.record_count) for f in o), outputs,
-                                     Engine.SPARK, data_files=tuple(outputs)))
+                                     Engine.SPARK, data_files=tuple(outputs), executor=outcome.executor))
         return results
 
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
@@ -257,7 +257,7 @@ def _job_args(plan: CompactionPlan, deletes: list[Any], directory: str, codec: s
 
 def _verified(plan: CompactionPlan, deletes: list[Any], directory: str, reader: str, rows_read: int,
               rows_deleted: int, expected: Digest, digest_out: Digest, footer_rows: Any, outputs: list[Any],
-              engine: Engine, data_files: tuple[Any, ...] | None = None) -> GroupResult:
+              engine: Engine, data_files: tuple[Any, ...] | None = None, executor: str | None = None) -> GroupResult:
     """The group's record once rows, deleted rows and digests pass the verify ladder."""
     rows_in = sum(f.record_count for f in plan.inputs)
     equality = any(d.equality_ids is not None for d in deletes)
@@ -277,7 +277,7 @@ def _verified(plan: CompactionPlan, deletes: list[Any], directory: str, reader: 
                         digest_out, deletes=tuple(d.path for d in plan.deletes),
                         scope=tuple(d.path for d in plan.scope),
                         refs={k: tuple(sorted(v)) for k, v in plan.refs.items()},
-                        rows_deleted=rows_deleted, engine=engine.value, data_files=data_files)
+                        rows_deleted=rows_deleted, engine=engine.value, data_files=data_files, executor=executor)
 
 
 def run_compact_deletes(settings: Settings, request: MergeRequest, spark: Any, save_checkpoint: CheckpointWriter,

@@ -397,7 +397,7 @@ class MergeKind:
                             for sid, record in written.partitions)
         return group_result(pf, g.inputs, sum(g.by_path[p].size for p in g.inputs), paths, outputs, digest_in.rows,
                             digest_in.checksum, digest_out, engine=Engine.SPARK.value, output_partitions=encoded,
-                            sort_order_id=g.sort_order_id, data_files=tuple(outputs))
+                            sort_order_id=g.sort_order_id, data_files=tuple(outputs), executor=executor)
 
     def _rewrite_one(self, spark: Any, table: Table, g: _Group, codec: str, hooks: Hooks) -> GroupResult:
         from spark_actors.rewrite import rewrite_group
