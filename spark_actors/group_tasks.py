@@ -66,7 +66,7 @@ def rewrite_group(table: Table, inputs: list[DataFile], directory: str, files_ou
 
     With ``spec_id`` (a respec) each output is also checked to hold only rows of the partition it is
     recorded under."""
-    from autooptimize.services.rewrite.evolution import check_partition
+    from spark_actors.arrow_partition import check_partition
     from spark_actors.arrow_rewrite import rewrite_group_arrow
 
     _fresh_directory(table, directory, attempt)

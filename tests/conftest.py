@@ -148,7 +148,13 @@ def spark_cluster(settings):
     server). Before anything else, checks that the executors cannot import our package on their own."""
     from pathlib import Path
 
-    from tests.integration.cluster import ConnectServer, StandaloneCluster, base_python, session_for, site_packages
+    from tests.integration.cluster import (
+        ConnectServer,
+        StandaloneCluster,
+        base_python,
+        session_for,
+        site_packages,
+    )
 
     home = Path(_HOME) / "cluster"
     cluster = StandaloneCluster(home / "standalone")

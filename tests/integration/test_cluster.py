@@ -4,7 +4,6 @@ package installed, and the process that runs the action reads next to none of th
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import os
 

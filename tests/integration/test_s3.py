@@ -48,7 +48,7 @@ def test_merge_on_s3_rewrites_through_spark_workers_and_keeps_every_row(s3_setti
     assert all(p.startswith(table.location() + "/data/") for p in after)
     with session_scope(s3_settings) as s:
         groups = get_action(s, action_id).checkpoint["groups"]
-    assert [g["engine"] for g in groups] == ["arrow_on_spark", "arrow_on_spark"]  # in Spark tasks, not here
+    assert [g["engine"] for g in groups] == ["spark", "spark"]  # in Spark tasks, not here
     assert table_checksum(table) == before
     assert _second_reader(table) == second
     # nothing the action wrote is left beside what it committed
@@ -139,7 +139,7 @@ def test_sort_on_s3_runs_in_spark_tasks_and_writes_disjoint_sorted_files(s3_sett
     assert out["state"] == "succeeded", out
     assert (out["rows_in"], out["checksum_in"]) == (out["rows_out"], out["checksum_out"]) and out["rows_in"] == 600
     with session_scope(s3_settings) as s:
-        assert {g["engine"] for g in get_action(s, action_id).checkpoint["groups"]} == {"arrow_on_spark"}
+        assert {g["engine"] for g in get_action(s, action_id).checkpoint["groups"]} == {"spark"}
     assert table_checksum(table) == before and _second_reader(table) == second
     spans = []
     for path in live_files(table):

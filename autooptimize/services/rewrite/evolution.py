@@ -6,18 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
-from pyiceberg.typedef import Record
 
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks
 from autooptimize.domain.profile import phase
-from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.files import LiveFile, PartitionFiles
 from autooptimize.services.evolution import decode_partition, encode_partition
 from autooptimize.services.rewrite.kind import group_result
 from autooptimize.services.rewrite.verify import output_digest, read_back_digest, verify_group
+from spark_actors.arrow_partition import check_partition
 
 
 def local_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory: str, files_out: int,
@@ -65,27 +63,6 @@ def local_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory
                         digest_in.rows, digest_in.checksum, digest_out,
                         engine=Engine.LOCAL.value,
                         output_partitions=encoded, sort_order_id=sort_order_id)
-
-
-def check_partition(table: Table, spec: PartitionSpec, path: str, partition: tuple[int, Record]) -> None:
-    """Raise VerificationFailed unless every row of the output at ``path`` maps to ``record`` under ``spec``."""
-    import pyarrow.compute as pc
-    from pyiceberg.io.pyarrow import _get_field_from_arrow_table
-
-    from spark_actors.arrow_rewrite import read_back
-
-    record = partition[1]
-    data = read_back(table, [path], [partition])
-    schema = table.schema()
-    for pos, pfield in enumerate(spec.fields):
-        source = schema.find_field(pfield.source_id)
-        column = _get_field_from_arrow_table(data, schema.find_column_name(pfield.source_id))
-        values = pfield.transform.pyarrow_transform(source.field_type)(column)
-        distinct = pc.unique(values).to_pylist()
-        if distinct != [record[pos]]:
-            raise VerificationFailed(
-                f"output {path} holds {pfield.name} values {distinct[:5]} but is recorded under {record[pos]!r}"
-            )
 
 
 def evolution_data_files(table: Table, group: GroupResult) -> list[Any]:
