@@ -123,3 +123,24 @@ def calibrate(table: Table, inputs: list[DataFile], directory: str, codec: str, 
     finally:
         delete_tree(table.location(), directory, table.io)
     return out.rows_in, size
+
+
+def consolidate(table: Table, spec_id: int, groups: list[list[str]], output_dir: str, rows_per_file: int,
+                codec: str, *, attempt: int = 0) -> tuple[Any, Any, dict[str, DataFile]]:
+    """A buffered-write batch (spark_actors.arrow_consolidate.consolidate_files_arrow) on an executor: the
+    writer's output, the outputs' digest read back by field id, and each output's DataFile (from its footer).
+    The buffered files must be readable where the task runs (one host, or a shared buffer zone)."""
+    from pyiceberg.typedef import Record
+
+    from autooptimize.iceberg.checksum import parquet_digest
+    from autooptimize.iceberg.commit import data_file_from_footer
+    from spark_actors.arrow_consolidate import consolidate_files_arrow
+
+    _fresh_directory(table, output_dir, attempt)
+    spec = table.metadata.specs()[spec_id]
+    out = consolidate_files_arrow(table, spec, groups, output_dir, rows_per_file, codec)
+    written = [p for part in out.partitions for p in part.paths]
+    digest = parquet_digest(table.schema(), written, table.io)
+    files = {path: data_file_from_footer(table, path, spec_id, Record(*part.values))
+             for part in out.partitions for path in part.paths}
+    return out, digest, files

@@ -5,7 +5,7 @@ package installed, and the process that runs the action reads next to none of th
 from __future__ import annotations
 
 import itertools
-import os
+import random
 
 import pyarrow as pa
 import pytest
@@ -14,6 +14,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import BinaryType, LongType, NestedField, StringType
 
+from autooptimize.iceberg.checksum import table_checksum
 from autooptimize.services import actions, tracking
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import get_action
@@ -23,25 +24,44 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
 
 _names = itertools.count()
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "part", StringType(), required=True),
-                NestedField(3, "payload", BinaryType(), required=False))
+                NestedField(3, "k", LongType(), required=False), NestedField(4, "payload", BinaryType(), required=False))
 SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "part"))
+ARROW = pa.schema([pa.field("id", pa.int64(), False), pa.field("part", pa.string(), False), pa.field("k", pa.int64()),
+                   pa.field("payload", pa.binary())])
 
 
-def make_table(catalog, partitions: int, files: int, file_bytes: int, name: str):
+def rows_of(first: int, count: int, part: str, rng: random.Random, shuffled: bool = False) -> pa.Table:
+    ids = list(range(first, first + count))
+    if shuffled:  # every file spans the partition's ids: a sort has overlapping files to fix
+        ids = [first + rng.randrange(10 * count) for _ in range(count)]
+    return pa.table({"id": ids, "part": [part] * count, "k": [rng.randrange(1 << 40) for _ in range(count)],
+                     "payload": [rng.randbytes(1000) for _ in range(count)]}, schema=ARROW)
+
+
+def make_table(catalog, partitions: int, files: int, file_bytes: int, name: str, shuffled: bool = False):
     """``partitions`` partitions of ``files`` files each of about ``file_bytes`` of incompressible payload,
     written in ONE commit (one manifest: the metadata the worker reads stays small beside the data)."""
     table = catalog.create_table(f"test.{name}_{next(_names)}", schema=SCHEMA, partition_spec=SPEC,
                                  properties={"write.target-file-size-bytes": str(file_bytes)})
-    rows_per_file = max(1, file_bytes // 1024)
-    rows = partitions * files * rows_per_file
-    data = pa.table({
-        "id": pa.array(range(rows), pa.int64()),
-        "part": pa.array([f"p{i // (files * rows_per_file)}" for i in range(rows)], pa.string()),
-        "payload": pa.array([os.urandom(1000) for _ in range(rows)], pa.binary()),
-    }, schema=pa.schema([pa.field("id", pa.int64(), False), pa.field("part", pa.string(), False),
-                         pa.field("payload", pa.binary())]))
-    table.append(data)
+    rng = random.Random(len(name) * 7919 + partitions)
+    per_file = max(1, file_bytes // 1040)
+    pieces = [rows_of((p * files + f) * per_file, per_file, f"p{p}", rng, shuffled)
+              for p in range(partitions) for f in range(files)]
+    table.append(pa.concat_tables(pieces))
     return table
+
+
+def measured(run):
+    """``run()`` and the bytes this process read meanwhile (rchar: files and sockets alike)."""
+    before = io_counters()
+    out = run()
+    return out, io_counters()["rchar"] - before["rchar"]
+
+
+def assert_moved_no_data(read: int, groups: list[dict], what: str) -> None:
+    rewritten = sum(g["bytes_in"] for g in groups)
+    print(f"\n{what}: rewrote {rewritten} bytes; this process read {read} ({read / max(1, rewritten):.2%})")
+    assert read <= 0.01 * rewritten, (what, read, rewritten)
 
 
 def io_counters() -> dict[str, int]:
@@ -118,3 +138,93 @@ def test_merge_of_eight_groups_runs_on_both_executors_and_the_worker_moves_no_da
     assert read <= 0.01 * rewritten, (read, rewritten)
     assert len(live_files(table)) == 8
     assert action_outputs(table) == set(f.removeprefix("file://") for f in live_files(table))
+
+
+def pq_ids(table, path: str) -> list[int]:
+    import pyarrow.parquet as pq
+
+    with table.io.new_input(path).open() as stream:
+        return pq.read_table(stream, columns=["id"])["id"].to_pylist()
+
+
+def _executors(groups: list[dict]) -> set[str]:
+    assert {g["engine"] for g in groups} == {"spark"}, groups
+    return {g["executor"] for g in groups}
+
+
+def test_sort_and_zorder_run_on_the_executors(settings, spark_cluster, catalog):
+    _, session, _, _ = spark_cluster
+    for kind, options in (("sort", None), ("zorder", {"zorder_columns": "id,k"})):
+        # the first action of a kind imports its modules (rchar counts those reads): a small one goes first
+        for file_bytes, target in ((64 << 10, "64KiB"), (2 << 20, "2MiB")):
+            table = make_table(catalog, partitions=2, files=4, file_bytes=file_bytes, name=f"cluster_{kind}",
+                               shuffled=True)
+            ident = identifier(table)
+            tracking.track(settings, ident, target_file_size=target, sort_order="id" if kind == "sort" else None)
+            rows_before, checksum_before = second_reader_checksum(table)
+            action_id = actions.submit(settings, ident, kind=kind, dispatch=False, options=options)
+            out, read = measured(lambda a=action_id: actions.execute(settings, a, spark=session))
+            assert out["state"] == "succeeded", out
+            assert second_reader_checksum(table) == (rows_before, checksum_before)
+            groups = _groups(settings, action_id)
+            assert len(groups) >= 2 and len(_executors(groups)) >= 1
+        assert_moved_no_data(read, groups, kind)
+
+
+def test_delete_compaction_with_position_and_equality_deletes_runs_on_the_executors(settings, spark_cluster,
+                                                                                     catalog):
+    from tests.integration.deletes import (
+        data_files,
+        delete_equal,
+        delete_files,
+        delete_positions,
+        reference_checksum,
+    )
+
+    _, session, _, _ = spark_cluster
+    for file_bytes in (64 << 10, 2 << 20):  # a small one first: the first action of a kind imports its modules
+        table = make_table(catalog, partitions=2, files=3, file_bytes=file_bytes, name="cluster_deletes")
+        p0, p1 = data_files(table, "part=p0"), data_files(table, "part=p1")
+        delete_positions(table, {p0[0]: range(0, 40, 3), p0[1]: [0, 5]})
+        p1_ids = pq_ids(table, p1[0])
+        delete_equal(table, p1[0], ["id"], [{"id": i} for i in p1_ids[:30]] + [{"id": -1}])
+        expected = reference_checksum(table)
+        ident = identifier(table)
+        tracking.track(settings, ident, target_file_size="8MiB")
+        action_id = actions.submit(settings, ident, kind="compact_deletes", dispatch=False)
+        out, read = measured(lambda a=action_id: actions.execute(settings, a, spark=session))
+        assert out["state"] == "succeeded", out
+        assert delete_files(table) == []
+        assert table_checksum(table) == expected
+        groups = _groups(settings, action_id)
+        assert len(groups) == 2 and all(g["rows_deleted"] > 0 for g in groups), groups
+        _executors(groups)
+    assert_moved_no_data(read, groups, "compact_deletes")
+
+
+def test_consolidation_of_buffered_files_runs_on_an_executor(settings, spark_cluster, catalog, tmp_path):
+    import pyarrow.parquet as pq
+
+    from autooptimize.services.buffer import landing
+    from autooptimize.services.buffer.consolidate import consolidate_table
+    from tasks.send import CeleryDispatch
+
+    _, session, _, _ = spark_cluster
+    for rows in (50, 2000):  # a small one first: the first consolidation imports its modules
+        table = catalog.create_table(f"test.cluster_buffer_{next(_names)}", schema=SCHEMA, partition_spec=SPEC)
+        ident = identifier(table)
+        rng = random.Random(rows)
+        files = []
+        for i in range(6):
+            path = tmp_path / f"in-{rows}-{i}.parquet"
+            pq.write_table(rows_of(i * rows, rows, f"p{i % 2}", rng), path)
+            files.append(path)
+        landed = landing.land(settings, ident, files, dispatch=CeleryDispatch(settings))
+        assert len(landed["landed"]) == 6
+        size = sum(p.stat().st_size for p in files)
+        out, read = measured(lambda i=ident: consolidate_table(settings, i, dispatch=CeleryDispatch(settings),
+                                                               spark=session, flush=True))
+        assert [b["state"] for b in out["batches"]] == ["done"], out
+        b = out["batches"][0]
+        assert b["rows_in"] == b["rows_out"] == 6 * rows and b["checksum_in"] == b["checksum_out"]
+    assert_moved_no_data(read, [{"bytes_in": size}], "consolidation")

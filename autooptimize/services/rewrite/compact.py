@@ -37,7 +37,7 @@ from autooptimize.services.compact import (
     plan_compaction,
     sequence_number,
 )
-from autooptimize.services.evolution import has_field_ids
+from autooptimize.services.evolution import has_field_ids, may_hold_files_without_ids
 from autooptimize.services.rewrite.engine import choose_engine
 from autooptimize.services.rewrite.kind import (
     CheckpointWriter,
@@ -104,6 +104,8 @@ class CompactKind:
                        _mse([f.size for p in plans for f in p.partition.data_files], target), mse_after, request)
 
     def check_writable(self, table: Table, planned: Planned) -> None:
+        if not may_hold_files_without_ids(table):  # no name mapping: every file has ids, no footer is read
+            return
         for path in (f.path for u in planned.units for f in u.work.inputs):
             if not has_field_ids(table, path):
                 raise ActionRefused(
