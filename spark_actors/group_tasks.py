@@ -12,7 +12,9 @@ group's directory: the directory belongs to this action's group alone.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,12 +38,30 @@ class GroupWritten:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+#: Beside a group's directory while a task writes it (``<directory>.writing``): a fenced attempt's output is
+#: touched only once its tasks are gone or this marker is (services/rewrite/outputs.writing).
+WRITING_SUFFIX = ".writing"
+
+
 def _fresh_directory(table: Table, directory: str, attempt: int) -> None:
     """A retried task starts from an empty directory (the first attempt requires one: check_writable)."""
     if attempt > 0:
         from autooptimize.iceberg.paths import delete_tree
 
         delete_tree(table.location(), directory, table.io)
+
+
+@contextlib.contextmanager
+def writing(table: Table, directory: str) -> Iterator[None]:
+    """The ``.writing`` marker beside ``directory`` for the duration of the block (left by a killed task:
+    its attempt's fence then waits out a grace period)."""
+    marker = directory.rstrip("/") + WRITING_SUFFIX
+    with table.io.new_output(marker).create(overwrite=True) as stream:
+        stream.write(b"")
+    try:
+        yield
+    finally:
+        table.io.delete(marker)
 
 
 def _read_back(table: Table, paths: list[str], partitions: list[tuple[int, Record]], sort_order_id: int | None,
@@ -73,8 +93,9 @@ def rewrite_group(table: Table, inputs: list[DataFile], directory: str, files_ou
     seconds: dict[str, float] = {}
     started = time.monotonic()
     spec = table.metadata.specs()[spec_id] if spec_id is not None else None
-    written = rewrite_group_arrow(table, inputs, directory, files_out, codec, spec=spec,
-                                  input_partition=input_partition, sort=sort, zorder=zorder)
+    with writing(table, directory):
+        written = rewrite_group_arrow(table, inputs, directory, files_out, codec, spec=spec,
+                                      input_partition=input_partition, sort=sort, zorder=zorder)
     seconds["read_write"] = time.monotonic() - started
     paths, partitions = list(written.paths), list(written.partitions)
     digest, files = _read_back(table, paths, partitions, sort_order_id, seconds)
@@ -95,7 +116,8 @@ def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes:
     _fresh_directory(table, directory, attempt)
     seconds: dict[str, float] = {}
     started = time.monotonic()
-    written = compact_group_arrow(table, data_files, deletes, directory, files_out, codec, partition)
+    with writing(table, directory):
+        written = compact_group_arrow(table, data_files, deletes, directory, files_out, codec, partition)
     seconds["read_write"] = time.monotonic() - started
     paths = list(written.paths)
     digest, files = _read_back(table, paths, [partition] * len(paths), None, seconds)
@@ -138,7 +160,8 @@ def consolidate(table: Table, spec_id: int, groups: list[list[str]], output_dir:
 
     _fresh_directory(table, output_dir, attempt)
     spec = table.metadata.specs()[spec_id]
-    out = consolidate_files_arrow(table, spec, groups, output_dir, rows_per_file, codec)
+    with writing(table, output_dir):
+        out = consolidate_files_arrow(table, spec, groups, output_dir, rows_per_file, codec)
     written = [p for part in out.partitions for p in part.paths]
     digest = parquet_digest(table.schema(), written, table.io)
     files = {path: data_file_from_footer(table, path, spec_id, Record(*part.values))
