@@ -145,8 +145,9 @@ def s3_catalog(s3_settings):
 def spark_cluster(settings):
     """A Spark standalone master and two workers on 127.0.0.1 (one core, 1 GiB each) and a Spark Connect
     server whose master is that cluster (tests/integration/cluster.py). Yields (settings, session, cluster,
-    server). Before anything else, checks that the executors cannot import our package on their own."""
+    server) as attributes of one object; a test that restarts the server replaces ``session``."""
     from pathlib import Path
+    from types import SimpleNamespace
 
     from tests.integration.cluster import (
         ConnectServer,
@@ -159,7 +160,7 @@ def spark_cluster(settings):
     home = Path(_HOME) / "cluster"
     cluster = StandaloneCluster(home / "standalone")
     server = ConnectServer(home / "connect")
-    session = None
+    session = running = None
     try:
         cluster.start(workers=2)
         conf = {"spark.pyspark.python": base_python(), "spark.executorEnv.PYTHONPATH": site_packages(),
@@ -171,11 +172,12 @@ def spark_cluster(settings):
                                                        "spark_server_conf": conf})
         server.start(cluster_settings)
         session = session_for(server.info.remote)
-        yield cluster_settings, session, cluster, server
+        running = SimpleNamespace(settings=cluster_settings, session=session, cluster=cluster, server=server)
+        yield running
     finally:
-        if session is not None:
+        for opened in {session, getattr(running, "session", None)} - {None}:
             try:
-                session.stop()
+                opened.stop()
             except Exception:
                 pass
         server.stop()

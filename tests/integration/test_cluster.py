@@ -84,10 +84,9 @@ def _groups(settings, action_id):
 
 def test_executors_run_the_base_interpreter_without_our_package(spark_cluster):
     """The route docs/engines.md documents is the only way our code reaches the executors."""
-    _, _, _, server = spark_cluster
     from tests.integration.cluster import session_for
 
-    fresh = session_for(server.info.remote)  # a session that never had the artifact
+    fresh = session_for(spark_cluster.server.info.remote)  # a session that never had the artifact
 
     def probe(batches):
         import importlib.util
@@ -110,7 +109,7 @@ def test_executors_run_the_base_interpreter_without_our_package(spark_cluster):
 
 def test_merge_of_eight_groups_runs_on_both_executors_and_the_worker_moves_no_data(settings, spark_cluster,
                                                                                     catalog):
-    cluster_settings, session, cluster, _ = spark_cluster
+    session, cluster = spark_cluster.session, spark_cluster.cluster
     warm = make_table(catalog, partitions=2, files=2, file_bytes=64 << 10, name="cluster_warm")
     _, out = _merge(settings, session, warm)  # imports, the artifact and the Python workers in place
     assert out["state"] == "succeeded", out
@@ -153,7 +152,7 @@ def _executors(groups: list[dict]) -> set[str]:
 
 
 def test_sort_and_zorder_run_on_the_executors(settings, spark_cluster, catalog):
-    _, session, _, _ = spark_cluster
+    session = spark_cluster.session
     for kind, options in (("sort", None), ("zorder", {"zorder_columns": "id,k"})):
         # the first action of a kind imports its modules (rchar counts those reads): a small one goes first
         for file_bytes, target in ((64 << 10, "64KiB"), (2 << 20, "2MiB")):
@@ -181,7 +180,7 @@ def test_delete_compaction_with_position_and_equality_deletes_runs_on_the_execut
         reference_checksum,
     )
 
-    _, session, _, _ = spark_cluster
+    session = spark_cluster.session
     for file_bytes in (64 << 10, 2 << 20):  # a small one first: the first action of a kind imports its modules
         table = make_table(catalog, partitions=2, files=3, file_bytes=file_bytes, name="cluster_deletes")
         p0, p1 = data_files(table, "part=p0"), data_files(table, "part=p1")
@@ -209,7 +208,7 @@ def test_consolidation_of_buffered_files_runs_on_an_executor(settings, spark_clu
     from autooptimize.services.buffer.consolidate import consolidate_table
     from tasks.send import CeleryDispatch
 
-    _, session, _, _ = spark_cluster
+    session = spark_cluster.session
     for rows in (50, 2000):  # a small one first: the first consolidation imports its modules
         table = catalog.create_table(f"test.cluster_buffer_{next(_names)}", schema=SCHEMA, partition_spec=SPEC)
         ident = identifier(table)

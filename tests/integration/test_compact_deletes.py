@@ -55,8 +55,8 @@ class Crash(BaseException):
     """Stands for the worker dying at a chosen point (not an Exception: nothing may catch it)."""
 
 
-# the pyarrow path (the default for a local group of up to AO_ARROW_GROUP_BYTES, and the one a table on
-# an object store takes, as a Spark task) and Spark's own job
+# the default engine (pyarrow on the executors, one Spark job per action), Spark SQL's own job, and
+# pyarrow in the worker (local)
 ENGINES = pytest.mark.parametrize("engine", [{}, {"engine": "spark_sql"}, {"engine": "local"}],
                                  ids=["spark", "spark_sql", "local"])
 
