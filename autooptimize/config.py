@@ -48,6 +48,11 @@ class Settings(BaseSettings):
     spark_driver_memory: str = "2g"
     spark_cores: int = Field(default=2, ge=1)
     spark_port: int = Field(default=15002, ge=0, le=65535)
+    # the master the service's own Connect server (local, or ``autooptimize spark serve``) runs its jobs on:
+    # empty for local[spark_cores] in the server's JVM, or a cluster (spark://host:7077, yarn, k8s://...)
+    spark_master: str = ""
+    # extra Spark confs of that server (JSON object), e.g. {"spark.executor.memory": "4g"}
+    spark_server_conf: dict[str, str] = Field(default_factory=dict)
     # token of a Spark Connect server this service does not start (e.g. `autooptimize spark serve`); not empty
     spark_token: SecretStr | None = None
 
@@ -87,10 +92,10 @@ class Settings(BaseSettings):
     # most this many group jobs in flight on its Spark Connect session
     max_group_bytes: int = Field(default=8 * 1024 * MiB, gt=0)
     rewrite_concurrency: int = Field(default=2, ge=1)
-    # which path rewrites a merge group: auto, spark, arrow (in the worker) or arrow_on_spark (a Spark task);
-    # auto: arrow for a local group reading at most AO_ARROW_GROUP_BYTES, Spark above (services/rewrite/engine.py)
-    rewrite_engine: Literal["auto", "spark", "arrow", "arrow_on_spark"] = "auto"
-    arrow_group_bytes: int = Field(default=512 * MiB, ge=0)
+    # which path rewrites the groups (services/rewrite/engine.py, docs/engines.md): spark (one Spark job per
+    # action, the work on the executors), spark_sql (Spark's own Parquet IO, file:// only) or local (pyarrow
+    # in the worker process: a single machine without a cluster)
+    rewrite_engine: Literal["spark", "spark_sql", "local"] = "spark"
 
     # how automatic merges choose files: "tiered" keeps live partitions bounded without rewriting merged
     # bytes again (autooptimize.domain.policy); "binpack" merges every file that needs it each time
@@ -119,9 +124,7 @@ class Settings(BaseSettings):
     orphan_min_age_seconds: int = Field(default=3 * 86400, ge=3600)  # never remove a younger file
     orphan_sweep_interval_seconds: int = Field(default=7 * 86400, ge=0)  # 0: only when asked
 
-    # bounded state (services/retention.py, applied by beat every AO_RETENTION_SWEEP_SECONDS): days kept of the
-    # audit log, of finished actions (their leases go with them), of finished buffer batches and files, of
-    # full-resolution entropy history (older rows thinned to the last of each partition-hour), and of any history
+    # bounded state: days kept of each kind of record, applied by beat (services/retention.py)
     retention_audit_days: float = Field(default=90, gt=0)
     retention_action_days: float = Field(default=30, gt=0)
     retention_buffer_days: float = Field(default=7, gt=0)

@@ -10,6 +10,7 @@ setting, or the document differs from what this module generates:
 from __future__ import annotations
 
 import re
+import types
 import typing
 from typing import Any
 
@@ -43,6 +44,9 @@ DESCRIPTIONS: dict[str, str] = {
     "spark_driver_memory": "memory of the local Spark Connect server's driver",
     "spark_cores": "cores of the local Spark Connect server (`local[N]`)",
     "spark_port": "port of the local Spark Connect server (a free one is taken when it is busy)",
+    "spark_master": "the master the service's own Connect server runs its jobs on: empty for `local[N]` in the "
+                    "server's JVM, or a cluster (`spark://host:7077`, `yarn`, `k8s://…`); see docs/engines.md",
+    "spark_server_conf": "extra Spark confs of that server, a JSON object (e.g. `{\"spark.executor.memory\": \"4g\"}`)",
     "spark_token": "token of a Spark Connect server this service does not start; never empty",
     "auto_track": "comma-separated fnmatch patterns of tables tracked automatically with default tuning "
                   "(e.g. `analytics.*`)",
@@ -64,8 +68,9 @@ DESCRIPTIONS: dict[str, str] = {
                            "re-queued (or failed past AO_MAX_ATTEMPTS)",
     "max_group_bytes": "most input bytes one rewrite group reads; larger planned groups are cut",
     "rewrite_concurrency": "group jobs an action keeps in flight",
-    "rewrite_engine": "where rewrites run: see docs/engines.md",
-    "arrow_group_bytes": "largest group the pyarrow path takes under the engine's size rule",
+    "rewrite_engine": "where rewrites run: `spark` (one Spark job per action, the work on the executors), "
+                      "`spark_sql` (Spark's own Parquet IO, file:// only) or `local` (pyarrow in the worker process, "
+                      "a single machine); see docs/engines.md",
     "merge_policy": "how automatic merges choose files: `tiered` (live partitions bounded without rewriting "
                     "merged bytes again) or `binpack` (every file that needs it, each time)",
     "settle_seconds": "a partition written to within this long is live (the tiered policy merges it gently)",
@@ -107,7 +112,7 @@ DESCRIPTIONS: dict[str, str] = {
     "console_port": "the console's port",
 }
 
-_SIZES = ("default_target_file_size", "default_tolerance", "max_group_bytes", "arrow_group_bytes",
+_SIZES = ("default_target_file_size", "default_tolerance", "max_group_bytes",
           "buffer_min_bytes", "buffer_max_bytes")
 
 
@@ -119,9 +124,12 @@ def _type(name: str, annotation: Any) -> str:
         return "one of " + ", ".join(f"`{a}`" for a in typing.get_args(annotation))
     if annotation is SecretStr or SecretStr in args:
         return "secret"
-    base = args[0] if args and typing.get_origin(annotation) is not tuple else annotation
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    base = args[0] if union and args else annotation
     if typing.get_origin(base) is tuple or name == "priority_classes":
         return "comma-separated names"
+    if typing.get_origin(base) is dict:
+        return "JSON object"
     return {str: "text", int: "integer", float: "number", bool: "boolean"}.get(base, "path")
 
 
@@ -132,6 +140,8 @@ def _default(name: str, value: Any) -> str:
         return f"`{value // 1024**3}GiB`" if value % 1024**3 == 0 else f"`{value // 1024**2}MiB`"
     if isinstance(value, tuple):
         return "`" + ",".join(value) + "`"
+    if value == {}:
+        return "`{}`"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     return f"`{value}`" if str(value) != "" else "–"
@@ -142,7 +152,8 @@ def reference() -> str:
     rows = []
     for name, info in Settings.model_fields.items():
         described = re.sub(r"\s+", " ", DESCRIPTIONS.get(name, "")).replace("|", "\\|")
-        rows.append(f"| `AO_{name.upper()}` | {_type(name, info.annotation)} | {_default(name, info.default)} "
+        default = info.get_default(call_default_factory=True)
+        rows.append(f"| `AO_{name.upper()}` | {_type(name, info.annotation)} | {_default(name, default)} "
                     f"| {described} |")
     return HEADER + "\n".join(rows) + "\n"
 

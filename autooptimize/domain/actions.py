@@ -25,12 +25,13 @@ class OutcomeState(StrEnum):
 
 
 class Engine(StrEnum):
-    """Which path rewrote a group: Spark, or pyarrow through pyiceberg (types/files Spark cannot) in the
-    worker process, or that pyarrow path run as a Spark task (tables on object stores)."""
+    """Which path rewrote a group (services/rewrite/engine.py): ``spark``, the groups of the action as the
+    tasks of one Spark job on the executors; ``spark_sql``, Spark's own Parquet reader and writer, a job per
+    group; ``local``, pyarrow in the worker process (a single machine, chosen explicitly)."""
 
     SPARK = "spark"
-    ARROW = "arrow"
-    ARROW_ON_SPARK = "arrow_on_spark"
+    SPARK_SQL = "spark_sql"
+    LOCAL = "local"
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,7 @@ class MergeRequest:
     expected_partition_bytes: int | None = None  # the table's median partition bytes (its history), if known
     leave_alone_below: int = 0  # partitions under this many bytes are never merged (the table's tuning)
     now_ms: int | None = None  # the clock live-ness is judged by (None: now)
-    engine: str = "auto"  # which path rewrites a merge group (AO_REWRITE_ENGINE; services/rewrite/engine.py)
-    arrow_group_bytes: int = 512 * 1024 * 1024  # auto: the pyarrow path up to this many input bytes
+    engine: str = "spark"  # which path rewrites the groups (AO_REWRITE_ENGINE; services/rewrite/engine.py)
 
     @property
     def resume_point(self) -> Checkpoint:
@@ -136,6 +136,10 @@ class GroupResult:
     scope: tuple[str, ...] | None = None
     refs: dict[str, tuple[str, ...]] | None = None
     rows_deleted: int | None = None
+    executor: str | None = None  # ``host:pid`` of the executor JVM whose task rewrote it (engine ``spark``)
+    #: the outputs' DataFiles as the executors read them from the footers (not checkpointed: a resumed
+    #: checkpoint reads the footers again)
+    data_files: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     def in_part(self, number: int) -> GroupResult:
         return replace(self, part=number)
@@ -149,10 +153,12 @@ class GroupResult:
         }
         if self.engine is not None:
             out["engine"] = self.engine
-        if self.engine == Engine.SPARK:  # the Spark path always recorded it, None included
+        if self.engine == Engine.SPARK_SQL or self.sort_order_id is not None:
             out["sort_order_id"] = self.sort_order_id
         if self.part is not None:
             out["part"] = self.part
+        if self.executor is not None:
+            out["executor"] = self.executor
         if self.output_partitions is not None:
             out["output_partitions"] = [[sid, list(encoded)] for sid, encoded in self.output_partitions]
         if self.deletes is not None:
@@ -169,7 +175,7 @@ class GroupResult:
             outputs=tuple(entry["outputs"]), bytes_in=int(entry["bytes_in"]), bytes_out=int(entry["bytes_out"]),
             rows_in=int(entry["rows_in"]), rows_out=int(entry["rows_out"]), checksum_in=entry["checksum_in"],
             checksum_out=entry["checksum_out"], output_sizes=tuple(int(s) for s in entry.get("output_sizes") or ()),
-            engine=entry.get("engine"), sort_order_id=entry.get("sort_order_id"),
+            engine=entry.get("engine"), sort_order_id=entry.get("sort_order_id"), executor=entry.get("executor"),
             part=None if entry.get("part") is None else int(entry["part"]),
             output_partitions=None if partitions is None else tuple((int(s), tuple(e)) for s, e in partitions),
             deletes=None if entry.get("deletes") is None else tuple(entry["deletes"]),

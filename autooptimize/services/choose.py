@@ -53,7 +53,7 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
         sort_order=tuning.sort_order if tuning else None,
         zorder_columns=tuning.zorder_columns if tuning else None, sizing=learned(settings, identifier),
         max_group_bytes=settings.max_group_bytes, policy=settings.merge_policy,
-        settle_seconds=settings.settle_seconds, **policy_tuning(settings, tuning),
+        settle_seconds=settings.settle_seconds, engine=settings.rewrite_engine, **policy_tuning(settings, tuning),
         expected_partition_bytes=expected_partition_bytes(settings, table_id, spec_id, partition_key),
     )
 

@@ -32,8 +32,8 @@ NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 
 def validate_merge_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
     """The merge action's options: ``respec`` (bool, default false), ``partial_progress`` (bool, default
-    false), ``max_commits`` (int ≥ 1, default 10; see services/progress) and ``engine`` (``auto``,
-    ``spark``, ``arrow`` or ``arrow_on_spark``: AO_REWRITE_ENGINE for this action)."""
+    false), ``max_commits`` (int ≥ 1, default 10; see services/progress) and ``engine`` (``spark``,
+    ``spark_sql`` or ``local``: AO_REWRITE_ENGINE for this action, see services/rewrite/engine.py)."""
     from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
 
     valid = ("respec", "engine", *PROGRESS_OPTIONS)
@@ -56,7 +56,7 @@ def validate_compact_options(table: Table, options: dict[str, Any]) -> dict[str,
     return {"engine": engine_option(options["engine"])} if "engine" in options else {}
 
 
-ENGINES = ("auto", "spark", "arrow", "arrow_on_spark")
+ENGINES = ("spark", "spark_sql", "local")  # autooptimize.domain.actions.Engine
 
 
 def engine_option(value: Any) -> str:

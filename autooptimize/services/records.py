@@ -95,7 +95,6 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Mer
         **policy_tuning(settings, tracked),
         expected_partition_bytes=expected_partition_bytes(settings, tracked.id, action.spec_id, action.partition_key),
         engine=str(options.get("engine") or settings.rewrite_engine),
-        arrow_group_bytes=settings.arrow_group_bytes,
     )
 
 

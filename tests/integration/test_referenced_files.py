@@ -9,8 +9,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from autooptimize.iceberg import paths
-from autooptimize.iceberg import staging
+from autooptimize.iceberg import paths, staging
 from autooptimize.services import actions, tracking
 from autooptimize.services.preview import preview
 from tests.integration.tables import DAY1, SCHEMA, SPEC, batch, identifier, live_files, make_table

@@ -26,6 +26,7 @@ from typing import Any
 from autooptimize.config import Settings
 from autooptimize.domain.actions import (
     Checkpoint,
+    Engine,
     GroupResult,
     Hooks,
     MergeOutcome,
@@ -137,16 +138,20 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, s
     save_checkpoint(state.with_groups(done).to_dict())  # no new groups: nothing to resume yet
     # partial progress: directories unique to this attempt (an earlier part's g0 is committed output)
     suffix = f"-{uuid.uuid4().hex[:8]}" if progress.partial else ""
-    jobs = [functools.partial(kind.rewrite, spark, table, unit,
-                              f"{action_dir(table, unit.partition, request.action_id)}/g{unit.index}{suffix}",
-                              codec, hooks, request)
-            for unit in planned.units]
-    parts = Parts(kind, settings, request, hooks, save_checkpoint, state, done, len(jobs), progress)
+    directories = [f"{action_dir(table, unit.partition, request.action_id)}/g{unit.index}{suffix}"
+                   for unit in planned.units]
+    parts = Parts(kind, settings, request, hooks, save_checkpoint, state, done, len(directories), progress)
     tag = spark_tag(request.action_id)
-    plan_facts: dict[str, Any] = {}
+    plan_facts: dict[str, Any] = {"engine": request.engine}
     try:
-        groups = write_groups([carry(_tagged(spark, tag, job)) for job in jobs], kind.concurrency(request),
-                              parts.finished, interrupt=lambda: _interrupt(spark, tag, written_dirs))
+        if request.engine == Engine.SPARK.value:  # every group a task of one Spark job on the executors
+            groups = _in_one_job(kind, spark, table, list(planned.units), directories, codec, hooks, request, tag,
+                                 parts.finished, lambda: _interrupt(spark, tag, written_dirs))
+        else:
+            jobs = [functools.partial(kind.rewrite, spark, table, unit, directory, codec, hooks, request)
+                    for unit, directory in zip(planned.units, directories, strict=True)]
+            groups = write_groups([carry(_tagged(spark, tag, job)) for job in jobs], kind.concurrency(request),
+                                  parts.finished, interrupt=lambda: _interrupt(spark, tag, written_dirs))
         outcome.timings["rewrite"] = time.monotonic() - write_started
         commit_started = time.monotonic()
         if progress.partial:
@@ -157,7 +162,7 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, s
             if hooks.before_commit:
                 hooks.before_commit()
             result = kind.commit(table, request, groups)
-            snapshot_id, plan_facts = result.snapshot_id, result.plan_facts
+            snapshot_id, plan_facts = result.snapshot_id, {**plan_facts, **result.plan_facts}
         outcome.timings["commit"] = time.monotonic() - commit_started
     except (ConflictAbort, VerificationFailed, ActionRefused) as exc:
         landed = _landed(table, request)  # an earlier attempt's unsettled commit may be what conflicted
@@ -181,6 +186,25 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, s
     outcome.mse_after = planned.mse_after(groups if not progress.partial else parts.this_attempt)
     outcome.timings["total"] = time.monotonic() - started
     return outcome
+
+
+def _in_one_job(kind: RewriteKind, spark: Any, table: Any, units: list[Any], directories: list[str], codec: str,
+                hooks: Hooks, request: MergeRequest, tag: str, on_done: Callable[[int, GroupResult], None],
+                interrupt: Callable[[], None]) -> list[GroupResult]:
+    """The ``spark`` engine: the kind's groups as the tasks of one Spark job (``kind.rewrite_action``),
+    then ``on_done`` for each verified group in order. On any failure the job's tasks are stopped by tag
+    and waited for before the error is raised (nobody cleans output a task is still writing)."""
+    try:
+        groups = kind.rewrite_action(spark, table, units, directories, codec, hooks, request, tag)
+        for i, group in enumerate(groups):
+            on_done(i, group)
+        return groups
+    except BaseException:
+        try:
+            interrupt()
+        except Exception as exc:  # stopping early is an optimisation; the job has ended or its server is gone
+            log.warning("could not interrupt the action's Spark job: %s", exc)
+        raise
 
 
 def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: MergeRequest, hooks: Hooks
