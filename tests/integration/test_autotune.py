@@ -102,7 +102,7 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
     # the same history, live, into a table tracked with the suggested tuning
     replay = catalog.create_table(f"test.autotune_replay_{os.getpid()}", schema=SCHEMA, partition_spec=SPEC)
     ident = identifier(replay)
-    live = settings.model_copy(update={"merge_policy": "tiered", "rewrite_engine": "arrow"})
+    live = settings.model_copy(update={"merge_policy": "tiered", "rewrite_engine": "local"})
     tracking.track(live, ident, target_file_size="8MiB", merge_fan_in=tuning["fan_in"],
                    cold_after_seconds=tuning["cold_after_seconds"],
                    leave_alone_below=tuning["leave_alone_below"] or None)

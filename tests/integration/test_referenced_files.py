@@ -106,7 +106,7 @@ def test_spark_temporary_left_in_a_finished_actions_directory_is_removed(setting
     ident = identifier(table)
     tracking.track(settings, ident, target_file_size="1MiB")
     merge = actions.execute(settings, actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False,
-                                                     options={"engine": "arrow"}), spark=None)
+                                                     options={"engine": "local"}), spark=None)
     assert merge["state"] == "succeeded", merge
     out_dir = os.path.dirname(next(p for p in live_files(table) if "/ao-" in p).removeprefix("file://"))
     temporary = os.path.join(out_dir, "_temporary", "0", "_temporary", "attempt_1", "part-0.parquet")
