@@ -2,6 +2,7 @@
 
     python -m benchmarks.policy_sim [--member NAME ...] [--json] [--fan-in N] [--settle S] [--cold-after S]
                                     [--target SIZE] [--every N] [--trace family|streaming] [--suggest]
+                                    [--quiet-merge]
 
 For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streaming``: the trace of
 ``benchmarks.streaming`` at 8 and 128 MiB), the same writes are replayed twice by
@@ -36,6 +37,7 @@ from typing import Any
 from autooptimize.domain.policy import (
     DEFAULT_COLD_AFTER_SECONDS,
     DEFAULT_FAN_IN,
+    DEFAULT_QUIET_MERGE,
     DEFAULT_SETTLE_SECONDS,
     PolicyTuning,
 )
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold-after", type=float, default=DEFAULT_COLD_AFTER_SECONDS)
     ap.add_argument("--target", help="override every member's target (e.g. 128MiB)")
     ap.add_argument("--every", type=int, default=BASELINE_EVERY, help="bin-pack after this many writes")
+    ap.add_argument("--quiet-merge", action=argparse.BooleanOptionalAction, default=DEFAULT_QUIET_MERGE,
+                    help="merge quiet partitions (no write for the settle time) before they go cold")
     ap.add_argument("--suggest", action="store_true", help="also the tuning suggested per member (AutoAnalyze)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -146,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     suggested = []
     for name, target, writes in work:
         target = parse_size(args.target) if args.target else target
-        tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after)
+        tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after, quiet_merge=args.quiet_merge)
         rows.append(compare(name, writes, tuning, args.every))
         if args.suggest:
             leave = sorted({0, min(target // 8, 1 << 20)})
@@ -158,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"hour_seconds": HOUR_SECONDS, "every": args.every, "rows": rows, "suggested": suggested},
                          indent=2))
     else:
-        print(f"policy (fan_in {args.fan_in}, settle {args.settle:g} s, cold after {args.cold_after:g} s) "
+        print(f"policy (fan_in {args.fan_in}, settle {args.settle:g} s, cold after {args.cold_after:g} s, "
+              f"quiet merge {'on' if args.quiet_merge else 'off'}) "
               f"beside a blocking bin-pack every {args.every} writes; one partition-hour = {HOUR_SECONDS:g} s")
         print_table(rows)
         held = sum(all(r["ok"].values()) for r in rows)
@@ -170,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             for d, s in zip(rows, suggested, strict=True):
                 t = s["tuning"]
                 print(f"{d['member']:<28} fan-in {t['fan_in']:>2}, cold after {t['cold_after_seconds']:>4.0f} s, "
-                      f"leave alone below {t['leave_alone_below']:>8}: shortfall {d['shortfall']:.2f} -> "
+                      f"leave alone below {t['leave_alone_below']:>8}, quiet merge "
+                      f"{'on ' if t['quiet_merge'] else 'off'}: shortfall {d['shortfall']:.2f} -> "
                       f"{s['shortfall']:.2f}" + ("" if s["shortfall"] <= d["shortfall"] + 1e-9 else "  WORSE"))
     # a member may need no merge (files over the target), but the run as a whole must have merged
     did_work = (all(r["policy"]["bytes_written"] for r in rows) and any(r["policy"]["bytes_rewritten"] for r in rows)

@@ -90,6 +90,7 @@ class MergeRequest:
     cold_after_seconds: float = 60.0  # no new file for this long: the partition is cold (AO_COLD_AFTER_SECONDS)
     expected_partition_bytes: int | None = None  # the table's median partition bytes (its history), if known
     leave_alone_below: int = 0  # partitions under this many bytes are never merged (the table's tuning)
+    quiet_merge: bool = False  # merge a quiet partition before it goes cold (AO_QUIET_MERGE, the table's tuning)
     now_ms: int | None = None  # the clock live-ness is judged by (None: now)
     engine: str = "auto"  # which path rewrites a merge group (AO_REWRITE_ENGINE; services/rewrite/engine.py)
     arrow_group_bytes: int = 512 * 1024 * 1024  # auto: the pyarrow path up to this many input bytes

@@ -99,6 +99,7 @@ class TrackedTable(CatalogTableKey, Base):
     merge_fan_in: Mapped[int | None] = mapped_column(Integer, nullable=True)
     cold_after_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     leave_alone_below: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    quiet_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     auto_tune: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     suggested_tuning: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     suggested_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)

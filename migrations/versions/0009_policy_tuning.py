@@ -31,13 +31,14 @@ def upgrade() -> None:
     op.add_column("ao_tracked_tables", sa.Column("merge_fan_in", sa.Integer, nullable=True))
     op.add_column("ao_tracked_tables", sa.Column("cold_after_seconds", sa.Float, nullable=True))
     op.add_column("ao_tracked_tables", sa.Column("leave_alone_below", sa.BigInteger, nullable=True))
+    op.add_column("ao_tracked_tables", sa.Column("quiet_merge", sa.Boolean, nullable=True))
     op.add_column("ao_tracked_tables", sa.Column("auto_tune", sa.Boolean, nullable=False, server_default=sa.false()))
     op.add_column("ao_tracked_tables", sa.Column("suggested_tuning", JSONB, nullable=True))
     op.add_column("ao_tracked_tables", sa.Column("suggested_at", sa.TIMESTAMP(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
-    for column in ("suggested_at", "suggested_tuning", "auto_tune", "leave_alone_below", "cold_after_seconds",
-                   "merge_fan_in"):
+    for column in ("suggested_at", "suggested_tuning", "auto_tune", "quiet_merge", "leave_alone_below",
+                   "cold_after_seconds", "merge_fan_in"):
         op.drop_column("ao_tracked_tables", column)
     op.drop_column("ao_partition_stats", "small_bytes")
