@@ -2,6 +2,11 @@
 
     python -m benchmarks.streaming [--commits 300] [--rate 1.6] [--seed 7] [--json]
                                    [--target-size 8MiB] [--compact-every 20] [--baseline-rule iceberg|all]
+                                   [--member m00]
+
+``--member`` replays an hourly member of ``benchmarks.trace_family`` (its sizes, late data, rate and target)
+instead of the trace below; ``--commits`` keeps its first commits. ``python -m benchmarks.policy_sim
+--member m00 --commits N`` simulates the same commits.
 
 One seeded trace (benchmarks/trace.py) goes into two tables of a table partitioned by ``hour(ts)``: every
 commit appends one file per touched partition through pyiceberg (``Table.append``), paced at ``--rate``
@@ -109,6 +114,7 @@ from benchmarks.trace import (
     Digest,
     TraceShape,
     commit_rows,
+    family_trace,
     hour_label,
     make_trace,
     parse_hour_label,
@@ -982,7 +988,7 @@ def flush_redis(url: str) -> int:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     shape = TraceShape(commits=args.commits, seed=args.seed, commits_per_hour=args.commits_per_hour)
-    trace = make_trace(shape)
+    trace = family_trace(args.family_member, args.seed, args.commits) if args.family_member else make_trace(shape)
     home = Path(tempfile.mkdtemp(prefix="ao-bench-stream-"))
     db_name = f"ao_bench_stream_{uuid.uuid4().hex[:8]}"
     settings = Settings(database_url=f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db_name}",
@@ -991,6 +997,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     engine: Engine | None = None
     catalog: Catalog | None = None
     result: dict[str, Any] = {"trace": trace_summary(shape, trace, args.rate), "target_size": args.target_size,
+                              "member": args.member,
                               "compact_every": args.compact_every, "baseline_rule": args.baseline_rule}
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -1069,7 +1076,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a setting for the service run (repeatable), e.g. AO_SETTLE_SECONDS=15")
     parser.add_argument("--keep-home", action="store_true", help="keep the temporary AO_HOME (logs, warehouse)")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
+    parser.add_argument("--member", help="replay an hourly member of benchmarks.trace_family instead (its rate and "
+                                         "target; --commits keeps its first commits only)")
     args = parser.parse_args(argv)
+    args.family_member = None
+    if args.member:
+        from benchmarks.trace_family import member
+
+        args.family_member = member(args.member)
+        from benchmarks.trace_family import HOUR_SECONDS
+
+        args.rate = args.family_member.rate
+        args.target_size = str(args.family_member.target)
+        args.commits_per_hour = max(1, round(HOUR_SECONDS * args.rate))
+        if "--commits" not in (argv if argv is not None else sys.argv):
+            args.commits = args.family_member.commits
     if args.commits < 1 or args.rate <= 0 or args.commits_per_hour < 1 or args.compact_every < 1:
         parser.error("--commits, --commits-per-hour and --compact-every must be ≥ 1 and --rate > 0")
     args.target_size = parse_size(args.target_size, "--target-size")

@@ -71,7 +71,8 @@ class Figures:
                 "files_replaced": self.files_replaced, "bytes_rewritten": self.bytes_rewritten,
                 "bytes_written": self.bytes_written,
                 "write_amplification": self.write_amplification, "end_files": self.end_files,
-                "end_excess_mse_mib2": self.end_excess_mse / (1 << 40), "actions": self.actions}
+                "end_excess_mse_mib2": self.end_excess_mse / (1 << 40), "actions": self.actions,
+                "rules": dict(self.rules)}
 
 
 @dataclass
