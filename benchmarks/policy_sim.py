@@ -19,9 +19,10 @@ of issue 25 holds (WA ≤ 1.5, replaced ≤ 0.5×, mean live ≤ 1.05×, end fil
 after cold). ``floor`` is the least any policy can replace to reach the bin-pack's end layout: writer
 files under ¾ of the target, less the bin-pack's files at the end, over the bin-pack's files replaced.
 ``--suggest`` adds, per member, the tuning AutoAnalyze suggests from the member's own writes
-(:func:`~autooptimize.domain.simulate.suggest_tuning`: fan-in, cold-after, leave-alone) with its figures,
-and each tuning's summed shortfall from the goals (:func:`~autooptimize.domain.simulate.shortfall`):
-per-table tuning must do at least as well as the defaults on every member.
+(:func:`~autooptimize.domain.simulate.suggest_tuning`: fan-in, cold-after, leave-alone, quiet merging)
+with its figures, the goals each tuning holds, and its summed shortfall from them
+(:func:`~autooptimize.domain.simulate.shortfall`): per-table tuning must hold at least as many goals as
+the defaults on every member (``WORSE`` marks a member where it does not).
 Exit code 1 when the run did no work (a member wrote no bytes, or neither side merged anything).
 """
 
@@ -175,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
             print_table(suggested)
             for d, s in zip(rows, suggested, strict=True):
                 t = s["tuning"]
+                held_d, held_s = sum(d["ok"].values()), sum(s["ok"].values())
                 print(f"{d['member']:<28} fan-in {t['fan_in']:>2}, cold after {t['cold_after_seconds']:>4.0f} s, "
                       f"leave alone below {t['leave_alone_below']:>8}, quiet merge "
-                      f"{'on ' if t['quiet_merge'] else 'off'}: shortfall {d['shortfall']:.2f} -> "
-                      f"{s['shortfall']:.2f}" + ("" if s["shortfall"] <= d["shortfall"] + 1e-9 else "  WORSE"))
+                      f"{'on ' if t['quiet_merge'] else 'off'}: goals held {held_d} -> {held_s} of 5, "
+                      f"shortfall {d['shortfall']:.2f} -> {s['shortfall']:.2f}" + ("" if held_s >= held_d else "  WORSE"))
     # a member may need no merge (files over the target), but the run as a whole must have merged
     did_work = (all(r["policy"]["bytes_written"] for r in rows) and any(r["policy"]["bytes_rewritten"] for r in rows)
                 and any(r["baseline"]["bytes_rewritten"] for r in rows))

@@ -150,3 +150,4 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
     assert realised["end_files"] == predicted["end_files"], why
     for key in ("write_amplification", "mean_live_files"):
         assert abs(realised[key] - predicted[key]) <= 0.15 * predicted[key], f"{key}: {why}"
+    print(why)  # with pytest -s: the figures docs/policy.md quotes
