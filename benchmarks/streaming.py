@@ -327,6 +327,7 @@ class RunFigures:
     live_files_mean: float | None = None
     live_files_max: int | None = None
     live_files_end: int | None = None
+    end_excess_mse_mib2: float | None = None  # Σ over partitions of (SSE − SSE of the best layout) / files
     live_delete_files_max: int = 0
     summary_count_mismatches: int = 0
     maintenance_commits_during: int = 0
@@ -378,8 +379,23 @@ class RunFigures:
     compaction_seconds: float = 0.0
 
 
+def end_excess_mse(files: Sequence[DataFile], target: int) -> float:
+    """What the policy simulator reports at the end: Σ over partitions of max(0, SSE − SSE_best) over all
+    files, in MiB² (SSE_best: the best layout of the partition's bytes capped at the target)."""
+    from autooptimize.domain.entropy import best_layout
+
+    parts: dict[Any, list[int]] = {}
+    for df in files:
+        parts.setdefault((df.spec_id, tuple(df.partition)), []).append(int(df.file_size_in_bytes))
+    over = 0
+    for sizes in parts.values():
+        sse = sum((target - s) ** 2 for s in sizes if s < target)
+        over += max(0, sse - best_layout(sum(min(s, target) for s in sizes), target)[1])
+    return round(over / len(files) / MiB ** 2, 1) if files else 0.0
+
+
 def table_figures(fig: RunFigures, table: Table, records: list[CommitRecord], seconds: float,
-                  maintenance_prop: str, expected: Digest) -> None:
+                  maintenance_prop: str, expected: Digest, target: int | None = None) -> None:
     """Fill the figures every run has from the final table, the writer's records and the expected digest."""
     table.refresh()
     fig.commits = len(records)
@@ -396,7 +412,10 @@ def table_figures(fig: RunFigures, table: Table, records: list[CommitRecord], se
     fig.live_delete_files_max = max((r.live_delete_files for r in records), default=0)
     fig.summary_count_mismatches = sum(1 for r in records if r.summary_live_files not in (None, r.live_files))
     current = table.current_snapshot()
-    fig.live_files_end = len(live_files(table, current)) if current is not None else 0
+    final = live_files(table, current) if current is not None else []
+    fig.live_files_end = len(final)
+    if target is not None:
+        fig.end_excess_mse_mib2 = end_excess_mse(final, target)
     if current is not None and current.summary is not None:
         total = current.summary.get("total-data-files")
         if total is not None and int(total) != fig.live_files_end:
@@ -750,7 +769,7 @@ def run_service(args: argparse.Namespace, settings: Settings, engine: Engine, ca
         with contextlib.suppress(OSError):
             fig.log_findings = service.log_findings()
     table = catalog.load_table(SERVICE_TABLE)
-    table_figures(fig, table, records, seconds, ACTION_ID, expected)
+    table_figures(fig, table, records, seconds, ACTION_ID, expected, args.target_size)
     action_figures(fig, engine, records)
     return fig, extra
 
@@ -841,7 +860,7 @@ def run_baseline(args: argparse.Namespace, catalog: Catalog, shape: TraceShape, 
     records, seconds = write_trace(catalog, BASELINE_TABLE, shape, trace, args.rate, None, after_commit=compact,
                                    label="baseline")
     table = catalog.load_table(BASELINE_TABLE)
-    table_figures(fig, table, records, seconds, BASELINE_PROP, expected)
+    table_figures(fig, table, records, seconds, BASELINE_PROP, expected, args.target_size)
     fig.aborted_or_failed = len(failures)
     fig.failures = failures[:6]
     fig.compaction_seconds = round(fig.compaction_seconds, 1)
@@ -898,6 +917,7 @@ def report(result: dict[str, Any]) -> str:
     row("live data files after a commit: mean", "live_files_mean", goal="service ≤ baseline")
     row("live data files after a commit: max", "live_files_max")
     row("live data files at the end", "live_files_end")
+    row("excess MSE at the end (MiB²)", "end_excess_mse_mib2")
     both("maintenance commits during / after", "maintenance_commits_during", "maintenance_commits_after")
     both("files replaced / written", "files_replaced", "files_written")
     row("bytes written by the writer", "writer_bytes", _mb)

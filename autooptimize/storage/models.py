@@ -126,6 +126,8 @@ class PartitionStats(Base):
     small_files: Mapped[int] = mapped_column(BigInteger, default=0)
     # Σ bytes of the files under the target (migration 0009): the health rule's capped bytes
     small_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # when a writer last added a file here (a REPLACE is not a write; migration 0009): the policy's clock
+    last_write_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
     snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(
         TIMESTAMP(timezone=True), server_default=_now(), onupdate=_now()
