@@ -104,6 +104,8 @@ class Settings(BaseSettings):
     merge_fan_in: int = Field(default=12, ge=2, le=1000)
     # a partition with no new file for this long is finished to its best layout once (the policy's cold rule)
     cold_after_seconds: float = Field(default=60.0, ge=0, le=86400)
+    # merge a partition's small files once it is quiet (no write for AO_SETTLE_SECONDS) before it goes cold
+    quiet_merge: bool = False
     # how often beat re-evaluates every tracked table's suggested tuning (AutoAnalyze, services/autotune.py)
     autotune_seconds: int = Field(default=3600, ge=60)
 

@@ -2,6 +2,11 @@
 
     python -m benchmarks.streaming [--commits 300] [--rate 1.6] [--seed 7] [--json]
                                    [--target-size 8MiB] [--compact-every 20] [--baseline-rule iceberg|all]
+                                   [--member m00]
+
+``--member`` replays an hourly member of ``benchmarks.trace_family`` (its sizes, late data, rate and target)
+instead of the trace below; ``--commits`` keeps its first commits. ``python -m benchmarks.policy_sim
+--member m00 --commits N`` simulates the same commits.
 
 One seeded trace (benchmarks/trace.py) goes into two tables of a table partitioned by ``hour(ts)``: every
 commit appends one file per touched partition through pyiceberg (``Table.append``), paced at ``--rate``
@@ -109,6 +114,7 @@ from benchmarks.trace import (
     Digest,
     TraceShape,
     commit_rows,
+    family_trace,
     hour_label,
     make_trace,
     parse_hour_label,
@@ -321,6 +327,7 @@ class RunFigures:
     live_files_mean: float | None = None
     live_files_max: int | None = None
     live_files_end: int | None = None
+    end_excess_mse_mib2: float | None = None  # Σ over partitions of (SSE − SSE of the best layout) / files
     live_delete_files_max: int = 0
     summary_count_mismatches: int = 0
     maintenance_commits_during: int = 0
@@ -372,8 +379,23 @@ class RunFigures:
     compaction_seconds: float = 0.0
 
 
+def end_excess_mse(files: Sequence[DataFile], target: int) -> float:
+    """What the policy simulator reports at the end: Σ over partitions of max(0, SSE − SSE_best) over all
+    files, in MiB² (SSE_best: the best layout of the partition's bytes capped at the target)."""
+    from autooptimize.domain.entropy import best_layout
+
+    parts: dict[Any, list[int]] = {}
+    for df in files:
+        parts.setdefault((df.spec_id, tuple(df.partition)), []).append(int(df.file_size_in_bytes))
+    over = 0
+    for sizes in parts.values():
+        sse = sum((target - s) ** 2 for s in sizes if s < target)
+        over += max(0, sse - best_layout(sum(min(s, target) for s in sizes), target)[1])
+    return round(over / len(files) / MiB ** 2, 1) if files else 0.0
+
+
 def table_figures(fig: RunFigures, table: Table, records: list[CommitRecord], seconds: float,
-                  maintenance_prop: str, expected: Digest) -> None:
+                  maintenance_prop: str, expected: Digest, target: int | None = None) -> None:
     """Fill the figures every run has from the final table, the writer's records and the expected digest."""
     table.refresh()
     fig.commits = len(records)
@@ -390,7 +412,10 @@ def table_figures(fig: RunFigures, table: Table, records: list[CommitRecord], se
     fig.live_delete_files_max = max((r.live_delete_files for r in records), default=0)
     fig.summary_count_mismatches = sum(1 for r in records if r.summary_live_files not in (None, r.live_files))
     current = table.current_snapshot()
-    fig.live_files_end = len(live_files(table, current)) if current is not None else 0
+    final = live_files(table, current) if current is not None else []
+    fig.live_files_end = len(final)
+    if target is not None:
+        fig.end_excess_mse_mib2 = end_excess_mse(final, target)
     if current is not None and current.summary is not None:
         total = current.summary.get("total-data-files")
         if total is not None and int(total) != fig.live_files_end:
@@ -744,7 +769,7 @@ def run_service(args: argparse.Namespace, settings: Settings, engine: Engine, ca
         with contextlib.suppress(OSError):
             fig.log_findings = service.log_findings()
     table = catalog.load_table(SERVICE_TABLE)
-    table_figures(fig, table, records, seconds, ACTION_ID, expected)
+    table_figures(fig, table, records, seconds, ACTION_ID, expected, args.target_size)
     action_figures(fig, engine, records)
     return fig, extra
 
@@ -835,7 +860,7 @@ def run_baseline(args: argparse.Namespace, catalog: Catalog, shape: TraceShape, 
     records, seconds = write_trace(catalog, BASELINE_TABLE, shape, trace, args.rate, None, after_commit=compact,
                                    label="baseline")
     table = catalog.load_table(BASELINE_TABLE)
-    table_figures(fig, table, records, seconds, BASELINE_PROP, expected)
+    table_figures(fig, table, records, seconds, BASELINE_PROP, expected, args.target_size)
     fig.aborted_or_failed = len(failures)
     fig.failures = failures[:6]
     fig.compaction_seconds = round(fig.compaction_seconds, 1)
@@ -892,6 +917,7 @@ def report(result: dict[str, Any]) -> str:
     row("live data files after a commit: mean", "live_files_mean", goal="service ≤ baseline")
     row("live data files after a commit: max", "live_files_max")
     row("live data files at the end", "live_files_end")
+    row("excess MSE at the end (MiB²)", "end_excess_mse_mib2")
     both("maintenance commits during / after", "maintenance_commits_during", "maintenance_commits_after")
     both("files replaced / written", "files_replaced", "files_written")
     row("bytes written by the writer", "writer_bytes", _mb)
@@ -982,7 +1008,7 @@ def flush_redis(url: str) -> int:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     shape = TraceShape(commits=args.commits, seed=args.seed, commits_per_hour=args.commits_per_hour)
-    trace = make_trace(shape)
+    trace = family_trace(args.family_member, args.seed, args.commits) if args.family_member else make_trace(shape)
     home = Path(tempfile.mkdtemp(prefix="ao-bench-stream-"))
     db_name = f"ao_bench_stream_{uuid.uuid4().hex[:8]}"
     settings = Settings(database_url=f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db_name}",
@@ -991,6 +1017,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     engine: Engine | None = None
     catalog: Catalog | None = None
     result: dict[str, Any] = {"trace": trace_summary(shape, trace, args.rate), "target_size": args.target_size,
+                              "member": args.member,
                               "compact_every": args.compact_every, "baseline_rule": args.baseline_rule}
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -1069,7 +1096,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a setting for the service run (repeatable), e.g. AO_SETTLE_SECONDS=15")
     parser.add_argument("--keep-home", action="store_true", help="keep the temporary AO_HOME (logs, warehouse)")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
+    parser.add_argument("--member", help="replay an hourly member of benchmarks.trace_family instead (its rate and "
+                                         "target; --commits keeps its first commits only)")
     args = parser.parse_args(argv)
+    args.family_member = None
+    if args.member:
+        from benchmarks.trace_family import member
+
+        args.family_member = member(args.member)
+        from benchmarks.trace_family import HOUR_SECONDS
+
+        args.rate = args.family_member.rate
+        args.target_size = str(args.family_member.target)
+        args.commits_per_hour = max(1, round(HOUR_SECONDS * args.rate))
+        if "--commits" not in (argv if argv is not None else sys.argv):
+            args.commits = args.family_member.commits
     if args.commits < 1 or args.rate <= 0 or args.commits_per_hour < 1 or args.compact_every < 1:
         parser.error("--commits, --commits-per-hour and --compact-every must be ≥ 1 and --rate > 0")
     args.target_size = parse_size(args.target_size, "--target-size")

@@ -191,3 +191,22 @@ class Digest:
     def as_dict(self) -> dict[str, object]:
         return {"rows": self.rows, "id_sum": self.id_sum, "hash_sum": f"{self.hash_sum:016x}",
                 "hash_xor": f"{self.hash_xor:016x}"}
+
+
+def family_trace(member: object, seed: int = 7, commits: int | None = None) -> list[Commit]:
+    """An hourly member of :data:`benchmarks.trace_family.FAMILY` as commits of this module's table: each
+    family file becomes a file of ``round(bytes / bytes per row)`` rows in hour ``BASE_HOUR + partition``
+    (the first ``commits`` commits only, when given). Rows are made by :func:`rows_for` from ``seed``."""
+    from benchmarks.trace_family import Member, make_commits
+
+    if not isinstance(member, Member) or member.grain != "hour":
+        raise ValueError(f"only an hourly family member replays into the hour(ts) table, got {member!r}")
+    per_row = bytes_per_row(seed)
+    out: list[Commit] = []
+    next_id = 1_000_000
+    for i, c in enumerate(make_commits(member)[:commits]):
+        files = tuple(FileSpec(BASE_HOUR + part, max(1, round(size / per_row)), size) for part, size in c.files)
+        commit = Commit(i, next_id, files)
+        next_id += commit.rows
+        out.append(commit)
+    return out

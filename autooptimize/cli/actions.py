@@ -22,7 +22,8 @@ def cmd_track(args: argparse.Namespace) -> int:
         "allowed_actions": args.allowed_actions, "max_bytes_per_action": args.max_bytes_per_action,
         "min_interval_seconds": args.min_interval, "allow": args.allow, "disallow": args.disallow,
         "merge_fan_in": args.merge_fan_in, "cold_after_seconds": args.cold_after,
-        "leave_alone_below": args.leave_alone_below, "auto_tune": args.auto_tune,
+        "leave_alone_below": args.leave_alone_below, "quiet_merge": args.quiet_merge,
+        "auto_tune": args.auto_tune,
     }
     result = track(args.table, settings=current_settings(), **{k: v for k, v in tuning.items() if v is not None})
     print_result(result, args.json)
@@ -176,7 +177,8 @@ def _suggest(args: argparse.Namespace) -> int:
     print(f"{out['table']}: {out['commits']} writer commits over {out['history_seconds']:.0f} s replayed, "
           f"{out['tried']} tunings tried")
     print(f"suggested: fan-in {t['fan_in']}, cold after {t['cold_after_seconds']:g} s, leave alone below "
-          f"{t['leave_alone_below']} bytes (target {t['target']} bytes, settle {t['settle_seconds']:g} s)"
+          f"{t['leave_alone_below']} bytes, quiet merge {'on' if t['quiet_merge'] else 'off'} "
+          f"(target {t['target']} bytes, settle {t['settle_seconds']:g} s)"
           + ("" if out["meets_goal"] else "; no candidate keeps the file goal: the fewest live files shown"))
     print(f"{'':24}{'suggested':>12}{'current':>12}{'bin-pack':>12}")
     rows = (("mean live files", "mean_live_files", "{:.1f}"), ("files replaced", "files_replaced", "{:.0f}"),

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="files of a similar size merged together while a partition is written to")
     tr.add_argument("--cold-after", type=seconds, help="seconds without a write before a partition is finished")
     tr.add_argument("--leave-alone-below", metavar="SIZE", help="never merge partitions smaller than this")
+    tr.add_argument("--quiet-merge", action=argparse.BooleanOptionalAction, default=None,
+                    help="merge a partition's small files once it is quiet, before it goes cold")
     tr.add_argument("--auto-tune", action=argparse.BooleanOptionalAction, default=None,
                     help="let AutoAnalyze apply the tuning it suggests from the table's history")
     tr.add_argument("--json", action="store_true")

@@ -90,7 +90,9 @@ class MergeRequest:
     fan_in: int = 12  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
     cold_after_seconds: float = 60.0  # no new file for this long: the partition is cold (AO_COLD_AFTER_SECONDS)
     expected_partition_bytes: int | None = None  # the table's median partition bytes (its history), if known
+    last_write_ms: int | None = None  # when a writer last added a file to the one partition (the listener's)
     leave_alone_below: int = 0  # partitions under this many bytes are never merged (the table's tuning)
+    quiet_merge: bool = False  # merge a quiet partition before it goes cold (AO_QUIET_MERGE, the table's tuning)
     now_ms: int | None = None  # the clock live-ness is judged by (None: now)
     engine: str = "spark"  # which path rewrites the groups (AO_REWRITE_ENGINE; services/rewrite/engine.py)
 

@@ -13,6 +13,9 @@ show which one applied:
 ``tiered``            written to: the smallest files merge once ``fan_in`` of similar size have gathered
                       (:data:`TINY_FAN_IN` while they weigh under ``scale // TINY_DIVISOR`` together)
 ``live_wait``         written to, over the excess rule, but no tier holds ``fan_in`` files yet
+``quiet_full``        quiet (``quiet_merge`` on, no write for ``settle_seconds``, not cold): every file
+                      under the target merges into one group (an even split)
+``quiet_partial``     quiet: the small files merge, the largest stay (see *absorb* below)
 ``cold_finish``       cold: every file under ¾ of the target merges once into the best layout its
                       bytes allow (an even split of ``round(B / target)`` files); the plan reports
                       the bytes that costs
@@ -28,6 +31,12 @@ smallest file, so they start a tier of their own: each byte is rewritten about o
 ``fan_in``-fold growth while written to, never once per commit, and a file of half the partition's
 scale waits for the cold finish. Groups are packed First Fit Decreasing into bins of at most
 ``target + target // BIN_SLACK_DIVISOR`` bytes.
+
+**Absorb** (quiet, only with ``quiet_merge``). Sorted by size, a file under half the target joins the
+group only while it is at most ``min(fan_in, ABSORB_RATIO)`` times the bytes of the smaller files already
+in it: a merged hour is not rewritten for one late file, only once late bytes weigh a quarter of it. It
+keeps fewer files between late writes at the price of more bytes rewritten (the policy before issue 25,
+with the cold finish after it); AutoAnalyze turns it on where the table's history says it pays.
 
 **Cold.** One merge of everything small, once: a late file after that makes the partition live again,
 and it is finished again when it next goes cold. Files at or above ¾ of the target are never rewritten.
@@ -57,7 +66,9 @@ __all__ = [
     "COLD_DONE_DENOMINATOR",
     "COLD_DONE_NUMERATOR",
     "DEFAULT_COLD_AFTER_SECONDS",
+    "ABSORB_RATIO",
     "DEFAULT_FAN_IN",
+    "DEFAULT_QUIET_MERGE",
     "DEFAULT_SETTLE_SECONDS",
     "LIVE_LARGE_DIVISOR",
     "RULES",
@@ -86,6 +97,15 @@ TINY_DIVISOR = 8
 DEFAULT_SETTLE_SECONDS = 3.0
 #: While written to, files of at least ``scale // LIVE_LARGE_DIVISOR`` bytes are never rewritten.
 LIVE_LARGE_DIVISOR = 2
+#: Quiet (``quiet_merge``), a file joins the merge only while at most this many times the bytes of the
+#: smaller files already in it (capped by ``fan_in``): a remainder file is rewritten once late bytes weigh
+#: a quarter of it.
+ABSORB_RATIO = 4
+#: Quiet, files of at least ``target * DONE_NUMERATOR // DONE_DENOMINATOR`` bytes are left alone.
+DONE_NUMERATOR, DONE_DENOMINATOR = 1, 2
+#: Whether a partition that is quiet (no write for ``settle_seconds``) but not yet cold merges its small
+#: files (the rules of the policy before issue 25): fewer live files between late writes, more bytes.
+DEFAULT_QUIET_MERGE = False
 #: Cold, files under this share of the target are merged into the best layout (Iceberg's bin-pack rule,
 #: so the end layout is the bin-pack's).
 COLD_DONE_NUMERATOR, COLD_DONE_DENOMINATOR = 3, 4
@@ -94,7 +114,8 @@ COLD_DONE_NUMERATOR, COLD_DONE_DENOMINATOR = 3, 4
 #: come more than 30 s apart there, so it was finished, then written again and finished again).
 DEFAULT_COLD_AFTER_SECONDS = 60.0
 
-RULES = ("below_excess", "left_alone", "tiered", "live_wait", "cold_finish", "nothing_to_merge")
+RULES = ("below_excess", "left_alone", "tiered", "live_wait", "quiet_full", "quiet_partial", "cold_finish",
+         "nothing_to_merge")
 #: The rules that leave a partition alone: each is the reason it was skipped.
 SKIP_RULES = ("below_excess", "left_alone", "live_wait", "nothing_to_merge")
 
@@ -166,6 +187,18 @@ def _without_outsized(group: Sequence[int], sizes: Sequence[int]) -> list[int]:
     return kept
 
 
+def _absorbed(idxs: Sequence[int], sizes: Sequence[int], fan_in: int) -> list[int]:
+    """The ascending prefix of ``idxs`` in which each file is ≤ ``fan_in`` × the bytes before it."""
+    group: list[int] = []
+    total = 0
+    for i in idxs:
+        if group and sizes[i] > fan_in * total:
+            break
+        group.append(i)
+        total += sizes[i]
+    return group
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyTuning:
     """One table's merge tuning: what ``whatif --suggest`` searches over and ``track --auto-tune`` applies.
@@ -180,6 +213,7 @@ class PolicyTuning:
     cold_after_seconds: float = DEFAULT_COLD_AFTER_SECONDS
     leave_alone_below: int = 0
     tolerance: int = -1
+    quiet_merge: bool = DEFAULT_QUIET_MERGE
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, int) or self.target < 1:
@@ -197,11 +231,13 @@ class PolicyTuning:
             object.__setattr__(self, "tolerance", self.target // 4)
         elif not isinstance(self.tolerance, int) or self.tolerance < 0:
             raise InvalidArgument(f"PolicyTuning.tolerance must be bytes ≥ 0, got {self.tolerance!r}")
+        if not isinstance(self.quiet_merge, bool):
+            raise InvalidArgument(f"PolicyTuning.quiet_merge must be True or False, got {self.quiet_merge!r}")
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, float | bool]:
         return {"target": self.target, "fan_in": self.fan_in, "settle_seconds": self.settle_seconds,
                 "cold_after_seconds": self.cold_after_seconds, "leave_alone_below": self.leave_alone_below,
-                "tolerance": self.tolerance}
+                "tolerance": self.tolerance, "quiet_merge": self.quiet_merge}
 
 
 def partition_scale(target: int, received_bytes: int | None, expected_bytes: int | None) -> int:
@@ -216,6 +252,7 @@ def plan_partition(
     tolerance: int,
     *,
     cold: bool,
+    quiet: bool = False,
     fan_in: int = DEFAULT_FAN_IN,
     min_input_files: int = 2,
     received_bytes: int | None = None,
@@ -224,7 +261,8 @@ def plan_partition(
 ) -> PolicyPlan:
     """The policy's plan for one partition's live data files (see the module doc for the rules).
 
-    ``cold``: no file arrived for the table's ``cold_after_seconds``.
+    ``cold``: no file arrived for the table's ``cold_after_seconds``; ``quiet``: none for its
+    ``settle_seconds`` and the table merges quiet partitions (``quiet_merge``; ignored when cold).
     ``received_bytes`` / ``expected_bytes``: the bytes the partition has received in all and the bytes
     the table's history says it will hold (None: unknown); they set the partition's scale
     (:func:`partition_scale`). Judged by :func:`~autooptimize.domain.entropy.excess_needs_attention`
@@ -247,6 +285,8 @@ def plan_partition(
         raise InvalidArgument(f"fan_in must be an integer ≥ min_input_files ({min_input_files}), got {fan_in!r}")
     if not isinstance(cold, bool):
         raise InvalidArgument(f"cold must be True or False, got {cold!r}")
+    if not isinstance(quiet, bool):
+        raise InvalidArgument(f"quiet must be True or False, got {quiet!r}")
     for name, value in (("received_bytes", received_bytes), ("expected_bytes", expected_bytes)):
         if value is not None:
             non_negative_int(name, value)
@@ -265,6 +305,13 @@ def plan_partition(
         if len(group) < min_input_files:
             return PolicyPlan(measured.plan(()), "nothing_to_merge", True)
         return PolicyPlan(measured.plan([group]), "cold_finish", True)
+    if quiet:
+        cap = target * DONE_NUMERATOR // DONE_DENOMINATOR
+        group = _absorbed([i for i in by_size if sizes[i] < cap], sizes, min(fan_in, ABSORB_RATIO))
+        if len(group) < min_input_files:  # wait for more, or for the cold finish
+            return PolicyPlan(measured.plan(()), "live_wait", True)
+        full = len(group) == sum(1 for x in sizes if x < target)
+        return PolicyPlan(measured.plan([group]), "quiet_full" if full else "quiet_partial", True)
     scale = partition_scale(target, received_bytes, expected_bytes)
     cand = [i for i in by_size if sizes[i] < scale // LIVE_LARGE_DIVISOR]
     group = _live_group(cand, sizes, fan_in, scale)

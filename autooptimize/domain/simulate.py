@@ -71,7 +71,8 @@ class Figures:
                 "files_replaced": self.files_replaced, "bytes_rewritten": self.bytes_rewritten,
                 "bytes_written": self.bytes_written,
                 "write_amplification": self.write_amplification, "end_files": self.end_files,
-                "end_excess_mse_mib2": self.end_excess_mse / (1 << 40), "actions": self.actions}
+                "end_excess_mse_mib2": self.end_excess_mse / (1 << 40), "actions": self.actions,
+                "rules": dict(self.rules)}
 
 
 @dataclass
@@ -166,8 +167,9 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     def plan(part: Hashable, now: float) -> tuple[RewriteGroup, ...]:
         # the same sum the cold timer was set at (``now - newest`` may round just under cold_after)
         cold = now >= t.newest[part] + tuning.cold_after_seconds
+        quiet = tuning.quiet_merge and not cold and now >= t.newest[part] + tuning.settle_seconds
         files = t.files(part)
-        result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, fan_in=tuning.fan_in,
+        result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, quiet=quiet, fan_in=tuning.fan_in,
                                 received_bytes=t.received[part],
                                 expected_bytes=expected_bytes(t.received, part),
                                 leave_alone_below=tuning.leave_alone_below)
@@ -260,17 +262,18 @@ def shortfall(f: Figures, base: Figures) -> float:
 
 def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FAN_INS,
                       cold_after: Sequence[float] = SUGGEST_COLD_AFTER,
-                      leave_alone: Sequence[int] = (0,)) -> list[PolicyTuning]:
-    """Every combination of the given fan-ins, cold-after times and leave-alone sizes at ``default``'s
-    target, settle time and tolerance; ``default`` first."""
+                      leave_alone: Sequence[int] = (0,), quiet_merge: Sequence[bool] = (False, True)) -> list[PolicyTuning]:
+    """Every combination of the given fan-ins, cold-after times, leave-alone sizes and quiet merging at
+    ``default``'s target, settle time and tolerance; ``default`` first."""
     out = [default]
     for f in fan_ins:
         for c in cold_after:
             for a in leave_alone:
-                t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
-                                 default.tolerance)
-                if t not in out:
-                    out.append(t)
+                for q in quiet_merge:
+                    t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
+                                     default.tolerance, q)
+                    if t not in out:
+                        out.append(t)
     return out
 
 

@@ -90,8 +90,9 @@ def default_tuning(settings: Settings, row: TrackedTable | None, table_target: i
     fan_in = row.merge_fan_in if row is not None and row.merge_fan_in is not None else settings.merge_fan_in
     cold = (row.cold_after_seconds if row is not None and row.cold_after_seconds is not None
             else settings.cold_after_seconds)
+    quiet = row.quiet_merge if row is not None and row.quiet_merge is not None else settings.quiet_merge
     return PolicyTuning(target, fan_in, settings.settle_seconds, max(cold, settings.settle_seconds),
-                        (row.leave_alone_below or 0) if row is not None else 0, tolerance)
+                        (row.leave_alone_below or 0) if row is not None else 0, tolerance, quiet)
 
 
 def suggestion_dict(s: Suggestion, commits: int, seconds: float) -> dict[str, Any]:
@@ -134,6 +135,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
                     t = result.tuning
                     row.merge_fan_in, row.cold_after_seconds = t.fan_in, t.cold_after_seconds
                     row.leave_alone_below = t.leave_alone_below or None
+                    row.quiet_merge = t.quiet_merge
                     applied = True
                     audit(session, "table.auto_tuned", table_id=row.id, identifier=identifier, tuning=t.as_dict(),
                           predicted=result.predicted.as_dict())

@@ -54,7 +54,7 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
         zorder_columns=tuning.zorder_columns if tuning else None, sizing=learned(settings, identifier),
         max_group_bytes=settings.max_group_bytes, policy=settings.merge_policy,
         settle_seconds=settings.settle_seconds, engine=settings.rewrite_engine, **policy_tuning(settings, tuning),
-        expected_partition_bytes=expected_partition_bytes(settings, table_id, spec_id, partition_key),
+        **partition_history(settings, table_id, spec_id, partition_key),
     )
 
 
@@ -63,24 +63,28 @@ def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
     set, else the service's. ``tuning`` is a TableTuning, a TrackedTable row or None."""
     fan_in = getattr(tuning, "merge_fan_in", None)
     cold_after = getattr(tuning, "cold_after_seconds", None)
+    quiet = getattr(tuning, "quiet_merge", None)
     return {"fan_in": fan_in if fan_in is not None else settings.merge_fan_in,
             "cold_after_seconds": cold_after if cold_after is not None else settings.cold_after_seconds,
-            "leave_alone_below": getattr(tuning, "leave_alone_below", None) or 0}
+            "leave_alone_below": getattr(tuning, "leave_alone_below", None) or 0,
+            "quiet_merge": quiet if quiet is not None else settings.quiet_merge}
 
 
-def expected_partition_bytes(settings: Any, table_id: int | None, spec_id: int | None = None,
-                             partition_key: str | None = None) -> int | None:
-    """The bytes a partition of the table is expected to hold: the median over its other partitions
-    (None when untracked or not observed yet). The policy cuts its tiers against it
-    (domain.policy.partition_scale)."""
+def partition_history(settings: Any, table_id: int | None, spec_id: int | None = None,
+                      partition_key: str | None = None) -> dict[str, int | None]:
+    """What the listener knows that the partition's files do not say: the bytes a partition of the table
+    is expected to hold (the median over its other partitions; the policy cuts its tiers against it) and,
+    for one partition, when a writer last added a file to it (a merge's outputs carry no write time, so
+    after a merge the files alone would make a partition look cold). Nothing when untracked."""
     if table_id is None:
-        return None
+        return {"expected_partition_bytes": None, "last_write_ms": None}
     from autooptimize.storage.db import session_scope
-    from autooptimize.storage.stats import median_partition_bytes
+    from autooptimize.storage.stats import last_write_ms, median_partition_bytes
 
-    exclude = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
+    one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
     with session_scope(settings) as session:
-        return median_partition_bytes(session, table_id, exclude)
+        return {"expected_partition_bytes": median_partition_bytes(session, table_id, one),
+                "last_write_ms": last_write_ms(session, table_id, *one) if one is not None else None}
 
 
 def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:

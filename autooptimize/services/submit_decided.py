@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
@@ -43,7 +43,9 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         last = session.scalars(select(Action).where(
             Action.table_id == table_id, Action.spec_id == spec_id, Action.partition_key == partition_key,
             Action.kind.in_(REWRITE_KINDS)).order_by(Action.created_at.desc()).limit(1)).one_or_none()
-        cold_after = tracked.cold_after_seconds
+        quiet = tracked.quiet_merge if tracked.quiet_merge is not None else settings.quiet_merge
+        # when a partition left alone may be judged otherwise: once quiet (quiet merges on), else once cold
+        cold_after = settings.settle_seconds if quiet else tracked.cold_after_seconds
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
                 and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at
                 and not _cold_since(settings, last.finished_at, cold_after)):
@@ -109,7 +111,9 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     nothing queued or running. The listener hands them to decide again, so a partition whose writes
     stopped gets its cold finish."""
     p, t, a = PartitionStats, TrackedTable, Action
-    cold_after = func.coalesce(t.cold_after_seconds, settings.cold_after_seconds)
+    # a table that merges quiet partitions is judged again once quiet (settle), every other once cold
+    cold_after = case((func.coalesce(t.quiet_merge, settings.quiet_merge), settings.settle_seconds),
+                      else_=func.coalesce(t.cold_after_seconds, settings.cold_after_seconds))
     busy = (select(a.id).where(a.table_id == p.table_id, a.spec_id == p.spec_id, a.partition_key == p.partition_key,
                                a.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value])).exists())
     with session_scope(settings) as session:

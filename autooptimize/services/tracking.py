@@ -30,7 +30,7 @@ DEFAULT_ACTIONS = tuple(k for k in ACTION_KINDS if k not in DESTRUCTIVE_ACTIONS)
 TUNING_FIELDS = (
     "target_file_size", "tolerance", "min_input_files", "priority_class", "weight", "sort_order",
     "zorder_columns", "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",
-    "merge_fan_in", "cold_after_seconds", "leave_alone_below", "auto_tune",
+    "merge_fan_in", "cold_after_seconds", "leave_alone_below", "quiet_merge", "auto_tune",
 )
 #: Changes to the allowed actions relative to what the table allows now (``track --allow/--disallow``).
 RELATIVE_FIELDS = ("allow", "disallow")
@@ -54,6 +54,7 @@ class TableTuning:
     merge_fan_in: int | None = None
     cold_after_seconds: float | None = None
     leave_alone_below: int | None = None
+    quiet_merge: bool | None = None
     auto_tune: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -119,6 +120,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         "merge_fan_in": None,
         "cold_after_seconds": None,
         "leave_alone_below": None,
+        "quiet_merge": None,
         "auto_tune": False,
     }
     merged = {**base, **{k: v for k, v in changes.items() if v is not None}}
@@ -158,6 +160,8 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         if not 0 <= cold_after <= 86400:
             raise InvalidArgument(f"cold_after_seconds must be seconds from 0 to 86400 (got {merged['cold_after_seconds']!r})")
     leave_alone = merged["leave_alone_below"]
+    if merged["quiet_merge"] is not None and not isinstance(merged["quiet_merge"], bool):
+        raise InvalidArgument(f"quiet_merge must be true or false (got {merged['quiet_merge']!r})")
     if not isinstance(merged["auto_tune"], bool):
         raise InvalidArgument(f"auto_tune must be true or false (got {merged['auto_tune']!r})")
     return TableTuning(
@@ -175,6 +179,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         merge_fan_in=None if fan_in is None else bounded_int("merge_fan_in", fan_in, 2, 1000),
         cold_after_seconds=cold_after,
         leave_alone_below=None if leave_alone is None else parse_size(leave_alone, "leave_alone_below"),
+        quiet_merge=merged["quiet_merge"],
         auto_tune=merged["auto_tune"],
     )
 
@@ -186,7 +191,7 @@ def tuning_of(row: TrackedTable) -> TableTuning:
         zorder_columns=row.zorder_columns, allowed_actions=tuple(row.allowed_actions), max_bytes_per_action=row.max_bytes_per_action,
         min_interval_seconds=row.min_interval_seconds, enabled=row.enabled,
         merge_fan_in=row.merge_fan_in, cold_after_seconds=row.cold_after_seconds,
-        leave_alone_below=row.leave_alone_below, auto_tune=bool(row.auto_tune),
+        leave_alone_below=row.leave_alone_below, quiet_merge=row.quiet_merge, auto_tune=bool(row.auto_tune),
     )
 
 

@@ -99,6 +99,7 @@ class TrackedTable(CatalogTableKey, Base):
     merge_fan_in: Mapped[int | None] = mapped_column(Integer, nullable=True)
     cold_after_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     leave_alone_below: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    quiet_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     auto_tune: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     suggested_tuning: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     suggested_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
@@ -125,6 +126,8 @@ class PartitionStats(Base):
     small_files: Mapped[int] = mapped_column(BigInteger, default=0)
     # Σ bytes of the files under the target (migration 0009): the health rule's capped bytes
     small_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # when a writer last added a file here (a REPLACE is not a write; migration 0009): the policy's clock
+    last_write_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
     snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(
         TIMESTAMP(timezone=True), server_default=_now(), onupdate=_now()

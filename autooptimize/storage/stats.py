@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, func, literal_column, select, text, tuple_
@@ -74,6 +75,7 @@ class ExactPartition:
     total_bytes: int
     small_files: int
     small_bytes: int = 0
+    last_write_ms: int | None = None  # the newest live file a writer added (scans see no more than that)
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class Cursor:
 
 
 def exact_partition(spec_id: int, key: str, values: dict[str, Any], sizes: Sequence[int],
-                    target: int) -> ExactPartition:
+                    target: int, last_write_ms: int | None = None) -> ExactPartition:
     """Figures of a partition whose live data files have ``sizes`` bytes."""
     return ExactPartition(
         spec_id=spec_id,
@@ -100,6 +102,7 @@ def exact_partition(spec_id: int, key: str, values: dict[str, Any], sizes: Seque
         total_bytes=sum(sizes),
         small_files=sum(1 for s in sizes if s < target),
         small_bytes=sum(s for s in sizes if s < target),
+        last_write_ms=last_write_ms,
     )
 
 
@@ -201,11 +204,14 @@ def apply_delta(
     removed: Sequence[int],
     target: int,
     snapshot_id: int,
+    written_at: datetime | None = None,
 ) -> PartitionFigures:
     """Roll one partition forward over files ``added`` and ``removed`` (sizes); returns the new figures.
 
-    A partition left with no file is deleted (a scan would not list it). Raises StatsDrift when the
-    removals do not fit what is stored; the caller's transaction must then be rolled back.
+    A partition left with no file is deleted (a scan would not list it). ``written_at``: the snapshot's
+    time when a writer added files (not for a REPLACE); the partition's ``last_write_at`` moves to it.
+    Raises StatsDrift when the removals do not fit what is stored; the caller's transaction must then be
+    rolled back.
     """
     sse_added = sum(squared_error(s, target) for s in added)
     sse_removed = sum(squared_error(s, target) for s in removed)
@@ -223,7 +229,7 @@ def apply_delta(
     stmt = insert(PartitionStats).values(
         table_id=table_id, spec_id=spec_id, partition_key=partition_key, partition_values=values,
         n_files=len(added), sse=sse_added, total_bytes=sum(added), small_files=small_added,
-        small_bytes=small_bytes_added, snapshot_id=snapshot_id, updated_at=func.now(),
+        small_bytes=small_bytes_added, snapshot_id=snapshot_id, updated_at=func.now(), last_write_at=written_at,
     ).on_conflict_do_update(
         index_elements=[c.table_id, c.spec_id, c.partition_key],
         set_={
@@ -232,6 +238,7 @@ def apply_delta(
             "total_bytes": c.total_bytes + d_bytes,
             "small_files": c.small_files + d_small,
             "small_bytes": c.small_bytes + d_small_bytes,
+            "last_write_at": c.last_write_at if written_at is None else func.greatest(c.last_write_at, written_at),
             "snapshot_id": snapshot_id,
             "updated_at": func.now(),
         },
@@ -257,6 +264,11 @@ def apply_delta(
     return figures
 
 
+def _later(stored: datetime | None, ms: int | None) -> datetime | None:
+    seen = None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+    return seen if stored is None else stored if seen is None else max(stored, seen)
+
+
 def replace_stats(
     session: Session,
     table_id: int,
@@ -276,14 +288,18 @@ def replace_stats(
         if not only:
             return []
         where.append(tuple_(c.spec_id, c.partition_key).in_(sorted(only)))
-    before = {(r.spec_id, r.partition_key) for r in session.execute(select(c.spec_id, c.partition_key).where(*where))}
+    known = {(r.spec_id, r.partition_key): r.last_write_at
+             for r in session.execute(select(c.spec_id, c.partition_key, c.last_write_at).where(*where))}
+    before = set(known)
     session.execute(delete(PartitionStats).where(*where))
     rows = [p for p in partitions if p.n_files > 0 and (only is None or (p.spec_id, p.partition_key) in only)]
     if rows:
         session.execute(insert(PartitionStats), [
             {"table_id": table_id, "spec_id": p.spec_id, "partition_key": p.partition_key,
              "partition_values": p.values, "n_files": p.n_files, "sse": p.sse, "total_bytes": p.total_bytes,
-             "small_files": p.small_files, "small_bytes": p.small_bytes, "snapshot_id": snapshot_id}
+             "small_files": p.small_files, "small_bytes": p.small_bytes, "snapshot_id": snapshot_id,
+             # a scan sees only the live files' times (a merged file has none): never move the clock back
+             "last_write_at": _later(known.get((p.spec_id, p.partition_key)), p.last_write_ms)}
             for p in rows
         ])
     written = [PartitionFigures(p.spec_id, p.partition_key, p.n_files, p.sse, p.total_bytes, p.small_files,
@@ -349,3 +365,11 @@ def median_partition_bytes(session: Session, table_id: int, exclude: PartitionId
         where.append(tuple_(c.spec_id, c.partition_key) != tuple_(*exclude))
     value = session.execute(select(func.percentile_cont(0.5).within_group(c.total_bytes)).where(*where)).scalar_one()
     return None if value is None else int(value)
+
+
+def last_write_ms(session: Session, table_id: int, spec_id: int, partition_key: str) -> int | None:
+    """When a writer last added a file to the partition (epoch ms), as the listener saw it, or None."""
+    c = PartitionStats.__table__.c
+    value = session.execute(select(c.last_write_at).where(c.table_id == table_id, c.spec_id == spec_id,
+                                                          c.partition_key == partition_key)).scalar_one_or_none()
+    return None if value is None else int(value.timestamp() * 1000)

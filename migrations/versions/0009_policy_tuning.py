@@ -2,8 +2,10 @@
 
 ``ao_partition_stats.small_bytes``: Σ bytes of the files under the target, kept by the listener like
 ``small_files``; with it the one health rule (``domain.entropy.partition_needs_attention``) judges the
-excess over the best layout a partition's bytes allow. Rows written before this revision hold 0, so every
-table's cursor is marked for a rescan, which rebuilds the figures exactly.
+excess over the best layout a partition's bytes allow. ``last_write_at``: when a writer last added a file
+to the partition (a merge's REPLACE is not a write), the clock the policy's settle and cold rules run on.
+Rows written before this revision hold 0 and NULL, so every table's cursor is marked for a rescan, which
+rebuilds the figures exactly.
 
 ``ao_tracked_tables``: the merge tuning the table runs with (NULL: the service's defaults), whether
 AutoAnalyze may apply its suggestion (``auto_tune``), and the last suggestion with its predicted figures.
@@ -27,17 +29,20 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("ao_partition_stats", sa.Column("small_bytes", sa.BigInteger, nullable=False, server_default="0"))
+    op.add_column("ao_partition_stats", sa.Column("last_write_at", sa.TIMESTAMP(timezone=True), nullable=True))
     op.execute("UPDATE ao_table_cursors SET needs_scan = true, scan_reason = 'small_bytes added (migration 0009)'")
     op.add_column("ao_tracked_tables", sa.Column("merge_fan_in", sa.Integer, nullable=True))
     op.add_column("ao_tracked_tables", sa.Column("cold_after_seconds", sa.Float, nullable=True))
     op.add_column("ao_tracked_tables", sa.Column("leave_alone_below", sa.BigInteger, nullable=True))
+    op.add_column("ao_tracked_tables", sa.Column("quiet_merge", sa.Boolean, nullable=True))
     op.add_column("ao_tracked_tables", sa.Column("auto_tune", sa.Boolean, nullable=False, server_default=sa.false()))
     op.add_column("ao_tracked_tables", sa.Column("suggested_tuning", JSONB, nullable=True))
     op.add_column("ao_tracked_tables", sa.Column("suggested_at", sa.TIMESTAMP(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
-    for column in ("suggested_at", "suggested_tuning", "auto_tune", "leave_alone_below", "cold_after_seconds",
-                   "merge_fan_in"):
+    for column in ("suggested_at", "suggested_tuning", "auto_tune", "quiet_merge", "leave_alone_below",
+                   "cold_after_seconds", "merge_fan_in"):
         op.drop_column("ao_tracked_tables", column)
+    op.drop_column("ao_partition_stats", "last_write_at")
     op.drop_column("ao_partition_stats", "small_bytes")

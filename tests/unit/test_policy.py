@@ -17,6 +17,7 @@ from autooptimize.domain.entropy import (
 )
 from autooptimize.domain.planning import PlanFile
 from autooptimize.domain.policy import (
+    ABSORB_RATIO,
     LIVE_LARGE_DIVISOR,
     SKIP_RULES,
     TINY_DIVISOR,
@@ -94,6 +95,16 @@ def test_cold_finishes_the_hour_once_into_its_best_layout() -> None:
     assert not excess_attention_of(sizes_after(result, files), S, T)
     done = plan_partition(files_of([10_400 * KB]), S, T, cold=True)
     assert (done.rule, done.plan.is_empty) == ("below_excess", True)
+
+
+def test_quiet_merges_tiers_and_stragglers_into_one_group_but_not_the_hour_for_one_late_file() -> None:
+    sizes = [1600 * KB] * 7 + [200 * KB] * 4
+    result = plan_partition(files_of(sizes), S, T, cold=False, quiet=True)
+    assert result.rule == "quiet_full"
+    assert result.plan.files_in == 11 and result.plan.files_after == 1
+    late = plan_partition(files_of([10 * 1000 * KB, 100 * KB]), S, T, cold=False, quiet=True)
+    assert (late.rule, late.plan.is_empty) == ("live_wait", True)  # waits: for late bytes, or the cold finish
+    assert plan_partition(files_of([10 * 1000 * KB, 100 * KB]), S, T, cold=True, quiet=True).rule == "cold_finish"
 
 
 def test_live_merges_a_full_tier_and_leaves_merged_files_alone() -> None:
@@ -198,14 +209,15 @@ def test_excess_rule_only_quiets(sizes: list[int], tolerance: int, sse_extra: in
 
 
 @FAST
-@given(sizes_st, st.integers(0, small), st.booleans(), st.integers(2, 12), st.integers(2, 4),
-       st.one_of(st.none(), st.integers(0, 4 * small)))
-def test_policy_invariants(sizes: list[int], tolerance: int, cold: bool, fan_in: int, min_input: int,
+@given(sizes_st, st.integers(0, small), st.sampled_from(["live", "quiet", "cold"]), st.integers(2, 12),
+       st.integers(2, 4), st.one_of(st.none(), st.integers(0, 4 * small)))
+def test_policy_invariants(sizes: list[int], tolerance: int, state: str, fan_in: int, min_input: int,
                            expected: int | None) -> None:
     fan_in = max(fan_in, min_input)
     files = files_of(sizes)
-    result = plan_partition(files, small, tolerance, cold=cold, fan_in=fan_in, min_input_files=min_input,
-                            received_bytes=sum(sizes), expected_bytes=expected)
+    cold = state == "cold"
+    result = plan_partition(files, small, tolerance, cold=cold, quiet=state == "quiet", fan_in=fan_in,
+                            min_input_files=min_input, received_bytes=sum(sizes), expected_bytes=expected)
     paths = [f.path for g in result.plan.groups for f in g.files]
     assert len(paths) == len(set(paths)) and set(paths) <= {f.path for f in files}
     assert result.attention == excess_attention_of(sizes, small, tolerance)
@@ -216,9 +228,12 @@ def test_policy_invariants(sizes: list[int], tolerance: int, cold: bool, fan_in:
         assert len(g.files) >= min_input
         members = sorted(f.size for f in g.files)
         assert members[-1] < small * 3 // 4, "a file at or above 3/4 of the target is never rewritten"
-        if not cold:
+        if state == "live":
             assert members[-1] < scale // LIVE_LARGE_DIVISOR
             assert members[-1] <= sum(members[:-1]), "written to: no file above the rest of its group"
+        elif state == "quiet":
+            assert members[-1] < small // 2
+            assert all(s <= min(fan_in, ABSORB_RATIO) * sum(members[:k]) for k, s in enumerate(members) if k)
     if result.rule == "cold_finish":  # the bin-pack's end layout: at most one file under 3/4 of the target
         assert sum(1 for x in sizes_after(result, files) if x < small * 3 // 4) <= 1
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 
 from pyiceberg.table import Table
 
@@ -100,10 +101,13 @@ def _roll_forward(settings: Settings, info: TrackedSettings, cursor: Cursor | No
                 current = get_cursor(session, info.table_id)
                 if current is None or current.needs_scan or current.last_snapshot_id != expected:
                     raise _Superseded()
+                # a writer's snapshot moves the partitions' write clock; a REPLACE (a merge) does not
+                written = (datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
+                           if diff.operation != "replace" else None)
                 figures = [
                     apply_delta(session, info.table_id, spec_id=d.spec_id, partition_key=d.key, values=d.values,
                                 added=d.added, removed=d.removed, target=info.target,
-                                snapshot_id=snapshot.snapshot_id)
+                                snapshot_id=snapshot.snapshot_id, written_at=written if d.added else None)
                     for d in diff.partitions.values()
                 ]
                 append_history(session, info.table_id, figures, snapshot.snapshot_id, "snapshot")

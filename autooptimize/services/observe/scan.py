@@ -70,7 +70,8 @@ def scan_whole_table(settings: Settings, info: TrackedSettings, table: Table, re
     returns the partitions written or emptied."""
     snapshot = table.current_snapshot()
     exact = [
-        exact_partition(pf.spec_id, pf.key, pf.values, [f.size for f in pf.data_files], info.target)
+        exact_partition(pf.spec_id, pf.key, pf.values, [f.size for f in pf.data_files], info.target,
+                        pf.newest_ms)
         for pf in (live_partitions(table, snapshot).values() if snapshot is not None else ())
     ]
     snapshot_id = snapshot.snapshot_id if snapshot is not None else None
@@ -113,7 +114,8 @@ def _scan_partition(settings: Settings, info: TrackedSettings, table: Table, rep
         return scan_whole_table(settings, info, table, report, "cursor_snapshot_expired")
     parts = live_partitions(table, base) if base is not None else {}
     exact = [
-        exact_partition(pf.spec_id, pf.key, pf.values, [f.size for f in pf.data_files], info.target)
+        exact_partition(pf.spec_id, pf.key, pf.values, [f.size for f in pf.data_files], info.target,
+                        pf.newest_ms)
         for (sid, k), pf in parts.items() if k == key and (spec_id is None or sid == spec_id)
     ]
     only = _replace_partition_at_cursor(settings, info, key, spec_id, exact, base_id)

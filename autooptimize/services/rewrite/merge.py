@@ -161,9 +161,13 @@ def plan_partition_with_rule(table: Table, pf: PartitionFiles, request: MergeReq
     if request.policy == "tiered" and not without_ids and request.max_bytes is None:
         now_ms = request.now_ms if request.now_ms is not None else int(time.time() * 1000)
         newest = pf.newest_ms
+        if request.last_write_ms is not None and request.partition_key == pf.key:
+            # the listener's clock: the files of a merge carry no write time of their own
+            newest = max(newest or 0, request.last_write_ms)
         # no known write time (only our own outputs): nothing is being written there, so it is cold
         cold = newest is None or not is_live((now_ms - newest) / 1000, request.cold_after_seconds)
-        chosen = plan_by_policy(files, request.target_file_size, request.tolerance, cold=cold,
+        quiet = request.quiet_merge and not cold and not is_live((now_ms - newest) / 1000, request.settle_seconds)
+        chosen = plan_by_policy(files, request.target_file_size, request.tolerance, cold=cold, quiet=quiet,
                                 fan_in=request.fan_in, min_input_files=request.min_input_files,
                                 received_bytes=pf.bytes, expected_bytes=request.expected_partition_bytes,
                                 leave_alone_below=request.leave_alone_below)
