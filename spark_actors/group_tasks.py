@@ -131,6 +131,21 @@ def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes:
                         rows_deleted=written.rows_deleted, seconds=seconds)
 
 
+def warm(table: Table, *, attempt: int = 0) -> int:
+    """Import what the tasks use, in this executor's Python worker (the first import of pyiceberg and
+    pyarrow's modules costs seconds; a reused worker pays it once). Held a moment so that the tasks of a
+    warm-up job land on distinct workers."""
+    import os
+
+    import spark_actors.arrow_consolidate
+    import spark_actors.arrow_deletes
+    import spark_actors.arrow_partition
+    import spark_actors.arrow_rewrite  # noqa: F401
+
+    time.sleep(1.0)
+    return os.getpid()
+
+
 def calibrate(table: Table, inputs: list[DataFile], directory: str, codec: str, partition: tuple[int, Record],
               *, attempt: int = 0) -> tuple[int, int]:
     """(rows, bytes) of ``inputs`` written as one file under ``directory`` with the pyarrow path (removed
@@ -167,3 +182,4 @@ def consolidate(table: Table, spec_id: int, groups: list[list[str]], output_dir:
     files = {path: data_file_from_footer(table, path, spec_id, Record(*part.values))
              for part in out.partitions for path in part.paths}
     return out, digest, files
+
