@@ -132,16 +132,28 @@ def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes:
 
 
 def warm(table: Table, *, attempt: int = 0) -> int:
-    """Import what the tasks use, in this executor's Python worker (the first import of pyiceberg and
-    pyarrow's modules costs seconds; a reused worker pays it once). Held a moment so that the tasks of a
-    warm-up job land on distinct workers."""
+    """Import what the tasks use and load the digest's compiled kernels (numba: from its cache on disk,
+    else compiled) in this executor's Python worker. A reused worker pays that once; held a moment so
+    that the tasks of a warm-up job land on distinct workers."""
+    import datetime as dt
     import os
 
-    import spark_actors.arrow_consolidate
-    import spark_actors.arrow_deletes
-    import spark_actors.arrow_partition
-    import spark_actors.arrow_rewrite  # noqa: F401
+    import pyarrow as pa
 
+    import autooptimize.iceberg.checksum  # noqa: F401
+    import spark_actors.arrow_consolidate  # noqa: F401
+    import spark_actors.arrow_deletes  # noqa: F401
+    import spark_actors.arrow_partition  # noqa: F401
+    import spark_actors.arrow_rewrite  # noqa: F401
+    from autooptimize.engines.digest import DigestAccumulator
+
+    sample = pa.table({"i": pa.array([1, None], pa.int64()), "j": pa.array([1, 2], pa.int32()),
+                       "f": [0.5, None], "s": ["a", None], "b": pa.array([b"x", b"y"]), "t": [True, False],
+                       "d": [dt.date(2020, 1, 1), None],
+                       "ts": pa.array([1, 2], pa.timestamp("us", tz="UTC"))})
+    digest = DigestAccumulator()
+    digest.add(sample)
+    assert digest.digest.rows == 2
     time.sleep(1.0)
     return os.getpid()
 
