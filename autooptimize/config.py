@@ -96,7 +96,6 @@ class Settings(BaseSettings):
     # action, the work on the executors), spark_sql (Spark's own Parquet IO, file:// only) or local (pyarrow
     # in the worker process: a single machine without a cluster)
     rewrite_engine: Literal["spark", "spark_sql", "local"] = "spark"
-    arrow_group_bytes: int = Field(default=512 * MiB, ge=0)
 
     # how automatic merges choose files: "tiered" keeps live partitions bounded without rewriting merged
     # bytes again (autooptimize.domain.policy); "binpack" merges every file that needs it each time

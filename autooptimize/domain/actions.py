@@ -90,7 +90,6 @@ class MergeRequest:
     fan_in: int = 12  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
     now_ms: int | None = None  # the clock live-ness is judged by (None: now)
     engine: str = "spark"  # which path rewrites the groups (AO_REWRITE_ENGINE; services/rewrite/engine.py)
-    arrow_group_bytes: int = 512 * 1024 * 1024  # auto: the pyarrow path up to this many input bytes
 
     @property
     def resume_point(self) -> Checkpoint:

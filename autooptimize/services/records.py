@@ -93,7 +93,6 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Mer
         settle_seconds=settings.settle_seconds,
         fan_in=settings.merge_fan_in,
         engine=str(options.get("engine") or settings.rewrite_engine),
-        arrow_group_bytes=settings.arrow_group_bytes,
     )
 
 
