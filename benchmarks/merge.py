@@ -1,7 +1,7 @@
 """Merge throughput of one warm action over a whole table, beside a plain pyarrow rewrite of the same
 files from the same run.
 
-    python -m benchmarks.merge [--files 1000] [--mb 200] [--partitions 8] [--engine auto] [--json]
+    python -m benchmarks.merge [--files 1000] [--mb 200] [--partitions 8] [--engine spark] [--json]
 
 The table is written the way streaming leaves one: ``--files`` small files over ``--partitions`` day
 partitions of ``day(ts)``, in commits of one file per partition. The merge goes through the real action
@@ -121,6 +121,11 @@ def main() -> int:
 
     spark.read.schema(spark_schema(table.schema())).parquet(*paths).count()
     pa.concat_tables(pq.read_table(p.removeprefix("file://")) for p in paths)
+    # and its executors' Python workers are up with our code (spark_actors/action_job.py)
+    from spark_actors import group_tasks
+    from spark_actors.action_job import TableContext, run_action_job
+
+    run_action_job(spark, TableContext.of(table), [(group_tasks.warm, ())] * settings.spark_cores)
 
     tracking.track(settings, NAME, target_file_size="128MiB")
     action_id = actions.submit(settings, NAME, dispatch=False)

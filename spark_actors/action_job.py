@@ -139,10 +139,11 @@ def run_action_job(spark: SparkSession, context: TableContext, calls: Sequence[C
     of ours, ``args`` picklable."""
     import pyarrow as pa
 
-    from spark_actors.artifacts import ship_code
+    from spark_actors.artifacts import build_archive, ship_code
 
     started = time.monotonic()
     ship_code(spark)
+    archive = build_archive()[1].name
     shipped = time.monotonic()
     calls = list(calls)
     if not calls:
@@ -150,6 +151,30 @@ def run_action_job(spark: SparkSession, context: TableContext, calls: Sequence[C
     packed = base64.b64encode(pickle.dumps((context, calls))).decode("ascii")
 
     def run(batches: Any) -> Any:
+        import os
+        import sys
+        import tempfile
+        import zipfile
+
+        # our code from the artifact, extracted once per host and content: numba caches its compiled
+        # digest kernels beside their source only for a source file on disk (from the zip every new
+        # Python worker compiled them again, ~20 s)
+        target = os.path.join(tempfile.gettempdir(), "autooptimize-code", archive.removesuffix(".zip"))
+        if target not in sys.path:
+            if not os.path.isdir(target):
+                zipped = next((p for p in sys.path if p.endswith(archive)), None)
+                if zipped is not None:
+                    partial = f"{target}.{os.getpid()}.tmp"
+                    with zipfile.ZipFile(zipped) as zf:
+                        zf.extractall(partial)
+                    try:
+                        os.rename(partial, target)
+                    except OSError:  # another worker of this host was first
+                        import shutil
+
+                        shutil.rmtree(partial, ignore_errors=True)
+            if os.path.isdir(target):
+                sys.path.insert(0, target)
         from spark_actors.action_job import run_task
 
         ctx, todo = pickle.loads(base64.b64decode(packed))  # noqa: S301 - our own job's payload

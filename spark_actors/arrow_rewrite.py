@@ -1,6 +1,8 @@
 """The pyarrow rewrite path: pyiceberg's own reader in, a pyarrow writer with field ids out.
 
-Used only for the groups Spark cannot rewrite faithfully (measured on pyspark 4.3, Spark Connect):
+Every group of the default engine runs it, as a task on a Spark executor (spark_actors/group_tasks.py);
+the ``local`` engine runs it in the worker. It rewrites faithfully what Spark's own Parquet IO (the
+``spark_sql`` engine) cannot (measured on pyspark 4.3, Spark Connect):
 
 * uuid: Spark fails to read ``FIXED_LEN_BYTE_ARRAY(16) (UUID)`` ("Illegal Parquet type"); read as
   binary it writes ``BINARY``, which is not Iceberg's uuid.

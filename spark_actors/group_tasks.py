@@ -131,6 +131,33 @@ def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes:
                         rows_deleted=written.rows_deleted, seconds=seconds)
 
 
+def warm(table: Table, *, attempt: int = 0) -> int:
+    """Import what the tasks use and load the digest's compiled kernels (numba: from its cache on disk,
+    else compiled) in this executor's Python worker. A reused worker pays that once; held a moment so
+    that the tasks of a warm-up job land on distinct workers."""
+    import datetime as dt
+    import os
+
+    import pyarrow as pa
+
+    import autooptimize.iceberg.checksum  # noqa: F401
+    import spark_actors.arrow_consolidate  # noqa: F401
+    import spark_actors.arrow_deletes  # noqa: F401
+    import spark_actors.arrow_partition  # noqa: F401
+    import spark_actors.arrow_rewrite  # noqa: F401
+    from autooptimize.engines.digest import DigestAccumulator
+
+    sample = pa.table({"i": pa.array([1, None], pa.int64()), "j": pa.array([1, 2], pa.int32()),
+                       "f": [0.5, None], "s": ["a", None], "b": pa.array([b"x", b"y"]), "t": [True, False],
+                       "d": [dt.date(2020, 1, 1), None],
+                       "ts": pa.array([1, 2], pa.timestamp("us", tz="UTC"))})
+    digest = DigestAccumulator()
+    digest.add(sample)
+    assert digest.digest.rows == 2
+    time.sleep(1.0)
+    return os.getpid()
+
+
 def calibrate(table: Table, inputs: list[DataFile], directory: str, codec: str, partition: tuple[int, Record],
               *, attempt: int = 0) -> tuple[int, int]:
     """(rows, bytes) of ``inputs`` written as one file under ``directory`` with the pyarrow path (removed
@@ -167,3 +194,4 @@ def consolidate(table: Table, spec_id: int, groups: list[list[str]], output_dir:
     files = {path: data_file_from_footer(table, path, spec_id, Record(*part.values))
              for part in out.partitions for path in part.paths}
     return out, digest, files
+

@@ -1,6 +1,7 @@
-"""The rewrite job: read input files by field id, write target-size Parquet files, and measure rows
-and a content checksum of what was read, so the caller can compare it with the outputs read back by
-another reader and refuse to commit anything that differs."""
+"""The ``spark_sql`` engine's rewrite job (Spark's own Parquet reader and writer, one job per group): read
+input files by field id, write target-size Parquet files, and measure rows and a content checksum of
+what was read, so the caller can compare it with the outputs read back by another reader (in the
+worker) and refuse to commit anything that differs."""
 
 from __future__ import annotations
 

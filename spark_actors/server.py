@@ -313,3 +313,29 @@ def serve_foreground(settings: Settings) -> None:
     script = str(Path(spark_home) / "sbin" / "start-connect-server.sh")
     os.execve(script, [script, "--master", master(settings), "--properties-file", str(props)],
               with_java(env, spark_dir / "java"))
+
+
+STANDALONE = {"master": "org.apache.spark.deploy.master.Master", "worker": "org.apache.spark.deploy.worker.Worker"}
+
+
+def serve_standalone(settings: Settings, role: str) -> None:
+    """Replace this process with a Spark standalone master or worker in the foreground (``autooptimize
+    spark master|worker``, containers). Spark's own variables configure them (SPARK_MASTER_HOST,
+    SPARK_MASTER_PORT, SPARK_WORKER_CORES, SPARK_WORKER_MEMORY, ...); a worker registers with
+    AO_SPARK_MASTER (``spark://host:7077``). The pyspark wheel has ``bin/spark-class`` but not
+    ``sbin/start-master.sh``/``start-worker.sh``, which run the same classes as daemons."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    if role not in STANDALONE:
+        raise ConfigError(f"unknown standalone role {role!r}; valid: {', '.join(STANDALONE)}")
+    args: list[str] = []
+    if role == "worker":
+        if not settings.spark_master.startswith("spark://"):
+            raise ConfigError("a Spark worker needs AO_SPARK_MASTER=spark://host:port of its master")
+        args = [settings.spark_master]
+    spark_home = os.environ.get("SPARK_HOME") or _find_spark_home()
+    spark_dir = _spark_dir(settings)
+    env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOG_DIR=str(spark_dir / "logs"))
+    env.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python: pyarrow, pyiceberg, numba (docs/engines.md)
+    script = str(Path(spark_home) / "bin" / "spark-class")
+    os.execve(script, [script, STANDALONE[role], *args], with_java(env, spark_dir / "java"))

@@ -151,8 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     dm.set_defaults(func=actions.cmd_demo)
 
     sp = sub.add_parser("spark", help="the local Spark Connect server (AO_SPARK_REMOTE=local)")
-    sp.add_argument("spark_command", choices=["start", "stop", "status", "serve"],
-                    help="serve: run a server in the foreground with AO_SPARK_TOKEN (containers)")
+    sp.add_argument("spark_command", choices=["start", "stop", "status", "serve", "master", "worker"],
+                    help="serve: run a Connect server in the foreground with AO_SPARK_TOKEN, its jobs on "
+                         "AO_SPARK_MASTER; master, worker: a Spark standalone master or worker in the "
+                         "foreground (containers; docs/engines.md)")
     sp.set_defaults(func=up.cmd_spark)
 
     co = sub.add_parser("console", help="the web console and /metrics (AO_CONSOLE_ADDRESS:AO_CONSOLE_PORT, "

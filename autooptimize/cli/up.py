@@ -92,6 +92,9 @@ def cmd_spark(args: argparse.Namespace) -> int:
     if args.spark_command == "serve":
         server.serve_foreground(settings)
         return 0
+    if args.spark_command in ("master", "worker"):
+        server.serve_standalone(settings, args.spark_command)
+        return 0
     if args.spark_command == "start":
         info = server.ensure_local_server(settings)
         print(f"Spark Connect server on 127.0.0.1:{info.port} (pid {info.pid}); token in {settings.home_dir}/spark")

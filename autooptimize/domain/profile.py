@@ -45,6 +45,13 @@ def profiling() -> Iterator[Profile]:
         _current.reset(token)
 
 
+def add_seconds(name: str, seconds: float) -> None:
+    """Add ``seconds`` measured elsewhere (e.g. by a Spark task) to phase ``name`` of the open profile."""
+    profile = _current.get()
+    if profile is not None:
+        profile.add(name, seconds)
+
+
 @contextmanager
 def phase(name: str) -> Iterator[None]:
     """Add the block's wall seconds to phase ``name`` of the open profile, if any."""

@@ -11,6 +11,9 @@ Options of the merge and sort actions (validated on submission, nothing written 
   ``ceil(groups / max_commits)``.
 
 Every part replaces whole groups: a group's inputs and outputs are always in the same snapshot.
+Under the default engine (``spark``) an action's groups are the tasks of one Spark job and come back
+together when it ends; the parts are then committed one after the other (a failure of the job itself
+commits none). The concurrency below applies to the ``spark_sql`` and ``local`` engines.
 
 Concurrency: a Spark Connect session takes concurrent queries from several threads (the client's gRPC
 channel is thread-safe, tags and user contexts are thread-local, each execution returns its own

@@ -5,6 +5,7 @@ package installed, and the process that runs the action reads next to none of th
 from __future__ import annotations
 
 import itertools
+import os
 import random
 
 import pyarrow as pa
@@ -227,3 +228,70 @@ def test_consolidation_of_buffered_files_runs_on_an_executor(settings, spark_clu
         b = out["batches"][0]
         assert b["rows_in"] == b["rows_out"] == 6 * rows and b["checksum_in"] == b["checksum_out"]
     assert_moved_no_data(read, [{"bytes_in": size}], "consolidation")
+
+
+@pytest.fixture(scope="module")
+def s3_apart(settings):
+    """An S3-protocol server (moto) in a process of its own, so the bytes it serves the executors are not
+    counted as this process's reads; yields the service's settings with a catalog on ``s3://``."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import boto3
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        props = {"s3.endpoint": f"http://127.0.0.1:{port}", "s3.access-key-id": "cluster-test",
+                 "s3.secret-access-key": "cluster-test-secret", "s3.region": "us-east-1",
+                 "s3.path-style-access": "true"}
+        client = boto3.client("s3", endpoint_url=props["s3.endpoint"], aws_access_key_id="cluster-test",
+                              aws_secret_access_key="cluster-test-secret", region_name="us-east-1")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.create_bucket(Bucket="clusterlake")
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "moto_server did not start"
+                time.sleep(0.3)
+        env = {"TYPE": "sql", "URI": settings.database_url, "WAREHOUSE": "s3://clusterlake/wh"}
+        env.update({key.replace(".", "__").upper(): value for key, value in props.items()})
+        for key, value in env.items():
+            os.environ[f"PYICEBERG_CATALOG__S3CLUSTER__{key}"] = value
+        yield settings.model_copy(update={"catalog": "s3cluster"})
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def test_merge_on_s3_runs_on_the_executors_and_the_worker_moves_no_data(s3_apart, spark_cluster):
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+    from autooptimize.iceberg.catalog import get_catalog
+
+    catalog = get_catalog(s3_apart)
+    try:
+        catalog.create_namespace("test")
+    except NamespaceAlreadyExistsError:
+        pass
+    for file_bytes in (64 << 10, 2 << 20):  # a small one first: the first action on s3 imports its modules
+        table = make_table(catalog, partitions=4, files=3, file_bytes=file_bytes, name="cluster_s3")
+        assert table.location().startswith("s3://")
+        rows_before, checksum_before = second_reader_checksum(table)
+        ident = identifier(table)
+        tracking.track(s3_apart, ident, target_file_size="1GiB")
+        action_id = actions.submit(s3_apart, ident, dispatch=False)
+        out, read = measured(lambda a=action_id: actions.execute(s3_apart, a, spark=spark_cluster.session))
+        assert out["state"] == "succeeded", out
+        assert second_reader_checksum(table) == (rows_before, checksum_before)
+        groups = _groups(s3_apart, action_id)
+        assert len(groups) == 4
+    assert len(_executors(groups)) >= 2
+    assert_moved_no_data(read, groups, "merge on s3")

@@ -28,7 +28,8 @@ SECRETS = ("AO_DB_PASSWORD", "AO_REDIS_PASSWORD", "AO_SPARK_TOKEN", "AO_FLOWER_P
            "MINIO_ROOT_PASSWORD")
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|AUTH|ACCESS_KEY", re.IGNORECASE)
 REQUIRED = re.compile(r"^\$\{(?P<name>[A-Z0-9_]+):\?[^}]*\}$")  # ${NAME:?message}: set, or compose stops
-SERVICES = {"minio", "minio-init", "rest", "postgres", "redis", "migrate", "spark-connect", "actor", "control",
+SERVICES = {"minio", "minio-init", "rest", "postgres", "redis", "migrate", "spark-master", "spark-worker",
+            "spark-connect", "actor", "control",
             "listener", "dispatcher", "beat", "flower", "console", "demo"}
 ONE_SHOT = {"minio-init", "migrate", "demo"}
 

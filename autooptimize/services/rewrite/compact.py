@@ -157,6 +157,7 @@ class CompactKind:
                        hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
         """Every partition's compaction as a task of one Spark job on the executors, verified here from
         the figures the tasks return (spark_actors/group_tasks.compact_group)."""
+        from autooptimize.services.rewrite.merge_group import record_task_seconds
         from spark_actors import group_tasks
         from spark_actors.action_job import TableContext, run_action_job
 
@@ -165,6 +166,7 @@ class CompactKind:
         calls = [(group_tasks.compact_group, _job_args(plan, d, directory, codec))
                  for plan, d, directory in zip(plans, deletes, directories, strict=True)]
         job = run_action_job(spark, TableContext.of(table), calls, tag=tag)
+        record_task_seconds(job)
         results = []
         for plan, d, directory, outcome in zip(plans, deletes, directories, job.outcomes, strict=True):
             if outcome.error is not None:

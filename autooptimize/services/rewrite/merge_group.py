@@ -11,7 +11,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeRequest
-from autooptimize.domain.profile import phase
+from autooptimize.domain.profile import add_seconds, phase
 from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.fileio import is_local
@@ -109,6 +109,7 @@ def rewrite_in_one_job(spark: Any, table: Table, units: list[Unit], directories:
             job = run_action_job(spark, TableContext.of(table), calls, tag=tag)
         log.info("action %s: %d group(s) in one Spark job, %.2f s, on %d executor(s)", request.action_id,
                  len(calls), job.seconds, len(job.executors))
+        record_task_seconds(job)
         for g, outcome in zip(on_job, job.outcomes, strict=True):
             if outcome.error is not None:
                 raise outcome.error
@@ -178,3 +179,11 @@ def rewrite_one(spark: Any, table: Table, g: MergeGroup, codec: str, hooks: Hook
     return group_result(pf, inputs, sum(by_path[p].size for p in inputs), paths, outputs, digest_in.rows,
                         digest_in.checksum, digest_out, engine=Engine.SPARK_SQL.value,
                         sort_order_id=sort_order_id)
+
+
+def record_task_seconds(job: Any) -> None:
+    """The tasks' own phases, summed over the job's tasks, in the action's profile (``task.*``)."""
+    for outcome in job.outcomes:
+        add_seconds("task.wall", outcome.seconds)
+        for name, seconds in (getattr(outcome.value, "seconds", None) or {}).items():
+            add_seconds(f"task.{name}", seconds)

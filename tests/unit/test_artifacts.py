@@ -1,0 +1,21 @@
+"""The zip of our code that goes to the executors (spark_actors/artifacts.py)."""
+
+from __future__ import annotations
+
+import zipfile
+
+from spark_actors.artifacts import build_archive
+
+
+def test_the_archive_holds_every_module_a_task_imports_and_nothing_else():
+    content, path = build_archive()
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+    for module in ("spark_actors/action_job.py", "spark_actors/group_tasks.py", "spark_actors/arrow_rewrite.py",
+                   "spark_actors/arrow_deletes.py", "spark_actors/arrow_consolidate.py",
+                   "autooptimize/engines/xxh64_jit.py", "autooptimize/iceberg/checksum.py",
+                   "autooptimize/iceberg/commit.py", "autooptimize/__init__.py", "spark_actors/__init__.py"):
+        assert module in names, module
+    assert all(n.endswith(".py") and n.split("/")[0] in ("autooptimize", "spark_actors") for n in names)
+    assert path.name == f"autooptimize-{content}.zip"
+    assert build_archive() == (content, path)  # once per process
