@@ -139,3 +139,16 @@ def s3_catalog(s3_settings):
     except NamespaceAlreadyExistsError:
         pass
     return cat
+
+
+@pytest.fixture(scope="session")
+def iceberg_java(settings, catalog):
+    """Iceberg's Java library (1.10.2 on Spark 3.5) in a driver process sharing the catalog: tables it
+    creates are the service's tables (tests/integration/java_engine.py)."""
+    from tests.integration.java_engine import JavaEngine, ensure_installed
+
+    python = ensure_installed()
+    engine = JavaEngine(python, settings.catalog, settings.database_url, settings.warehouse_dir.as_uri(),
+                        python.parent.parent / "driver.log")
+    yield engine
+    engine.close()
