@@ -75,3 +75,32 @@ def test_v2_position_deletes_written_by_java_are_folded(settings, spark, catalog
     assert _state(iceberg_java, name) == before
     _java_maintenance_still_works(iceberg_java, name)
     assert _state(iceberg_java, name) == before
+
+
+def _lineage(java, name: str) -> set[tuple]:
+    return {(r["_row_id"], r["_last_updated_sequence_number"], *(r[c] for c in COLUMNS))
+            for r in _read(java, name, lineage=True)}
+
+
+def test_v3_deletion_vectors_written_by_java_are_folded_keeping_row_lineage(settings, spark, catalog, iceberg_java):
+    name = _name()
+    _create(iceberg_java, name, 3)
+    iceberg_java.run(f"DELETE FROM {name} WHERE id % 7 = 0", f"UPDATE {name} SET v = -v WHERE id % 11 = 0",
+                     f"UPDATE {name} SET s = 'again' WHERE id % 13 = 0")
+    before, lineage = _state(iceberg_java, name), _lineage(iceberg_java, name)
+    assert all(r[0] is not None for r in lineage)
+    table = catalog.load_table(name)
+    assert table.metadata.format_version == 3
+    assert any(r["file_format"] == "PUFFIN" for r in table.inspect.files().to_pylist()), "Java wrote DVs"
+
+    explained = explain(settings, name)
+    assert {p["action"] for p in explained["partitions"]} == {"compact_deletes"}, explained
+    out = _run(settings, spark, name, kind="compact_deletes", partition=None)
+    assert out["state"] == "succeeded", out
+    table.refresh()
+    assert not [r for r in table.inspect.files().to_pylist() if r["content"] != 0]
+    assert _state(iceberg_java, name) == before
+    assert _lineage(iceberg_java, name) == lineage
+    _java_maintenance_still_works(iceberg_java, name)
+    assert _state(iceberg_java, name) == before
+    assert _lineage(iceberg_java, name) == lineage

@@ -28,6 +28,7 @@ from autooptimize.iceberg.commit import (
 from autooptimize.iceberg.commits import CommitStats
 from autooptimize.iceberg.fileio import is_local
 from autooptimize.iceberg.files import live_partitions
+from autooptimize.iceberg.v3 import content_offset, is_deletion_vector
 from autooptimize.services.compact import (
     BROADCAST_DELETE_ROWS,
     KIND,
@@ -49,6 +50,20 @@ from autooptimize.services.rewrite.kind import (
 )
 from autooptimize.services.rewrite.lifecycle import run_rewrite
 from autooptimize.services.rewrite.verify import as_digest, output_digest, read_back_digest, verify_group
+
+
+def verify_lineage(table: Table, where: str, paths: list[str], expected: Any) -> None:
+    """VerificationFailed unless the outputs, read back by field id with their row lineage columns, hold
+    exactly the (row, _row_id, _last_updated_sequence_number) triples the rewrite observed."""
+    from autooptimize.iceberg.checksum import parquet_digest
+    from autooptimize.iceberg.v3 import with_lineage
+
+    if expected is None:
+        raise VerificationFailed(f"the rewrite of {where} on a v3 table did not carry row lineage")
+    found = parquet_digest(with_lineage(table.schema()), paths, table.io)
+    if (found.rows, found.checksum) != (expected.rows, expected.checksum):
+        raise VerificationFailed(f"row lineage of {where} changed: {expected.rows} rows {expected.checksum} → "
+                                 f"{found.rows} rows {found.checksum}")
 
 
 def _mse(sizes: list[int], target: int) -> float:
@@ -123,12 +138,17 @@ class CompactKind:
         plan: CompactionPlan = unit.work
         data = [SequencedFile(f.path, sequence_number(f)) for f in plan.inputs]
         deletes = [
-            SequencedFile(d.path, sequence_number(d), None if is_position(d) else tuple(d.data_file.equality_ids or ()))
+            SequencedFile(d.location, sequence_number(d), None if is_position(d) else tuple(d.data_file.equality_ids or ()),
+                          content_offset(d.data_file) if is_deletion_vector(d.data_file) else None)
             for d in plan.deletes
         ]
         if any(d.equality_ids == () for d in deletes):
             raise ActionRefused("malformed_delete_file", "an equality delete file has no equality field ids")
-        engine = choose_engine(request, plan.bytes_in, spark_can=is_local(table), local=is_local(table), ordered=False)
+        # Spark's job reads Parquet delete files only and writes no row lineage: deletion vectors and v3
+        # tables take the pyarrow path
+        spark_can = is_local(table) and table.metadata.format_version < 3 and not any(
+            d.content_offset is not None for d in deletes)
+        engine = choose_engine(request, plan.bytes_in, spark_can=spark_can, local=is_local(table), ordered=False)
         if engine == Engine.SPARK:
             # below ~1M delete rows (tens of MB as file numbers, positions and keys) a broadcast beats a shuffle
             broadcast = sum(d.record_count for d in plan.deletes) <= BROADCAST_DELETE_ROWS
@@ -164,6 +184,8 @@ class CompactKind:
                 paths.delete_tree(table.location(), directory, table.io)
             return sum(int(o.record_count) for o in outputs)
 
+        if table.metadata.format_version >= 3:
+            verify_lineage(table, directory, list(result.paths), result.lineage_kept)
         verify_group(directory, reader="Spark" if engine == Engine.SPARK else "pyarrow", files_in=len(plan.inputs), metadata_rows=rows_in,
                      rows_read=result.rows_read, expected_out=as_digest(result.digest_kept), digest_out=digest_out,
                      footer_rows=footer_rows, rows_deleted=result.rows_deleted, after_read=deleted_rows_match)
