@@ -104,3 +104,30 @@ def test_v3_deletion_vectors_written_by_java_are_folded_keeping_row_lineage(sett
     _java_maintenance_still_works(iceberg_java, name)
     assert _state(iceberg_java, name) == before
     assert _lineage(iceberg_java, name) == lineage
+
+
+def test_v3_merge_folds_deletion_vectors_of_its_inputs_and_keeps_row_lineage(settings, spark, catalog, iceberg_java):
+    name = _name()
+    _create(iceberg_java, name, 3)
+    for step in range(3):  # several UPDATEs: DVs replaced by newer ones, rows moved to new files
+        iceberg_java.run(f"UPDATE {name} SET v = v + 1 WHERE id % 5 = {step}")
+    iceberg_java.run(f"DELETE FROM {name} WHERE id % 9 = 0")
+    before, lineage = _state(iceberg_java, name), _lineage(iceberg_java, name)
+    table = catalog.load_table(name)
+    files_before = len([r for r in table.inspect.files().to_pylist() if r["content"] == 0])
+
+    out = _run(settings, spark, name, kind="merge", partition=None)
+    assert out["state"] == "succeeded", out
+    assert not out.get("skipped"), out
+    table.refresh()
+    files = table.inspect.files().to_pylist()
+    assert not [r for r in files if r["content"] != 0], "the DVs went with their data files"
+    assert len(files) < files_before / 5
+    snapshot = table.current_snapshot()
+    assert snapshot.first_row_id is not None and snapshot.added_rows is not None
+    assert table.metadata.next_row_id == snapshot.first_row_id + snapshot.added_rows
+    assert _state(iceberg_java, name) == before
+    assert _lineage(iceberg_java, name) == lineage
+    _java_maintenance_still_works(iceberg_java, name)
+    assert _state(iceberg_java, name) == before
+    assert _lineage(iceberg_java, name) == lineage
