@@ -52,6 +52,8 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import TableVersion
 from pyiceberg.types import LongType, NestedField
 
+from autooptimize.errors import TableRefused
+
 #: Reserved field ids of the row lineage columns (spec, "Reserved Field IDs").
 ROW_ID_FIELD_ID = 2147483540
 LAST_UPDATED_FIELD_ID = 2147483539
@@ -142,12 +144,22 @@ def manifests_of(io: FileIO, snapshot: Snapshot | None) -> list[ManifestFile]:
 
 def read_entries(manifest: ManifestFile, io: FileIO, discard_deleted: bool = True) -> list[ManifestEntry]:
     """``manifest.fetch_manifest_entry`` with the v3 data file fields kept and ``first_row_id`` inherited."""
-    with AvroFile[ManifestEntry](
-        io.new_input(manifest.manifest_path), MANIFEST_ENTRY_SCHEMAS[3],
-        read_types={-1: ManifestEntry, 2: DataFile},
-        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
-    ) as reader:
-        entries = [_inherit_from_manifest(entry, manifest) for entry in reader]
+    try:
+        with AvroFile[ManifestEntry](
+            io.new_input(manifest.manifest_path), MANIFEST_ENTRY_SCHEMAS[3],
+            read_types={-1: ManifestEntry, 2: DataFile},
+            read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+        ) as reader:
+            entries = [_inherit_from_manifest(entry, manifest) for entry in reader]
+    except ValueError as exc:  # an enum value the spec this version knows does not define
+        if "DataFileContent" in str(exc):
+            reason = "unsupported_delete_content"
+        elif "FileFormat" in str(exc) or "is not a valid" in str(exc):
+            reason = "unsupported_file_format"
+        else:
+            raise
+        raise TableRefused(reason, f"manifest {manifest.manifest_path} lists a file this version does not know "
+                                   f"({exc}); the table is left untouched") from None
     next_row_id = manifest_first_row_id(manifest) if manifest.content == ManifestContent.DATA else None
     if next_row_id is not None:
         for entry in entries:

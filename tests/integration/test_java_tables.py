@@ -97,6 +97,7 @@ def _optimized_as_decided(settings, spark, java, name: str, *, v3: bool, also: t
         assert _state(java, name) == before, kind
         if v3:
             assert _lineage(java, name) == lineage, kind
+    assert any(o["state"] == "succeeded" for o in outcomes.values()), outcomes
     _java_maintenance_still_works(java, name)
     assert _state(java, name) == before
     if v3:
@@ -186,7 +187,10 @@ def test_partition_evolution_with_files_in_both_specs(settings, spark, catalog, 
         )
         table = catalog.load_table(name)
         assert {r["spec_id"] for r in table.inspect.files().to_pylist()} == {0, 1}
-        _optimized_as_decided(settings, spark, iceberg_java, name, v3=version == 3, also=("compact_deletes", "merge"))
+        done = _optimized_as_decided(settings, spark, iceberg_java, name, v3=version == 3,
+                                     also=("compact_deletes", "merge"))
+        print(version, {k: (o["state"], o.get("reason"), o.get("files_in"), o.get("files_out"))
+                        for k, o in done["outcomes"].items()})
 
 
 def test_schema_evolution_written_by_java(settings, spark, catalog, iceberg_java):
@@ -208,4 +212,7 @@ def test_schema_evolution_written_by_java(settings, spark, catalog, iceberg_java
             f"DELETE FROM {name} WHERE id % 7 = 0",
             f"UPDATE {name} SET extra = 'u' WHERE id % 5 = 0",
         )
-        _optimized_as_decided(settings, spark, iceberg_java, name, v3=version == 3, also=("compact_deletes", "merge"))
+        done = _optimized_as_decided(settings, spark, iceberg_java, name, v3=version == 3,
+                                     also=("compact_deletes", "merge"))
+        print(version, {k: (o["state"], o.get("reason"), o.get("files_in"), o.get("files_out"))
+                        for k, o in done["outcomes"].items()})
