@@ -227,7 +227,7 @@ def _write_manifest_list(table: Table, metadata: TableMetadata, staged: Staged, 
         f"snap-{staged.snapshot_id}-{attempt}-{uuid.uuid4()}.avro")
     lists.append(path)
     if metadata.format_version >= 3:  # pyiceberg 0.12 writes no v3 manifest list
-        first_row_id = int(metadata.next_row_id or 0)
+        first_row_id = int(getattr(metadata, "next_row_id", None) or 0)
         with ManifestListWriterV3(table.io.new_output(path), staged.snapshot_id,
                                   head.snapshot_id if head else None, metadata.next_sequence_number(),
                                   first_row_id, avro_codec(metadata)) as v3_writer:

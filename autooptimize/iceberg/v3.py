@@ -111,7 +111,9 @@ def as_v3_file(data_file: DataFile) -> DataFile:
     if len(data_file._data) >= len(_FILE_FIELDS):
         return data_file
     widened = DataFile(*data_file._data, *([None] * (len(_FILE_FIELDS) - len(data_file._data))))
-    widened.spec_id = data_file.spec_id
+    spec_id = getattr(data_file, "_spec_id", None)  # not a manifest field: set by whoever made the file
+    if spec_id is not None:
+        widened.spec_id = spec_id
     return widened
 
 
