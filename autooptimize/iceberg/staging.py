@@ -8,8 +8,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import (
+    DEFAULT_READ_VERSION,
     DataFile,
     DataFileContent,
     ManifestContent,
@@ -27,7 +29,13 @@ from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector
 
 from autooptimize.errors import ConflictAbort, VerificationFailed
 from autooptimize.iceberg.manifest_cache import live_entries_of
-from autooptimize.iceberg.v3 import DeleteManifestWriterV3, ManifestWriterV3, file_key, manifests_of
+from autooptimize.iceberg.v3 import (
+    DeleteManifestWriterV3,
+    ManifestWriterV3,
+    file_key,
+    manifests_of,
+    with_int_equality_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +53,13 @@ class DeleteManifestWriter(ManifestWriterV2):
     @property
     def _meta(self) -> dict[str, str]:
         return {**super()._meta, "content": "deletes"}
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file, file_schema=with_int_equality_ids(self._with_partition(2)),
+            record_schema=with_int_equality_ids(self._with_partition(DEFAULT_READ_VERSION)),
+            schema_name="manifest_entry", metadata=self._meta,
+        )
 
 
 class ManifestFactory:

@@ -50,7 +50,7 @@ from pyiceberg.manifest import (
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import TableVersion
-from pyiceberg.types import LongType, NestedField
+from pyiceberg.types import IntegerType, ListType, LongType, NestedField, StructType
 
 from autooptimize.errors import TableRefused
 
@@ -74,6 +74,25 @@ def with_lineage(schema: Schema) -> Schema:
                   NestedField(ROW_ID_FIELD_ID, ROW_ID, LongType(), required=False),
                   NestedField(LAST_UPDATED_FIELD_ID, LAST_UPDATED, LongType(), required=False),
                   schema_id=schema.schema_id, identifier_field_ids=schema.identifier_field_ids)
+
+
+def with_int_equality_ids(entry_schema: Schema) -> Schema:
+    """A manifest entry schema whose ``equality_ids`` hold ints, as the spec says (``list<136: int>``).
+    pyiceberg 0.12 declares longs, which Iceberg Java then fails to read (ClassCastException: Long cannot
+    be cast to Integer) on every scan that meets such a delete file."""
+    def fix_file(field: NestedField) -> NestedField:
+        if field.field_id != 135:
+            return field
+        return NestedField(135, field.name, ListType(136, IntegerType(), element_required=True),
+                           required=field.required, doc=field.doc)
+
+    fields = []
+    for field in entry_schema.fields:
+        if field.field_id == 2 and isinstance(field.field_type, StructType):
+            field = NestedField(2, field.name, StructType(*[fix_file(f) for f in field.field_type.fields]),
+                                required=field.required, doc=field.doc)
+        fields.append(field)
+    return Schema(*fields)
 
 
 def _slot(record: Any, index: int) -> Any:
@@ -189,7 +208,7 @@ class ManifestWriterV3(ManifestWriter):
         return {**super()._meta, "content": "data" if self.content() == ManifestContent.DATA else "deletes"}
 
     def new_writer(self) -> AvroOutputFile[ManifestEntry]:
-        schema = self._with_partition(3)  # records carry the v3 fields (as_v3_file), written as they are
+        schema = with_int_equality_ids(self._with_partition(3))  # records carry the v3 fields (as_v3_file)
         return AvroOutputFile[ManifestEntry](output_file=self._output_file, file_schema=schema,
                                              record_schema=schema, schema_name="manifest_entry",
                                              metadata=self._meta)

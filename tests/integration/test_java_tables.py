@@ -216,3 +216,33 @@ def test_schema_evolution_written_by_java(settings, spark, catalog, iceberg_java
                                      also=("compact_deletes", "merge"))
         print(version, {k: (o["state"], o.get("reason"), o.get("files_in"), o.get("files_out"))
                         for k, o in done["outcomes"].items()})
+
+
+def test_equality_deletes_are_folded_on_v2_and_v3(settings, spark, catalog, iceberg_java):
+    """Equality deletes (written by our tests: Spark SQL writes none) on tables Java wrote, beside its DVs
+    or position deletes; Java reads the result back."""
+    from autooptimize.iceberg.deletes import commit_delete_files, scope_of, write_equality_deletes
+
+    for version in (2, 3):
+        name = _name()
+        _create(iceberg_java, name, version)
+        iceberg_java.run(f"DELETE FROM {name} WHERE id % 7 = 0")
+        table = catalog.load_table(name)
+        files = [r for r in table.inspect.files().to_pylist() if r["content"] == 0]
+        scope = scope_of(table, files[0]["file_path"])
+        day = files[0]["partition"]["day"]
+        gone = [r["id"] for r in _read(iceberg_java, name) if str(r["day"]) == str(day)][:6]
+        commit_delete_files(table, [write_equality_deletes(table, scope, ["id"], [{"id": i} for i in gone])])
+        expected = [r for r in _read(iceberg_java, name)]
+        assert not {r["id"] for r in expected} & set(gone), "Java applies our equality deletes"
+        lineage = _lineage(iceberg_java, name) if version == 3 else None
+
+        out = _run(settings, spark, name, kind="compact_deletes", partition=None)
+        assert out["state"] == "succeeded", out
+        table.refresh()
+        assert not [r for r in table.inspect.files().to_pylist() if r["content"] != 0]
+        assert _state(iceberg_java, name) == content(expected)
+        if version == 3:
+            assert _lineage(iceberg_java, name) == lineage
+        _java_maintenance_still_works(iceberg_java, name)
+        assert _state(iceberg_java, name) == content(expected)

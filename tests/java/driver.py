@@ -72,7 +72,8 @@ def main() -> None:
                 rows = [_jsonable(r.asDict(recursive=True)) for r in spark.sql(request["query"]).collect()]
             answer = {"rows": rows}
         except Exception as exc:  # the test gets the message and decides
-            causes = [line.strip() for line in str(exc).splitlines() if line.strip().startswith("Caused by")]
+            causes = [line.strip() for line in str(exc).splitlines()
+                      if line.strip().startswith(("Caused by", ": "))]
             answer = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                                + "".join(f"\n{c}" for c in causes)[:4000],
                       "trace": traceback.format_exc()[-4000:]}
