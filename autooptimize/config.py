@@ -9,7 +9,6 @@ Secrets are ``SecretStr`` so they never print in reprs, may not be empty, and ar
 from __future__ import annotations
 
 import functools
-import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -21,6 +20,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from autooptimize.domain.sizes import MAX_BYTES, MiB, parse_size
 from autooptimize.domain.urls import CONTROL_CHARACTERS, HOST, check_url
+from autooptimize.domain.weights import parse_weights
 from autooptimize.errors import ConfigError, InvalidArgument
 from autooptimize.redact import redact, remember_secrets
 
@@ -48,6 +48,11 @@ class Settings(BaseSettings):
     spark_driver_memory: str = "2g"
     spark_cores: int = Field(default=2, ge=1)
     spark_port: int = Field(default=15002, ge=0, le=65535)
+    # the master the service's own Connect server (local, or ``autooptimize spark serve``) runs its jobs on:
+    # empty for local[spark_cores] in the server's JVM, or a cluster (spark://host:7077, yarn, k8s://...)
+    spark_master: str = ""
+    # extra Spark confs of that server (JSON object), e.g. {"spark.executor.memory": "4g"}
+    spark_server_conf: dict[str, str] = Field(default_factory=dict)
     # token of a Spark Connect server this service does not start (e.g. `autooptimize spark serve`); not empty
     spark_token: SecretStr | None = None
 
@@ -87,16 +92,20 @@ class Settings(BaseSettings):
     # most this many group jobs in flight on its Spark Connect session
     max_group_bytes: int = Field(default=8 * 1024 * MiB, gt=0)
     rewrite_concurrency: int = Field(default=2, ge=1)
-    # which path rewrites a merge group: auto, spark, arrow (in the worker) or arrow_on_spark (a Spark task);
-    # auto: arrow for a local group reading at most AO_ARROW_GROUP_BYTES, Spark above (services/rewrite/engine.py)
-    rewrite_engine: Literal["auto", "spark", "arrow", "arrow_on_spark"] = "auto"
-    arrow_group_bytes: int = Field(default=512 * MiB, ge=0)
+    # which path rewrites the groups (services/rewrite/engine.py, docs/engines.md): spark (one Spark job per
+    # action, the work on the executors), spark_sql (Spark's own Parquet IO, file:// only) or local (pyarrow
+    # in the worker process: a single machine without a cluster)
+    rewrite_engine: Literal["spark", "spark_sql", "local"] = "spark"
 
     # how automatic merges choose files: "tiered" keeps live partitions bounded without rewriting merged
     # bytes again (autooptimize.domain.policy); "binpack" merges every file that needs it each time
     merge_policy: str = "tiered"
     settle_seconds: float = Field(default=3.0, ge=0)
     merge_fan_in: int = Field(default=12, ge=2, le=1000)
+    # a partition with no new file for this long is finished to its best layout once (the policy's cold rule)
+    cold_after_seconds: float = Field(default=60.0, ge=0, le=86400)
+    # how often beat re-evaluates every tracked table's suggested tuning (AutoAnalyze, services/autotune.py)
+    autotune_seconds: int = Field(default=3600, ge=60)
 
     # dispatch to the actors: "direct" sends each action to Celery at once; "rpq" keeps the backlog in the
     # reliable priority queue and a dispatcher feeds the actors only while they have free slots
@@ -114,6 +123,14 @@ class Settings(BaseSettings):
     snapshot_retain_last: int = Field(default=1, ge=1)  # ... but keep this many of each branch
     orphan_min_age_seconds: int = Field(default=3 * 86400, ge=3600)  # never remove a younger file
     orphan_sweep_interval_seconds: int = Field(default=7 * 86400, ge=0)  # 0: only when asked
+
+    # bounded state: days kept of each kind of record, applied by beat (services/retention.py)
+    retention_audit_days: float = Field(default=90, gt=0)
+    retention_action_days: float = Field(default=30, gt=0)
+    retention_buffer_days: float = Field(default=7, gt=0)
+    retention_history_full_days: float = Field(default=2, gt=0)
+    retention_history_days: float = Field(default=30, gt=0)
+    retention_sweep_seconds: int = Field(default=3600, ge=60)
 
     # buffered writes: where landed files wait (default $AO_HOME/buffer), the watched folder (off when
     # unset), the default rules of a table, how often beat evaluates them, and how long a dropped file must
@@ -222,6 +239,14 @@ class Settings(BaseSettings):
             raise ValueError("must be a JVM memory size such as 512m, 2g or 8g")
         return value
 
+    @field_validator("home", "buffer_root", "buffer_watch_root", mode="before")
+    @classmethod
+    def _not_empty(cls, value: object) -> object:
+        # Path("") is the working directory: an empty value must not silently mean "here"
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must be a directory path, not empty (unset the variable for the default)")
+        return value
+
     @field_validator("home", "buffer_root", "buffer_watch_root")
     @classmethod
     def _path(cls, value: Path | None) -> Path | None:
@@ -294,6 +319,10 @@ class Settings(BaseSettings):
         names = tuple(value) if isinstance(value, list | tuple) else ()
         if not names or not all(isinstance(p, str) and re.fullmatch(r"[a-z][a-z0-9_]*", p) for p in names):
             raise ValueError("must be comma-separated lower-case names such as high,normal,low")
+        repeated = sorted({p for p in names if names.count(p) > 1})
+        if repeated:
+            raise ValueError(f"must name each class once ({', '.join(repeated)} given more than once), "
+                             "such as high,normal,low")
         return names
 
     @field_validator("dispatch")
@@ -343,27 +372,6 @@ class Settings(BaseSettings):
     def redacted_database_url(self) -> str:
         """The database URL with any password masked, for messages and logs."""
         return redact(self.database_url)
-
-
-def parse_weights(value: str) -> dict[str, float]:
-    """Parse ``high=6,normal=3,low=1`` into class weights; ValueError says what is wrong and what is valid."""
-    weights: dict[str, float] = {}
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not parts:
-        raise ValueError("must name at least one class weight, like high=6,normal=3,low=1")
-    for part in parts:
-        name, sep, number = (x.strip() for x in part.partition("="))
-        try:
-            weight = float(number) if sep else math.nan
-        except ValueError:
-            weight = math.nan
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not (math.isfinite(weight) and weight > 0):
-            raise ValueError(f"{part!r} is not class=weight; use comma-separated entries like high=6,normal=3,low=1 "
-                             "with positive weights")
-        if name in weights:
-            raise ValueError(f"class {name!r} is given twice")
-        weights[name] = weight
-    return weights
 
 
 def load_settings() -> Settings:

@@ -80,3 +80,17 @@ class FileRejected(AutoOptimizeError):
 
 class WaitTimeout(AutoOptimizeError, TimeoutError):
     """An action was not finished when the caller's wait ran out; it may still finish later."""
+
+
+class CommitOutcomeUnknown(AutoOptimizeError):
+    """A commit was sent and its answer lost (the catalog said CommitStateUnknown, or the connection
+    dropped mid-request): the snapshot may still land, even later. Nothing written for it may be removed
+    until the table's history settles the outcome; the action is tried again and settles it there.
+
+    ``snapshot_id`` is the snapshot that was sent, ``parent_id`` the head it was sent on top of: once the
+    branch has moved past ``parent_id`` without it, it can never land (the catalog swaps only on that
+    parent)."""
+
+    def __init__(self, message: str, snapshot_id: int, parent_id: int | None) -> None:
+        super().__init__(message)
+        self.snapshot_id, self.parent_id = snapshot_id, parent_id

@@ -9,6 +9,8 @@
   Spark Connect URL), ``key=`` and the usual key names (``api_key=``, ``s3.secret-access-key=``), after
   ``?``, ``&``, ``;``, a space or the start of the text, and the same names as quoted keys
   (``"token": "…"``);
+* the same names as unquoted keys, ``token: abc`` (YAML, a header, a log line), and an
+  ``Authorization:`` header's credentials (``Bearer …``, ``Basic …``) or a ``Bearer …`` anywhere;
 * every secret value the settings hold (AO_DATABASE_URL's and AO_REDIS_URL's passwords, AO_SPARK_TOKEN,
   AO_FLOWER_PASSWORD): :func:`remember_secrets` records them when the settings are loaded, so a
   password that leaks into a library's message in another shape is masked too. Values shorter than
@@ -40,6 +42,13 @@ _PARAM = re.compile(rf"(?P<head>(?:^|(?<=[?&;\s,({{\[]))(?:{_SECRET_NAME})=)(?P<
 # the same names as quoted keys of JSON or a Python repr: "token": "..."
 _QUOTED = re.compile(rf"(?P<head>(?P<q>[\"'])(?:{_SECRET_NAME})(?P=q)\s*:\s*(?P<v>[\"']))(?P<secret>[^\"']*)(?P=v)",
                      re.IGNORECASE)
+# YAML, headers and logs: token: abc, s3.secret-access-key: "abc" (the key unquoted)
+_COLON = re.compile(rf"(?P<head>(?:^|(?<=[\s,;{{(\[]))(?:{_SECRET_NAME})\s*:[ \t]*(?P<v>[\"']?))"
+                    rf"(?P<secret>(?!//)[^\s,;'\"}})\]]+)", re.IGNORECASE | re.MULTILINE)
+# Authorization: Bearer abc / Basic abc / a bare token; and "Bearer abc" wherever it appears
+_AUTHORIZATION = re.compile(r"(?P<head>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|digest|token|aws4-hmac-sha256)\s+)?)"
+                            r"(?P<secret>[^\s'\",;]+)", re.IGNORECASE)
+_BEARER = re.compile(r"(?P<head>\b(?:bearer|basic)\s+)(?P<secret>[A-Za-z0-9\-._~+/]{6,}=*)", re.IGNORECASE)
 _KEY_NAME = re.compile(rf"^(?:{_SECRET_NAME})$", re.IGNORECASE)
 
 _known: set[str] = set()
@@ -67,8 +76,18 @@ def redact(text: str) -> str:
     text = _USERINFO.sub(lambda m: m["head"] + (MASK if m["secret"] else "") + "@", text)
     text = _PARAM.sub(lambda m: m["head"] + (MASK if m["secret"] else ""), text)
     text = _QUOTED.sub(lambda m: m["head"] + (MASK if m["secret"] else "") + m["v"], text)
+    text = _AUTHORIZATION.sub(lambda m: m["head"] + MASK, text)
+    text = _BEARER.sub(lambda m: m["head"] + MASK, text)
+    text = _COLON.sub(_colon, text)
     pattern = _known_pattern
     return pattern.sub(MASK, text) if pattern is not None else text
+
+
+def _colon(m: re.Match[str]) -> str:
+    # "AO_SPARK_TOKEN: is empty" names one of our settings in a message: not a value
+    if m["head"].lstrip().startswith("AO_"):
+        return m[0]
+    return m["head"] + MASK
 
 
 def redact_value(value: Any) -> Any:

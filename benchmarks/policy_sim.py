@@ -1,216 +1,182 @@
-"""The merge policy against Iceberg's periodic bin-pack on a simulated hourly stream: pure, seeded, no I/O.
+"""The merge policy against Iceberg's periodic bin-pack over the trace family: pure, seeded, no I/O.
 
-    python -m benchmarks.policy_sim [--json] [--commits N] [--seed N] [--fan-in N] [--settle S]
-                                    [--trace sim|streaming]
+    python -m benchmarks.policy_sim [--member NAME ...] [--json] [--fan-in N] [--settle S] [--cold-after S]
+                                    [--target SIZE] [--every N] [--trace family|streaming] [--suggest]
 
-The stream: an ``hour(ts)``-partitioned table, one commit every 0.6 s and 60 commits per simulated
-hour. Each commit writes one file into the current hour and, now and then, one late file into each of
-the three previous hours (:data:`LATE_PROBABILITY`). Sizes are log-normal around 200 KB (late files
-around 100 KB), with rare multi-MB bursts.
+For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streaming``: the trace of
+``benchmarks.streaming`` at 8 and 128 MiB), the same writes are replayed twice by
+:mod:`autooptimize.domain.simulate`:
 
-* **baseline**: after every 20 commits, a blocking full bin-pack of every partition with at least two
-  files under 75 % of the target (``plan_iceberg_bin_pack`` with ``min_input_files=2``), applied at once.
-* **policy**: after each commit every touched partition is judged live and planned
-  (:func:`~autooptimize.domain.policy.plan_partition`); a partition whose newest file turns
-  ``settle`` seconds old is judged settled then (the service's settle timer). A plan takes effect
-  :data:`LATENCY_COMMITS` commits later (~2 s of merge latency); one merge in flight per partition, and
-  the partition is judged again when it lands.
+* **bin-pack** (the baseline): a blocking Iceberg bin-pack of every partition after every ``--every``
+  writes (20, as ``benchmarks.streaming``) and once more after the last;
+* **policy**: the live-partition policy with the shipped defaults (or the tuning given), the service's
+  settle and cold timers, merges landing 2 s after they are planned.
 
-``--trace streaming`` replays instead the trace of ``benchmarks.streaming`` (benchmarks/trace.py, its
-default shape with ``--seed`` and ``--commits``): 60 commits per hour, late files into the three
-previous hours with probabilities 0.30, 0.15 and 0.08, bursts of 2–6 MB; only the 8 MiB target. It
-reproduces that benchmark's figures closely enough to compare policies in a second instead of 15 minutes.
-
-Figures: live files in the whole table after each commit (mean, max), write amplification (bytes
-rewritten / bytes written by the writer), files replaced. Merges still in flight at the end are not
-counted, nor is any merge the end of the run cuts short (the same horizon for both).
+Printed per member, policy beside bin-pack with the ratio: mean live files, files replaced, bytes
+rewritten, write amplification, files at the end and excess MSE at the end (MiB²), and whether each goal
+of issue 25 holds (WA ≤ 1.5, replaced ≤ 0.5×, mean live ≤ 1.05×, end files and excess MSE within 10 %
+after cold). ``floor`` is the least any policy can replace to reach the bin-pack's end layout: writer
+files under ¾ of the target, less the bin-pack's files at the end, over the bin-pack's files replaced.
+``--suggest`` adds, per member, the tuning AutoAnalyze suggests from the member's own writes
+(:func:`~autooptimize.domain.simulate.suggest_tuning`: fan-in, cold-after, leave-alone) with its figures,
+and each tuning's summed shortfall from the goals (:func:`~autooptimize.domain.simulate.shortfall`):
+per-table tuning must do at least as well as the defaults on every member.
+Exit code 1 when the run did no work (a member wrote no bytes, or neither side merged anything).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import math
-import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
 
-from autooptimize.domain.planning import PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
-from autooptimize.domain.policy import DEFAULT_FAN_IN, DEFAULT_SETTLE_SECONDS, plan_partition
+from autooptimize.domain.policy import (
+    DEFAULT_COLD_AFTER_SECONDS,
+    DEFAULT_FAN_IN,
+    DEFAULT_SETTLE_SECONDS,
+    PolicyTuning,
+)
+from autooptimize.domain.simulate import (
+    BASELINE_EVERY,
+    Figures,
+    Write,
+    candidate_tunings,
+    shortfall,
+    simulate_baseline,
+    simulate_policy,
+    suggest_tuning,
+)
+from autooptimize.domain.sizes import parse_size
+from benchmarks.trace_family import FAMILY, HOUR_SECONDS, Member, make_commits
 
-KiB = 1 << 10
 MiB = 1 << 20
-SEED = 20240611
-COMMITS = 360
-COMMIT_SECONDS = 0.6
-COMMITS_PER_HOUR = 60
-#: Chance per commit that each of the previous three hours receives a late file.
-LATE_PROBABILITY = (0.05, 0.02, 0.01)
-BURST_PROBABILITY = 0.02
-BASELINE_EVERY = 20
-LATENCY_COMMITS = 3
-TARGETS = (128 * MiB, 8 * MiB)
+GOALS = {"write_amplification": 1.5, "files_replaced": 0.5, "mean_live_files": 1.05, "end_files": 1.10,
+         "end_excess_mse_mib2": 1.10}
 
 
-def file_size(rng: random.Random, median: int) -> int:
-    size = rng.lognormvariate(math.log(median), 0.5)
-    if rng.random() < BURST_PROBABILITY:
-        size *= rng.uniform(10, 40)
-    return max(1, int(size))
+def family_writes(m: Member) -> list[Write]:
+    return [Write(c.at, c.files) for c in make_commits(m)]
 
 
-def stream(seed: int, commits: int) -> list[list[tuple[int, int]]]:
-    """Per commit, the ``(hour, bytes)`` of each file it writes."""
-    rng = random.Random(seed)
-    out = []
-    for c in range(commits):
-        hour = c // COMMITS_PER_HOUR
-        files = [(hour, file_size(rng, 200 * KiB))]
-        for back, p in enumerate(LATE_PROBABILITY, 1):
-            if hour - back >= 0 and rng.random() < p:
-                files.append((hour - back, file_size(rng, 100 * KiB)))
-        out.append(files)
-    return out
-
-
-@dataclass
-class Table:
-    parts: dict[int, dict[str, int]] = field(default_factory=dict)
-    newest: dict[int, float] = field(default_factory=dict)
-    names: itertools.count = field(default_factory=itertools.count)
-    written: int = 0
-    rewritten: int = 0
-    replaced: int = 0
-    counts: list[int] = field(default_factory=list)
-
-    def add(self, hour: int, size: int, now: float) -> None:
-        self.parts.setdefault(hour, {})[f"h{hour}/f{next(self.names)}"] = size
-        self.newest[hour] = now
-        self.written += size
-
-    def files(self, hour: int) -> list[PlanFile]:
-        return [PlanFile(p, s) for p, s in self.parts[hour].items()]
-
-    def apply(self, hour: int, groups: tuple[RewriteGroup, ...]) -> None:
-        part = self.parts[hour]
-        for g in groups:
-            for f in g.files:
-                del part[f.path]
-            for size in g.output_sizes():
-                part[f"h{hour}/m{next(self.names)}"] = size
-            self.rewritten += g.bytes_in
-            self.replaced += len(g.files)
-
-    def count(self) -> None:
-        self.counts.append(sum(map(len, self.parts.values())))
-
-    def report(self) -> dict[str, float]:
-        return {"mean_live_files": sum(self.counts) / len(self.counts), "max_live_files": max(self.counts),
-                "write_amplification": self.rewritten / self.written, "files_replaced": self.replaced,
-                "final_files": self.counts[-1]}
-
-
-def run_baseline(commits: list[list[tuple[int, int]]], target: int) -> dict[str, float]:
-    t = Table()
-    for c, files in enumerate(commits):
-        for hour, size in files:
-            t.add(hour, size, c * COMMIT_SECONDS)
-        if (c + 1) % BASELINE_EVERY == 0:
-            for hour in t.parts:
-                plan = plan_iceberg_bin_pack(t.files(hour), target, min_input_files=2, tolerance=target // 4)
-                t.apply(hour, plan.groups)
-        t.count()
-    return t.report()
-
-
-def run_policy(commits: list[list[tuple[int, int]]], target: int, fan_in: int, settle: float,
-               rules: dict[str, int] | None = None) -> dict[str, float]:
-    t = Table()
-    tolerance = target // 4
-    pending: dict[int, tuple[int, tuple[RewriteGroup, ...]]] = {}  # hour -> (lands at commit, groups)
-    judged_settled: set[int] = set()
-
-    def judge(hour: int, now: float, c: int) -> None:
-        if hour in pending:
-            return
-        live = now - t.newest[hour] < settle
-        files = t.files(hour)
-        result = plan_partition(files, target, tolerance, live=live, fan_in=fan_in)
-        # what the merge action runs: the policy's files, spread evenly over outputs, never grown
-        plan = balance_outputs(result.plan, files, grow=False)
-        if rules is not None:
-            rules[result.rule] = rules.get(result.rule, 0) + 1
-        if not live:
-            judged_settled.add(hour)
-        if plan.groups:
-            pending[hour] = (c + LATENCY_COMMITS, plan.groups)
-
-    for c, files in enumerate(commits):
-        now = c * COMMIT_SECONDS
-        for hour, size in files:
-            t.add(hour, size, now)
-            judged_settled.discard(hour)
-        for hour in [h for h, (at, _) in pending.items() if at <= c]:
-            t.apply(hour, pending.pop(hour)[1])
-            judge(hour, now, c)
-        for hour in {h for h, _ in files}:
-            judge(hour, now, c)
-        for hour in t.parts:  # the settle timer
-            if hour not in judged_settled and now - t.newest[hour] >= settle:
-                judge(hour, now, c)
-        t.count()
-    return t.report()
-
-
-def streaming_trace(seed: int, commits: int) -> list[list[tuple[int, int]]]:
-    """The commits of ``benchmarks.streaming``'s trace, as ``(hour, bytes)`` per file."""
+def streaming_members() -> list[tuple[str, int, list[Write]]]:
+    """benchmarks.streaming's trace (seed 7, 320 commits at 1.6/s, 60 per hour) at 8 and 128 MiB."""
     from benchmarks.trace import TraceShape, make_trace
 
-    return [[(f.hour, f.drawn_bytes) for f in c.files] for c in make_trace(TraceShape(commits=commits, seed=seed))]
+    trace = make_trace(TraceShape(commits=320, seed=7))
+    writes = []
+    for c in trace:
+        per: dict[int, int] = {}
+        for f in c.files:
+            per[f.hour] = per.get(f.hour, 0) + f.drawn_bytes
+        writes.append(Write(c.index / 1.6, tuple(sorted(per.items()))))
+    return [("streaming-8M", 8 * MiB, writes), ("streaming-128M", 128 * MiB, writes)]
 
 
-def simulate(seed: int, commits: int, fan_in: int, settle: float, trace: str = "sim") -> list[dict[str, object]]:
-    data = stream(seed, commits) if trace == "sim" else streaming_trace(seed, commits)
-    results = []
-    for target in TARGETS if trace == "sim" else (8 * MiB,):
-        rules: dict[str, int] = {}
-        base = run_baseline(data, target)
-        ours = run_policy(data, target, fan_in, settle, rules)
-        ratios = {k: (ours[k] / base[k] if base[k] else math.inf) for k in base}
-        results.append({"target_mib": target // MiB, "baseline": base, "policy": ours, "ratio": ratios,
-                        "rules": rules})
-    return results
+def floor_ratio(writes: Sequence[Write], target: int, base: Figures) -> float:
+    small = sum(1 for w in writes for _, b in w.files if b < target * 3 // 4)
+    return max(0, small - base.end_files) / base.files_replaced if base.files_replaced else 0.0
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--commits", type=int, default=COMMITS)
-    ap.add_argument("--seed", type=int, default=SEED)
+def compare(name: str, writes: Sequence[Write], tuning: PolicyTuning, every: int,
+            ours: Figures | None = None) -> dict[str, Any]:
+    base = simulate_baseline(writes, tuning.target, every)
+    ours = ours if ours is not None else simulate_policy(writes, tuning)
+    b, p = base.as_dict(), ours.as_dict()
+    ratio = {k: (p[k] / b[k] if b[k] else (1.0 if not p[k] else float("inf"))) for k in b}
+    ok = {
+        "write_amplification": p["write_amplification"] <= GOALS["write_amplification"],
+        "files_replaced": ratio["files_replaced"] <= GOALS["files_replaced"],
+        "mean_live_files": ratio["mean_live_files"] <= GOALS["mean_live_files"],
+        "end_files": p["end_files"] <= b["end_files"] * GOALS["end_files"],
+        # 1 MiB² of slack: the bin-pack's own figure is often 0 and 10 % of 0 is nothing
+        "end_excess_mse_mib2": p["end_excess_mse_mib2"] <= b["end_excess_mse_mib2"] * GOALS["end_excess_mse_mib2"] + 1,
+    }
+    return {"member": name, "tuning": tuning.as_dict(), "baseline": b, "policy": p, "ratio": ratio, "ok": ok,
+            "floor_replaced": floor_ratio(writes, tuning.target, base), "rules": dict(ours.rules),
+            "shortfall": shortfall(ours, base)}
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    cols = [("mean_live_files", "live", "{:.1f}"), ("files_replaced", "replaced", "{:.0f}"),
+            ("bytes_rewritten", "rewritten MB", None), ("write_amplification", "WA", "{:.2f}"),
+            ("end_files", "end files", "{:.0f}"), ("end_excess_mse_mib2", "end exMSE", "{:.0f}")]
+    head = f"{'member':<28}" + "".join(f"{label:>22}" for _, label, _ in cols) + "  floor  goals"
+    print(head)
+    print(f"{'':<28}" + "".join(f"{'policy/binpack (x)':>22}" for _ in cols))
+    for r in rows:
+        cells = []
+        for key, _, fmt in cols:
+            p, b = r["policy"][key], r["baseline"][key]
+            if fmt is None:
+                text = f"{p / 1e6:.0f}/{b / 1e6:.0f}"
+            else:
+                text = f"{fmt.format(p)}/{fmt.format(b)}"
+            cells.append(f"{text} ({r['ratio'][key]:.2f})")
+        failed = [k for k, v in r["ok"].items() if not v]
+        goals = "ok" if not failed else "MISS " + ",".join(
+            {"write_amplification": "WA", "files_replaced": "replaced", "mean_live_files": "live",
+             "end_files": "end", "end_excess_mse_mib2": "exMSE"}[k] for k in failed)
+        print(f"{r['member']:<28}" + "".join(f"{c:>22}" for c in cells) + f"  {r['floor_replaced']:.2f}   {goals}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--trace", choices=("family", "streaming"), default="family")
+    ap.add_argument("--member", action="append", help="a member name or prefix (repeatable); default all")
     ap.add_argument("--fan-in", type=int, default=DEFAULT_FAN_IN)
     ap.add_argument("--settle", type=float, default=DEFAULT_SETTLE_SECONDS)
-    ap.add_argument("--trace", choices=("sim", "streaming"), default="sim",
-                    help="this module's stream, or benchmarks.streaming's trace (8 MiB only)")
+    ap.add_argument("--cold-after", type=float, default=DEFAULT_COLD_AFTER_SECONDS)
+    ap.add_argument("--target", help="override every member's target (e.g. 128MiB)")
+    ap.add_argument("--every", type=int, default=BASELINE_EVERY, help="bin-pack after this many writes")
+    ap.add_argument("--suggest", action="store_true", help="also the tuning suggested per member (AutoAnalyze)")
+    ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    results = simulate(args.seed, args.commits, args.fan_in, args.settle, args.trace)
-    head = {"trace": args.trace, "seed": args.seed, "commits": args.commits, "fan_in": args.fan_in, "settle_seconds": args.settle,
-            "late_probability": LATE_PROBABILITY, "latency_commits": LATENCY_COMMITS, "results": results}
+    if args.trace == "family":
+        members = [m for m in FAMILY if not args.member or any(m.name.startswith(x) for x in args.member)]
+        if not members:
+            ap.error(f"no member matches {args.member}; members: {', '.join(m.name for m in FAMILY)}")
+        work = [(m.name, m.target, family_writes(m)) for m in members]
+    else:
+        work = streaming_members()
+    started = time.monotonic()
+    rows = []
+    suggested = []
+    for name, target, writes in work:
+        target = parse_size(args.target) if args.target else target
+        tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after)
+        rows.append(compare(name, writes, tuning, args.every))
+        if args.suggest:
+            leave = sorted({0, min(target // 8, 1 << 20)})
+            s = suggest_tuning(writes, tuning, candidate_tunings(tuning, leave_alone=leave), args.every)
+            row = compare(name, writes, s.tuning, args.every, s.predicted)
+            row["member"] = f"  {name[:3]} suggested"
+            suggested.append(row)
     if args.json:
-        print(json.dumps(head, indent=2))
-        return
-    print(f"seed {args.seed}, {args.commits} commits, fan_in {args.fan_in}, settle {args.settle} s, "
-          f"late p {LATE_PROBABILITY}, latency {LATENCY_COMMITS} commits")
-    fmt: dict[str, Callable[[float], str]] = {"mean_live_files": "{:.1f}".format,
-                                               "max_live_files": "{:.0f}".format,
-                                               "write_amplification": "{:.2f}".format,
-                                               "files_replaced": "{:.0f}".format, "final_files": "{:.0f}".format}
-    for r in results:
-        print(f"\ntarget {r['target_mib']} MiB{'':<12}{'policy':>10}{'baseline':>10}{'ratio':>8}")
-        for k, f in fmt.items():
-            print(f"  {k:<28}{f(r['policy'][k]):>10}{f(r['baseline'][k]):>10}{r['ratio'][k]:>8.2f}")
-        print("  rules applied: " + ", ".join(f"{k} {v}" for k, v in sorted(r["rules"].items())))
+        print(json.dumps({"hour_seconds": HOUR_SECONDS, "every": args.every, "rows": rows, "suggested": suggested},
+                         indent=2))
+    else:
+        print(f"policy (fan_in {args.fan_in}, settle {args.settle:g} s, cold after {args.cold_after:g} s) "
+              f"beside a blocking bin-pack every {args.every} writes; one partition-hour = {HOUR_SECONDS:g} s")
+        print_table(rows)
+        held = sum(all(r["ok"].values()) for r in rows)
+        print(f"\nall goals held on {held}/{len(rows)} members; "
+              f"{time.monotonic() - started:.1f} s")
+        if suggested:
+            print("\nper-table tuning (AutoAnalyze), from each member's own writes:")
+            print_table(suggested)
+            for d, s in zip(rows, suggested, strict=True):
+                t = s["tuning"]
+                print(f"{d['member']:<28} fan-in {t['fan_in']:>2}, cold after {t['cold_after_seconds']:>4.0f} s, "
+                      f"leave alone below {t['leave_alone_below']:>8}: shortfall {d['shortfall']:.2f} -> "
+                      f"{s['shortfall']:.2f}" + ("" if s["shortfall"] <= d["shortfall"] + 1e-9 else "  WORSE"))
+    # a member may need no merge (files over the target), but the run as a whole must have merged
+    did_work = (all(r["policy"]["bytes_written"] for r in rows) and any(r["policy"]["bytes_rewritten"] for r in rows)
+                and any(r["baseline"]["bytes_rewritten"] for r in rows))
+    return 0 if did_work else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 
 from benchmarks.soak_checks import (
     Check,
@@ -74,6 +74,12 @@ ADMIN_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 CATALOG = "autooptimize"  # the built-in SQL catalog (needs no configuration), in the soak's own database
 #: the destructive hygiene is opt-in per table; the soak wants all of it running under the faults
 ALLOWED = ["merge", "rewrite_manifests", "expire_snapshots", "remove_orphans"]
+#: AO_RETENTION_*_DAYS of the soak's service, in minutes
+RETENTION_MINUTES = {"AUDIT": 6, "ACTION": 6, "BUFFER": 6, "HISTORY_FULL": 2, "HISTORY": 6}
+#: A floor of ingested batches per table and minute of ingest: a soak that ingested less did not test much
+MIN_BATCHES_PER_MINUTE = 25
+#: Documented bound on the database's growth per 1,000 commits once retention runs (docs/reliability.md)
+MAX_GROWTH_MB_PER_1000_COMMITS = 8.0
 
 
 def say(message: str) -> None:
@@ -96,6 +102,9 @@ def service_env(home: Path, database_url: str, redis_url: str, spark_port: int) 
         "AO_DEFAULT_TARGET_FILE_SIZE": "1MiB", "AO_HYGIENE_SWEEP_SECONDS": "60", "AO_MANIFEST_THRESHOLD": "20",
         "AO_ORPHAN_SWEEP_INTERVAL_SECONDS": "120", "AO_ORPHAN_MIN_AGE_SECONDS": "3600",
         "AO_BUFFER_TICK_SECONDS": "5", "AO_LEASE_SECONDS": "60", "AO_SWEEP_AFTER_SECONDS": "120",
+        # retention in minutes rather than days, so that it runs (every minute) within the soak
+        **{f"AO_RETENTION_{k}_DAYS": str(round(v / 1440, 6)) for k, v in RETENTION_MINUTES.items()},
+        "AO_RETENTION_SWEEP_SECONDS": "60",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "PYTHONUNBUFFERED": "1",
     })
@@ -146,17 +155,18 @@ def drain(engine: Any, service: Service, quiet: float, timeout: float) -> tuple[
 def soak(args: argparse.Namespace) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="ao-soak-"))
     db_name = f"ao_soak_{uuid.uuid4().hex[:8]}"
-    database_url = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db_name}"
+    database_url = args.postgres_url.rsplit("/", 1)[0] + f"/{db_name}"
     env = service_env(home, database_url, args.redis_url, args.spark_port or _free_port())
     # this process lands files and asks for consolidations through the same settings as the service
     os.environ.update({k: v for k, v in env.items() if k.startswith("AO_")})
     from autooptimize import api
     from autooptimize.config import get_settings
     from autooptimize.iceberg.catalog import get_catalog
+    from autooptimize.services.retention import apply_retention
     from autooptimize.storage.db import upgrade
     from spark_actors.server import ensure_local_server
 
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+    admin = create_engine(args.postgres_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{db_name}"')
     engine = create_engine(database_url, pool_pre_ping=True)
@@ -178,6 +188,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             if t.buffered:
                 api.buffer_rules(t.identifier, settings=settings, max_age="20s", max_files=500)
                 (settings.buffer_dir / t.identifier).mkdir(parents=True, exist_ok=True)
+        result["database_bytes_start"] = _database_bytes(admin, db_name)
+        say(f"database size at start: {result['database_bytes_start'] / 1e6:.1f} MB")
         sentinels = Sentinels(home, settings.warehouse_dir, settings.buffer_dir, locations)
         service = Service(env, home)
         service.start()
@@ -188,7 +200,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         if not service.up():
             raise RuntimeError(f"the service did not come up: {service.log_path.read_text()[-2000:]}")
         say(f"service up: {service.roles()}; ingest for {args.minutes:g} min")
-        result.update(_run_chaos(args, settings, engine, admin, db_name, service, api, ensure_local_server))
+        result.update(_run_chaos(args, settings, engine, admin, db_name, service, api, ensure_local_server, catalog))
         say("ingest and faults stopped; draining")
         drained, seconds, earlier = drain(engine, service, args.quiet_seconds, args.drain_timeout)
         result["drain"] = {"drained": drained, "seconds": round(seconds, 1)}
@@ -208,8 +220,30 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
                             stopped + (f"; still running afterwards: {left[:4]}" if left else "; nothing left")))
         writers = result.pop("_writers")
         for w in writers:
-            checks.append(check_content(catalog.load_table(w.stats.table), w.stats))
-            checks.append(check_referenced_files(catalog.load_table(w.stats.table), w.stats.table))
+            checks.append(reconnecting(lambda w=w: check_content(catalog.load_table(w.stats.table), w.stats), catalog))
+            checks.append(reconnecting(lambda w=w: check_referenced_files(catalog.load_table(w.stats.table),
+                                                                          w.stats.table), catalog))
+        floor = int(MIN_BATCHES_PER_MINUTE * args.minutes) if args.min_batches is None else args.min_batches
+        thin = [f"{w.stats.table}: {w.stats.batches}" for w in writers if w.stats.batches < floor]
+        checks.append(Check("every table ingested", not thin, f"fewer than {floor} batches: {', '.join(thin)}" if thin
+                            else f"every table took at least {floor} batches "
+                                 f"({', '.join(str(w.stats.batches) for w in writers)})"))
+        injected = [f for f in result["faults"] if f.injected]
+        missing = [k for k in args.faults if not any(f.kind == k for f in injected)]
+        checks.append(Check("faults injected", len(injected) >= args.min_faults and not missing,
+                            f"{len(injected)} injected (at least {args.min_faults} wanted)"
+                            + (f"; never injected: {', '.join(missing)}" if missing else "; every selected kind")))
+        reconnecting(lambda: apply_retention(settings), catalog)  # what beat runs every minute, once more
+        result["database_bytes_end"] = reconnecting(lambda: _database_bytes(admin, db_name), catalog)
+        result["rows_end"] = reconnecting(lambda: _row_counts(engine), catalog)
+        commits = sum(w.stats.batches for w in writers) + sum(
+            n for kind, states in result["actions"].items() for state, n in states.items() if state == "succeeded")
+        growth = (result["database_bytes_end"] - result["database_bytes_start"]) / 1e6 / max(commits, 1) * 1000
+        result["commits"], result["growth_mb_per_1000_commits"] = commits, round(growth, 2)
+        checks.append(Check("database growth bounded", growth <= MAX_GROWTH_MB_PER_1000_COMMITS,
+                            f"{result['database_bytes_start'] / 1e6:.1f} MB at start, "
+                            f"{result['database_bytes_end'] / 1e6:.1f} MB at end over {commits} commits: "
+                            f"{growth:.2f} MB per 1,000 commits (bound {MAX_GROWTH_MB_PER_1000_COMMITS})"))
         bad_ingest = [f"{w.stats.table}: {w.stats.unresolved} unresolved, {len(w.stats.rejected)} rejected "
                       f"{w.stats.rejected[:2]}" for w in writers if w.stats.unresolved or w.stats.rejected]
         checks.append(Check("every batch accounted for", not bad_ingest, "; ".join(bad_ingest) or
@@ -236,19 +270,15 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_chaos(args: argparse.Namespace, settings: Any, engine: Any, admin: Any, db_name: str, service: Service,
-               api: Any, ensure_local_server: Any) -> dict[str, Any]:
-    from pyiceberg.catalog import load_catalog
-
-    from autooptimize.iceberg.catalog import default_catalog_properties
-
+               api: Any, ensure_local_server: Any, catalog: Any) -> dict[str, Any]:
     t0 = time.monotonic()
     stop = threading.Event()
     ids = Ids()
     staging = settings.home_dir / "staging"
     staging.mkdir()
-    writers = [Writer(t, lambda: load_catalog(CATALOG, **default_catalog_properties(settings)),
-                      lambda ident, files: api.land(ident, files, settings=settings), staging, ids,
-                      args.seed + i, 0.5 if t.buffered else 2.0, (20, 120) if t.buffered else (50, 400), t0, stop)
+    # one catalog, made before any writer starts (each making its own raced to create the catalog's tables)
+    writers = [Writer(t, lambda: catalog, lambda ident, files: api.land(ident, files, settings=settings), staging, ids,
+                      args.seed + i, 0.5 if t.buffered else 1.2, (20, 120) if t.buffered else (50, 400), t0, stop)
                for i, t in enumerate(TABLES)]
 
     def restart_spark() -> int | None:
@@ -289,6 +319,36 @@ def _run_chaos(args: argparse.Namespace, settings: Any, engine: Any, admin: Any,
             "ingest_seconds": round(time.monotonic() - t0, 1)}
 
 
+def reconnecting(check: Any, catalog: Any, tries: int = 6) -> Any:
+    """``check()``, tried again after a lost connection (the last fault may have restarted PostgreSQL):
+    the catalog's pooled connections are dropped and the call repeated a few seconds later."""
+    from autooptimize.failures import is_transient
+
+    for attempt in range(1, tries + 1):
+        try:
+            return check()
+        except Exception as exc:
+            if attempt == tries or not is_transient(exc):
+                raise
+            say(f"check: {type(exc).__name__}; reconnecting (attempt {attempt})")
+            with contextlib.suppress(Exception):
+                catalog.engine.dispose()
+            time.sleep(5.0)
+    return None
+
+
+def _database_bytes(admin: Any, db_name: str) -> int:
+    with admin.connect() as conn:
+        return int(conn.exec_driver_sql("SELECT pg_database_size(%s)", (db_name,)).scalar_one())
+
+
+def _row_counts(engine: Any) -> dict[str, int]:
+    with engine.connect() as conn:
+        names = [r[0] for r in conn.execute(text(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND starts_with(tablename, 'ao_') ORDER BY 1"))]
+        return {n: int(conn.execute(text(f'SELECT count(*) FROM "{n}"')).scalar_one()) for n in names}
+
+
 def _compact(summary: dict[str, Any]) -> str:
     return ", ".join(f"{kind} " + "/".join(f"{s}:{n}" for s, n in sorted(states.items()))
                      for kind, states in sorted(summary.items()))
@@ -323,6 +383,10 @@ def report(result: dict[str, Any]) -> str:
         lines += ["", "failed, aborted or refused actions:"] + [f"  {f}" for f in result["failures"]]
     if result["log_findings"]:
         lines += ["", "service logs:"] + [f"  {f}" for f in result["log_findings"]]
+    lines += ["", f"database: {result['database_bytes_start'] / 1e6:.1f} MB at start, "
+                  f"{result['database_bytes_end'] / 1e6:.1f} MB at end; {result['commits']} commits, "
+                  f"{result['growth_mb_per_1000_commits']} MB per 1,000 commits after retention",
+              "rows at end: " + ", ".join(f"{t} {n}" for t, n in result["rows_end"].items())]
     lines += ["", "checks:"]
     for c in result["checks"]:
         lines.append(f"  {'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}")
@@ -339,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fault-every", type=float, default=35.0, help="seconds between faults, ±30%% (default 35)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--redis-url", default="redis://localhost:6379/12", help="a Redis db of the soak's own")
+    parser.add_argument("--postgres-url", default=ADMIN_URL,
+                        help="the PostgreSQL server's admin database; the soak creates its own database there "
+                             "(give a server of the soak's own to restart it without disturbing anyone)")
     parser.add_argument("--spark-port", type=int, default=0, help="the local Spark server's port (default: a free one)")
     parser.add_argument("--quiet-seconds", type=float, default=180.0,
                         help="an action queued or running without progress this long at the end, while its table "
@@ -346,6 +413,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--drain-timeout", type=float, default=900.0, help="most seconds to wait for the drain")
     parser.add_argument("--redis-restart-cmd", default=DEFAULT_REDIS_RESTART, help="shell command of redis-restart")
     parser.add_argument("--postgres-restart-cmd", default=DEFAULT_POSTGRES_RESTART, help="shell command of postgres")
+    parser.add_argument("--min-batches", type=int, default=None,
+                        help=f"fail when a table ingested fewer batches (default {MIN_BATCHES_PER_MINUTE} per minute)")
+    parser.add_argument("--min-faults", type=int, default=30,
+                        help="fail when fewer faults were injected, or any selected kind never was (default 30)")
     parser.add_argument("--keep", action="store_true",
                         help="keep AO_HOME (logs, warehouse) and the database afterwards, for a post-mortem")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of the figures")
@@ -357,6 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(128 + signum)  # unwinds through the clean-up: the service stops, the database goes
 
     signal.signal(signal.SIGTERM, terminated)
+    if args.minutes * 60 / args.fault_every < max(args.min_faults, len(args.faults)):
+        parser.error(f"{args.minutes:g} min at one fault every {args.fault_every:g} s cannot inject "
+                     f"{args.min_faults} faults; shorten --fault-every or lower --min-faults")
     result = soak(args)
     print(report(result))
     if args.json:

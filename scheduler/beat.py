@@ -35,6 +35,11 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         # Table hygiene: manifest rewrites, snapshot expiry and orphan removal per tracked table.
         "hygiene-sweep": _every("autooptimize.hygiene_sweep", float(settings.hygiene_sweep_seconds),
                                 settings.hygiene_sweep_seconds - 5),
+        # Bounded state: old audit records, finished actions and batches, thinned history (AO_RETENTION_*).
+        "retention": _every("autooptimize.retention", float(settings.retention_sweep_seconds),
+                            settings.retention_sweep_seconds - 5),
+        # AutoAnalyze: a fresh suggested tuning per tracked table, applied where the owner allowed it.
+        "autotune": _every("autooptimize.autotune", float(settings.autotune_seconds), settings.autotune_seconds - 5),
         # Buffered writes: age rules, the watched folder, abandoned batches.
         "buffer-tick": _every("autooptimize.buffer_tick", settings.buffer_tick_seconds,
                               settings.buffer_tick_seconds),

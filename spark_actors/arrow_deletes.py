@@ -1,6 +1,6 @@
 """Delete compaction on the pyarrow path: the same job as spark_actors/deletes.py, reading and writing
-through the table's FileIO, so it reaches object stores (run there as a Spark task by
-spark_actors/arrow_on_spark.py).
+through the table's FileIO, so it reaches object stores (run as a task of the action's Spark job by
+spark_actors/group_tasks.compact_group, or in the worker under the ``local`` engine).
 
 Each data file is read with :func:`spark_actors.arrow_rewrite.scan_files` (in the table's current schema,
 every row in file order, so a row's position is its index in the file; the next files read ahead). Then, as in Iceberg's spec

@@ -45,7 +45,7 @@ from pyiceberg.io.pyarrow import (
     _to_requested_schema,
     schema_to_pyarrow,
 )
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.manifest import DataFile, FileFormat
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.typedef import Record
@@ -266,16 +266,6 @@ def _same_columns(found: pa.Schema, expected: pa.Schema) -> bool:
     return True
 
 
-def _plain_data_file(table: Table, path: str, partition: tuple[int, Record]) -> DataFile:
-    """Just enough of a DataFile for ArrowScan to read a file back (no statistics)."""
-    data_file = DataFile.from_args(
-        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition[1],
-        record_count=0, file_size_in_bytes=len(table.io.new_input(path)),
-    )
-    data_file.spec_id = partition[0]
-    return data_file
-
-
 def _is_empty_dir(table: Table, directory: str) -> bool:
     return not exists(table.io, directory) and not list_files(table.io, directory)
 
@@ -385,9 +375,3 @@ def _write_rolling(writers: _Writers, directory: str, batch: pa.RecordBatch, row
         offset += take
         if writer.rows >= rows_per_file:
             writers.roll(directory)
-
-
-def read_back(table: Table, paths: list[str], partitions: list[tuple[int, Record]]) -> pa.Table:
-    """Output files (with the partition each is recorded under) as pyiceberg reads them."""
-    batches = list(scan(table, [_plain_data_file(table, p, q) for p, q in zip(paths, partitions, strict=True)]))
-    return pa.Table.from_batches(batches) if batches else schema_to_pyarrow(table.schema()).empty_table()

@@ -121,7 +121,12 @@ def server_confs(settings: Settings) -> dict[str, str]:
         "spark.hadoop.fs.file.impl.disable.cache": "true",
         "spark.ui.enabled": "false",
         "spark.sql.adaptive.enabled": "true",
-    }
+    } | dict(settings.spark_server_conf)
+
+
+def master(settings: Settings) -> str:
+    """The master the server runs its jobs on (AO_SPARK_MASTER, else local mode on AO_SPARK_CORES cores)."""
+    return settings.spark_master or f"local[{settings.spark_cores}]"
 
 
 def ensure_local_server(settings: Settings) -> ServerInfo:
@@ -159,7 +164,10 @@ def _start(settings: Settings, spark_dir: Path) -> ServerInfo:
     with contextlib.suppress(OSError):
         pid_file.unlink()
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
-    # the Python workers (arrow_on_spark's tasks) run this interpreter: it has pyiceberg and autooptimize
+    # the Python workers run this interpreter: it has pyiceberg and pyarrow (our code comes as an artifact)
+    # (or the interpreter AO_SPARK_SERVER_CONF names: what the executors of a cluster run)
+    if settings.spark_server_conf.get("spark.pyspark.python"):
+        env["PYSPARK_PYTHON"] = settings.spark_server_conf["spark.pyspark.python"]
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.update(
         SPARK_CONNECT_AUTHENTICATE_TOKEN=token,
@@ -171,7 +179,7 @@ def _start(settings: Settings, spark_dir: Path) -> ServerInfo:
     props = spark_dir / "server.properties"
     confs = server_confs(settings) | {"spark.connect.grpc.binding.port": str(port)}
     props.write_text("".join(f"{k}={v}\n" for k, v in confs.items()))
-    cmd = [str(script), "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)]
+    cmd = [str(script), "--master", master(settings), "--properties-file", str(props)]
     # Its own session: the JVM (nohup'd by spark-daemon.sh) stays in the script's process group, apart from
     # whoever started it, so killing a worker's group never takes the shared server with it, and a start
     # cut short (a signal, a timeout) kills exactly that group.
@@ -303,5 +311,5 @@ def serve_foreground(settings: Settings) -> None:
                SPARK_HOME=str(spark_home), SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(spark_dir / "logs"),
                SPARK_PID_DIR=str(spark_dir))
     script = str(Path(spark_home) / "sbin" / "start-connect-server.sh")
-    os.execve(script, [script, "--master", f"local[{settings.spark_cores}]", "--properties-file", str(props)],
+    os.execve(script, [script, "--master", master(settings), "--properties-file", str(props)],
               with_java(env, spark_dir / "java"))

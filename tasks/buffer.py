@@ -7,7 +7,7 @@ import logging
 from celery import Task
 
 from autooptimize.config import get_settings
-from autooptimize.errors import Retry
+from autooptimize.errors import Retry, ServiceUnavailable
 from tasks.app import app
 from tasks.retry import MAX_RETRIES, backoff_delay
 
@@ -23,8 +23,10 @@ def consolidate(self: Task, table: str, flush: bool = False) -> dict:
     settings = get_settings()
     try:
         result = consolidate_table(settings, table, flush=flush, dispatch=CeleryDispatch(settings))
-    except Retry as exc:
-        raise self.retry(countdown=backoff_delay(exc.delay, self.request.retries), exc=None) from None
+    except (Retry, ServiceUnavailable) as exc:  # a service away (the catalog, PostgreSQL, Spark): later
+        log.warning("consolidation of %s will be retried: %s", table, exc)
+        delay = exc.delay if isinstance(exc, Retry) else 10.0
+        raise self.retry(countdown=backoff_delay(delay, self.request.retries), exc=None) from None
     log.info("consolidated %s: %d batch(es)%s", table, len(result["batches"]), " (busy)" if result["busy"] else "")
     return {"table": table, "busy": result["busy"],
             "batches": [{k: b[k] for k in ("batch", "state", "files", "rows_out", "snapshot_id")}

@@ -38,3 +38,19 @@ def hygiene_sweep() -> dict[str, list[str]]:
 
     settings = get_settings()
     return sweep_hygiene(settings, dispatch=CeleryDispatch(settings))
+
+
+@app.task(name="autooptimize.retention")
+def prune_state() -> dict[str, int]:
+    """Remove state the AO_RETENTION_* settings no longer keep (services/retention.py)."""
+    from autooptimize.services.retention import apply_retention
+
+    return apply_retention(get_settings())
+
+
+@app.task(name="autooptimize.autotune")
+def autotune() -> dict[str, str]:
+    """Re-evaluate every tracked table's suggested merge tuning from its own history (AutoAnalyze)."""
+    from autooptimize.services.autotune import reevaluate
+
+    return reevaluate(get_settings())

@@ -152,3 +152,46 @@ def iceberg_java(settings, catalog):
                         python.parent.parent / "driver.log")
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(settings):
+    """A Spark standalone master and two workers on 127.0.0.1 (one core, 1 GiB each) and a Spark Connect
+    server whose master is that cluster (tests/integration/cluster.py). Yields (settings, session, cluster,
+    server) as attributes of one object; a test that restarts the server replaces ``session``."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from tests.integration.cluster import (
+        ConnectServer,
+        StandaloneCluster,
+        base_python,
+        session_for,
+        site_packages,
+    )
+
+    home = Path(_HOME) / "cluster"
+    cluster = StandaloneCluster(home / "standalone")
+    server = ConnectServer(home / "connect")
+    session = running = None
+    try:
+        cluster.start(workers=2)
+        conf = {"spark.pyspark.python": base_python(), "spark.executorEnv.PYTHONPATH": site_packages(),
+                "spark.executor.memory": "640m", "spark.executor.cores": "1", "spark.cores.max": "2",
+                "spark.driver.host": "127.0.0.1", "spark.task.maxFailures": "4"}
+        cluster_settings = settings.model_copy(update={"spark_master": cluster.master_url,
+                                                       "spark_driver_memory": "1g",
+                                                       "spark_port": settings.spark_port + 1,
+                                                       "spark_server_conf": conf})
+        server.start(cluster_settings)
+        session = session_for(server.info.remote)
+        running = SimpleNamespace(settings=cluster_settings, session=session, cluster=cluster, server=server)
+        yield running
+    finally:
+        for opened in {session, getattr(running, "session", None)} - {None}:
+            try:
+                opened.stop()
+            except Exception:
+                pass
+        server.stop()
+        cluster.stop()

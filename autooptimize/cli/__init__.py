@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from autooptimize.cli.common import current_settings, redacted_output
-from autooptimize.cli.parser import build_parser
+from autooptimize.cli.parser import Parser, build_parser
 from autooptimize.errors import (
     ActionNotFound,
     AutoOptimizeError,
@@ -18,6 +18,7 @@ from autooptimize.errors import (
     TableNotFound,
     WaitTimeout,
 )
+from autooptimize.failures import failure_text, is_transient
 from autooptimize.redact import install_log_redaction, redact
 
 
@@ -25,10 +26,18 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code (see the module docstring), never a traceback for our errors."""
     install_log_redaction()
     with redacted_output():
+        words = sys.argv[1:] if argv is None else argv
         try:
             args = build_parser().parse_args(argv)
         except SystemExit as exc:  # argparse has printed the usage and why: 2 for bad input, 0 for --help
-            return exc.code if isinstance(exc.code, int) else 2
+            code = exc.code if isinstance(exc.code, int) else 2
+            if code and "--json" in words:  # where the result would be: one JSON object saying why
+                import json
+
+                why = Parser.last_error or "invalid arguments: " + " ".join(words)
+                print(json.dumps({"error": {"type": "InvalidArgument", "exit_code": code,
+                                            "message": redact(why) + " (see --help)"}}))
+            return code
         return _run(args)
 
 
@@ -52,6 +61,8 @@ def _run(args: object) -> int:
         if isinstance(exc, OperationalError):
             url = redact(current_settings().database_url)
             return _error(exc, f"cannot reach PostgreSQL at {url}: {str(exc.orig).strip()}", 3, as_json)
+        if is_transient(exc):
+            return _error(exc, f"a service did not answer: {redact(failure_text(exc))}", 3, as_json)
         raise
 
 

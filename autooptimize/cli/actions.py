@@ -21,6 +21,8 @@ def cmd_track(args: argparse.Namespace) -> int:
         "zorder_columns": args.zorder_columns,
         "allowed_actions": args.allowed_actions, "max_bytes_per_action": args.max_bytes_per_action,
         "min_interval_seconds": args.min_interval, "allow": args.allow, "disallow": args.disallow,
+        "merge_fan_in": args.merge_fan_in, "cold_after_seconds": args.cold_after,
+        "leave_alone_below": args.leave_alone_below, "auto_tune": args.auto_tune,
     }
     result = track(args.table, settings=current_settings(), **{k: v for k, v in tuning.items() if v is not None})
     print_result(result, args.json)
@@ -137,8 +139,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_whatif(args: argparse.Namespace) -> int:
     from autooptimize.services.explain import whatif
 
-    targets = [t.strip() for t in args.target_size.split(",") if t.strip()]
-    tolerances = [t.strip() for t in args.tolerance.split(",") if t.strip()] if args.tolerance else None
+    if args.suggest:
+        return _suggest(args)
+    if args.apply or args.cold_after:
+        raise InvalidArgument("--apply and --cold-after go with --suggest")
+    if not args.target_size:
+        raise InvalidArgument("whatif needs --target-size (e.g. 64MiB,128MiB) or --suggest")
+    # spaces around the commas are fine; any other character (a newline) is part of a size and refused there
+    targets = [t.strip(" ") for t in args.target_size.split(",") if t.strip(" ")]
+    tolerances = [t.strip(" ") for t in args.tolerance.split(",") if t.strip(" ")] if args.tolerance else None
     rows = whatif(current_settings(), args.table, targets, tolerances)
     if args.json:
         print(json.dumps(rows))
@@ -147,6 +156,42 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['target_file_size']:>12} {r['tolerance']:>12} {r['files_before']:>6} → {r['files_after']:<5} "
               f"{r['files_replaced']:>9} {r['bytes_rewritten']:>16} {int(r['mse_after'] ** 0.5):>12}")
+    return 0
+
+
+def _suggest(args: argparse.Namespace) -> int:
+    from autooptimize.services.autotune import suggest
+
+    if args.target_size:
+        raise InvalidArgument("--suggest keeps the table's target size; leave out --target-size")
+    from autooptimize.domain.simulate import SUGGEST_COLD_AFTER
+
+    cold = SUGGEST_COLD_AFTER
+    if args.cold_after:
+        try:
+            cold = tuple(float(x) for x in args.cold_after.split(",") if x.strip())
+        except ValueError:
+            cold = ()
+        if not cold or not all(0 <= c <= 86400 for c in cold):
+            raise InvalidArgument(f"--cold-after must be seconds from 0 to 86400, comma-separated (got {args.cold_after!r})")
+    out = suggest(current_settings(), args.table, apply=True if args.apply else None, cold_after=cold)
+    if args.json:
+        print(json.dumps(out, default=str))
+        return 0
+    t = out["tuning"]
+    print(f"{out['table']}: {out['commits']} writer commits over {out['history_seconds']:.0f} s replayed, "
+          f"{out['tried']} tunings tried")
+    print(f"suggested: fan-in {t['fan_in']}, cold after {t['cold_after_seconds']:g} s, leave alone below "
+          f"{t['leave_alone_below']} bytes (target {t['target']} bytes, settle {t['settle_seconds']:g} s)"
+          + ("" if out["meets_goal"] else "; no candidate keeps the file goal: the fewest live files shown"))
+    print(f"{'':24}{'suggested':>12}{'current':>12}{'bin-pack':>12}")
+    rows = (("mean live files", "mean_live_files", "{:.1f}"), ("files replaced", "files_replaced", "{:.0f}"),
+            ("bytes rewritten", "bytes_rewritten", "{:.0f}"), ("write amplification", "write_amplification", "{:.2f}"),
+            ("files at the end", "end_files", "{:.0f}"))
+    for label, key, fmt in rows:
+        print(f"{label:<24}" + "".join(f"{fmt.format(out[col][key]):>12}" for col in ("predicted", "defaults", "baseline")))
+    print("applied as the table's tuning" if out["applied"] else
+          "recorded (apply with --apply, or let it apply itself: track --auto-tune)")
     return 0
 
 

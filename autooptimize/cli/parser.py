@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from autooptimize import __version__
 from autooptimize.cli import actions, buffer, console, up
@@ -11,9 +12,19 @@ from autooptimize.cli.arguments import count, kinds, log_level, node_name, optio
 DESCRIPTION = "The ``autooptimize`` command line"
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser that keeps why it refused the arguments (``--json`` prints it as the result)."""
+
+    last_error: str | None = None
+
+    def error(self, message: str) -> NoReturn:
+        Parser.last_error = f"{self.prog}: {message}"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand; each sets ``func``, the command that takes the parsed arguments."""
-    parser = argparse.ArgumentParser(prog="autooptimize", description=DESCRIPTION)
+    parser = Parser(prog="autooptimize", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"autooptimize {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -38,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--disallow", type=kinds, metavar="KINDS", help="no longer allow these actions")
     tr.add_argument("--max-bytes-per-action")
     tr.add_argument("--min-interval", type=count(0), help="seconds between actions on one partition")
+    tr.add_argument("--merge-fan-in", type=count(2, 1000),
+                    help="files of a similar size merged together while a partition is written to")
+    tr.add_argument("--cold-after", type=seconds, help="seconds without a write before a partition is finished")
+    tr.add_argument("--leave-alone-below", metavar="SIZE", help="never merge partitions smaller than this")
+    tr.add_argument("--auto-tune", action=argparse.BooleanOptionalAction, default=None,
+                    help="let AutoAnalyze apply the tuning it suggests from the table's history")
     tr.add_argument("--json", action="store_true")
     tr.set_defaults(func=actions.cmd_track)
 
@@ -85,9 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", action="store_true")
     ex.set_defaults(func=actions.cmd_explain)
 
-    wi = sub.add_parser("whatif", help="simulate target sizes and tolerances on the table's current files")
+    wi = sub.add_parser("whatif", help="simulate target sizes and tolerances on the table's current files, or "
+                                       "(--suggest) replay its history to suggest its merge tuning")
     wi.add_argument("table")
-    wi.add_argument("--target-size", required=True, help="comma-separated sizes, e.g. 64MiB,128MiB,256MiB")
+    wi.add_argument("--target-size", help="comma-separated sizes, e.g. 64MiB,128MiB,256MiB")
+    wi.add_argument("--suggest", action="store_true",
+                    help="replay the table's own commits through the policy simulator over candidate tunings "
+                         "and print the one with the fewest bytes rewritten that keeps the file goal")
+    wi.add_argument("--apply", action="store_true", help="with --suggest: make it the table's tuning")
+    wi.add_argument("--cold-after", metavar="SECONDS", help="with --suggest: the cold-after times to try, "
+                                                         "comma-separated (default 30,60,120,300)")
     wi.add_argument("--tolerance", help="comma-separated tolerances (default: a quarter of each target)")
     wi.add_argument("--json", action="store_true")
     wi.set_defaults(func=actions.cmd_whatif)

@@ -93,7 +93,8 @@ class ServiceCollector:
         yield CounterMetricFamily("autooptimize_decision_failures", "Partitions decide could not handle "
                                   "(decision.failed audit records)", value=failures)
         over = GaugeMetricFamily("autooptimize_partitions_over_threshold",
-                                 "Partitions whose MSE is at least the tolerance squared", labels=["table"])
+                                 "Partitions that need attention: error beyond the best layout their bytes "
+                                 "allow of at least the tolerance squared per file", labels=["table"])
         files = GaugeMetricFamily("autooptimize_table_files", "Live data files", labels=["table"])
         small = GaugeMetricFamily("autooptimize_table_small_files", "Live data files under the target size",
                                   labels=["table"])

@@ -39,7 +39,8 @@ class ActionBrief(Open):
 
 class TableLine(Open):
     table: str
-    health: str = Field(description="healthy, attention (a partition's MSE ≥ T²) or error")
+    health: str = Field(description="healthy, attention (a partition's error beyond the best layout its bytes "
+                                    "allow is ≥ T² per file) or error")
     target_file_size: int
     tolerance: int
     files: int | None = None
@@ -50,7 +51,8 @@ class TableLine(Open):
     small_file_share: float | None = None
     worst_partition: str | None = None
     worst_mse: float | None = None
-    worst_ratio: float | None = Field(None, description="worst MSE / T²; ≥ 1 needs attention")
+    worst_ratio: float | None = Field(None, description="worst raw MSE / T² (health judges the excess over "
+                                                        "the best layout, not this)")
     delete_files: int | None = None
     decision_failures: int | None = None
     last_decision_failure: str | None = None
@@ -148,7 +150,8 @@ class TableDetail(Open):
     tracked: bool
     target_file_size: int
     tolerance: int
-    threshold_mse: int = Field(description="T²: a partition needs attention at or above it")
+    threshold_mse: int = Field(description="T²: a partition needs attention when its error beyond the best "
+                                           "layout its bytes allow reaches T² per file")
     snapshot_id: int | None = None
     files: int
     bytes: int
@@ -158,6 +161,9 @@ class TableDetail(Open):
     histogram: Histogram
     partitions: list[PartitionLine] = Field(description="worst MSE first")
     actions: list[ActionView]
+    suggested_tuning: dict[str, Any] | None = Field(
+        None, description="AutoAnalyze's last suggestion (whatif --suggest, beat): tuning, predicted, current "
+                          "and bin-pack figures, whether it keeps the file goal, whether it was applied")
 
 
 class QueueClass(Open):

@@ -25,12 +25,13 @@ class OutcomeState(StrEnum):
 
 
 class Engine(StrEnum):
-    """Which path rewrote a group: Spark, or pyarrow through pyiceberg (types/files Spark cannot) in the
-    worker process, or that pyarrow path run as a Spark task (tables on object stores)."""
+    """Which path rewrote a group (services/rewrite/engine.py): ``spark``, the groups of the action as the
+    tasks of one Spark job on the executors; ``spark_sql``, Spark's own Parquet reader and writer, a job per
+    group; ``local``, pyarrow in the worker process (a single machine, chosen explicitly)."""
 
     SPARK = "spark"
-    ARROW = "arrow"
-    ARROW_ON_SPARK = "arrow_on_spark"
+    SPARK_SQL = "spark_sql"
+    LOCAL = "local"
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,11 @@ class MergeRequest:
     policy: str = "tiered"
     settle_seconds: float = 3.0  # a partition written to more recently than this is live (AO_SETTLE_SECONDS)
     fan_in: int = 12  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
+    cold_after_seconds: float = 60.0  # no new file for this long: the partition is cold (AO_COLD_AFTER_SECONDS)
+    expected_partition_bytes: int | None = None  # the table's median partition bytes (its history), if known
+    leave_alone_below: int = 0  # partitions under this many bytes are never merged (the table's tuning)
     now_ms: int | None = None  # the clock live-ness is judged by (None: now)
-    engine: str = "auto"  # which path rewrites a merge group (AO_REWRITE_ENGINE; services/rewrite/engine.py)
-    arrow_group_bytes: int = 512 * 1024 * 1024  # auto: the pyarrow path up to this many input bytes
+    engine: str = "spark"  # which path rewrites the groups (AO_REWRITE_ENGINE; services/rewrite/engine.py)
 
     @property
     def resume_point(self) -> Checkpoint:
@@ -133,6 +136,10 @@ class GroupResult:
     scope: tuple[str, ...] | None = None
     refs: dict[str, tuple[str, ...]] | None = None
     rows_deleted: int | None = None
+    executor: str | None = None  # ``host:pid`` of the executor JVM whose task rewrote it (engine ``spark``)
+    #: the outputs' DataFiles as the executors read them from the footers (not checkpointed: a resumed
+    #: checkpoint reads the footers again)
+    data_files: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     def in_part(self, number: int) -> GroupResult:
         return replace(self, part=number)
@@ -146,10 +153,12 @@ class GroupResult:
         }
         if self.engine is not None:
             out["engine"] = self.engine
-        if self.engine == Engine.SPARK:  # the Spark path always recorded it, None included
+        if self.engine == Engine.SPARK_SQL or self.sort_order_id is not None:
             out["sort_order_id"] = self.sort_order_id
         if self.part is not None:
             out["part"] = self.part
+        if self.executor is not None:
+            out["executor"] = self.executor
         if self.output_partitions is not None:
             out["output_partitions"] = [[sid, list(encoded)] for sid, encoded in self.output_partitions]
         if self.deletes is not None:
@@ -166,7 +175,7 @@ class GroupResult:
             outputs=tuple(entry["outputs"]), bytes_in=int(entry["bytes_in"]), bytes_out=int(entry["bytes_out"]),
             rows_in=int(entry["rows_in"]), rows_out=int(entry["rows_out"]), checksum_in=entry["checksum_in"],
             checksum_out=entry["checksum_out"], output_sizes=tuple(int(s) for s in entry.get("output_sizes") or ()),
-            engine=entry.get("engine"), sort_order_id=entry.get("sort_order_id"),
+            engine=entry.get("engine"), sort_order_id=entry.get("sort_order_id"), executor=entry.get("executor"),
             part=None if entry.get("part") is None else int(entry["part"]),
             output_partitions=None if partitions is None else tuple((int(s), tuple(e)) for s, e in partitions),
             deletes=None if entry.get("deletes") is None else tuple(entry["deletes"]),
@@ -186,6 +195,9 @@ class Checkpoint:
     dirs: tuple[str, ...] = ()
     partial: bool = False
     groups: tuple[GroupResult, ...] = ()
+    #: (snapshot id, parent id) of a commit whose answer was lost: it may still land until the branch
+    #: moves past the parent without it, so nothing of the action's output is removed before then
+    unsettled_commit: tuple[int, int | None] | None = None
 
     def with_groups(self, groups: list[GroupResult] | tuple[GroupResult, ...]) -> Checkpoint:
         return replace(self, groups=tuple(groups))
@@ -197,6 +209,8 @@ class Checkpoint:
         if self.partial:
             out["partial"] = True
         out["groups"] = [g.to_dict() for g in self.groups]
+        if self.unsettled_commit is not None:
+            out["unsettled_commit"] = {"snapshot_id": self.unsettled_commit[0], "parent_id": self.unsettled_commit[1]}
         return out
 
     @classmethod
@@ -205,7 +219,15 @@ class Checkpoint:
         return cls(base_snapshot_id=data.get("base_snapshot_id"),
                    writer_session_id=(data.get("writer") or {}).get("spark_session_id"),
                    dirs=tuple(data.get("dirs") or ()), partial=bool(data.get("partial")),
-                   groups=tuple(GroupResult.from_dict(e) for e in data.get("groups") or ()))
+                   groups=tuple(GroupResult.from_dict(e) for e in data.get("groups") or ()),
+                   unsettled_commit=_unsettled(data.get("unsettled_commit")))
+
+
+def _unsettled(data: dict[str, Any] | None) -> tuple[int, int | None] | None:
+    if not data:
+        return None
+    parent = data.get("parent_id")
+    return int(data["snapshot_id"]), int(parent) if parent is not None else None
 
 
 @dataclass

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from autooptimize.domain.entropy import mse_needs_attention, needs_attention
+from autooptimize.domain.entropy import excess_needs_attention, mse_needs_attention, needs_attention
 
 #: What a reader pays per file beyond its bytes (open, footer, planning), as bytes of reading:
 #: about one object-store round trip at ~100 MB/s. Used only to put "files removed" in bytes.
@@ -109,10 +109,17 @@ class PartitionFacts:
     #: The partition's exact SSE (Σ e² over its data files); when given, the attention rule uses it
     #: rather than the float ``mse``.
     sse: int | None = None
+    #: ``Σ min(s, target)`` and the target: when given with ``sse``, the health rule judges the excess
+    #: over the best layout those bytes allow (:func:`~autooptimize.domain.entropy.excess_needs_attention`).
+    capped_bytes: int | None = None
+    target: int | None = None
 
     @property
     def needs_attention(self) -> bool:
-        """``MSE ≥ tolerance²`` (:func:`~autooptimize.domain.entropy.needs_attention`), exact in integers."""
+        """The health rule when the SSE, capped bytes and target are known, else ``MSE ≥ tolerance²``
+        (:func:`~autooptimize.domain.entropy.needs_attention`), exact in integers."""
+        if self.sse is not None and self.capped_bytes is not None and self.target is not None:
+            return excess_needs_attention(self.sse, self.files, self.capped_bytes, self.target, self.tolerance)
         if self.sse is not None:
             return needs_attention(self.sse, self.files, self.tolerance)
         return mse_needs_attention(self.mse, self.files, self.tolerance)

@@ -23,11 +23,13 @@ from autooptimize.errors import InvalidArgument
 __all__ = [
     "EntropyStats",
     "best_layout",
+    "capped_bytes_of",
     "excess_needs_attention",
     "excess_over_best",
     "file_error",
     "mse_needs_attention",
     "needs_attention",
+    "partition_needs_attention",
     "squared_error",
 ]
 
@@ -202,6 +204,27 @@ def excess_over_best(sse: int, total_bytes: int, target: int) -> int:
     Negative when files over the target absorb what a rolled writer would leave as a remainder.
     """
     return non_negative_int("sse", sse) - best_layout(total_bytes, target)[1]
+
+
+def capped_bytes_of(n_files: int, small_files: int, small_bytes: int, target: int) -> int:
+    """``Σ min(s, target)`` from what the listener keeps per partition: the bytes of the files under the
+    target, and the target once for each file at or above it (a file over the target is never rewritten,
+    so its bytes beyond the target allow no better layout)."""
+    n = non_negative_int("n_files", n_files)
+    small = non_negative_int("small_files", small_files)
+    if small > n:
+        raise InvalidArgument(f"small_files ({small}) cannot exceed n_files ({n})")
+    return non_negative_int("small_bytes", small_bytes) + _check_target(target) * (n - small)
+
+
+def partition_needs_attention(sse: int, n_files: int, small_files: int, small_bytes: int, target: int,
+                              tolerance: int) -> bool:
+    """The health rule everywhere (status, console, /metrics, decide, the listener's hand-over):
+    :func:`excess_needs_attention` on the partition's bytes capped at the target
+    (:func:`capped_bytes_of`). A one-file 550 KiB partition at a 1 MiB target is healthy: nothing can
+    improve it."""
+    return excess_needs_attention(sse, n_files, capped_bytes_of(n_files, small_files, small_bytes, target),
+                                  target, tolerance)
 
 
 def excess_needs_attention(sse: int, n_files: int, total_bytes: int, target: int, tolerance: int) -> bool:

@@ -1,44 +1,41 @@
-"""Merge policy for partitions that are still being written: tiered while live, one merge once settled.
+"""Merge policy for partitions that are still being written: tiered while written, finished once cold.
 
-A partition is **live** while its newest file arrived less than ``settle_seconds`` ago (the caller
-decides, see :func:`is_live`), **settled** otherwise. The rules, named in :attr:`PolicyPlan.rule` so
-``explain`` can show which one applied:
+A partition is **cold** once no file has arrived for ``cold_after_seconds`` (the caller decides); until
+then it is written to (live, or quiet between writes: the same rules). Its **scale** is the bytes it
+holds or is expected to hold, at most the target (:func:`partition_scale`): the table's history of
+partition volumes tells a 10 MB hour at a 128 MiB target from a 2 GB one, and the tiers are cut
+against that scale, not the target. The rules, named in :attr:`PolicyPlan.rule` so ``explain`` can
+show which one applied:
 
 ``below_excess``      the partition is within the excess rule
                       (:func:`~autooptimize.domain.entropy.excess_needs_attention`): nothing to do
-``tiered``            live: the smallest files merge once ``fan_in`` of similar size have gathered
-                      (:data:`TINY_FAN_IN` while they weigh under ``target // TINY_DIVISOR`` together)
-``live_wait``         live, over the excess rule, but no tier holds ``fan_in`` files yet
-``settled_full``      settled: every file under the target is merged into one group (an even split)
-``settled_partial``   settled: the small files merge, the largest ones stay (see *absorb* below)
-``nothing_to_merge``  over the excess rule, but no group is allowed (e.g. one late file beside a big one)
+``left_alone``        its bytes are under the table's ``leave_alone_below``: never merged
+``tiered``            written to: the smallest files merge once ``fan_in`` of similar size have gathered
+                      (:data:`TINY_FAN_IN` while they weigh under ``scale // TINY_DIVISOR`` together)
+``live_wait``         written to, over the excess rule, but no tier holds ``fan_in`` files yet
+``cold_finish``       cold: every file under ¾ of the target merges once into the best layout its
+                      bytes allow (an even split of ``round(B / target)`` files); the plan reports
+                      the bytes that costs
+``nothing_to_merge``  cold and over the excess rule, but fewer than ``min_input_files`` files can merge
 
-**Tiers** (live). Files under ``target // LIVE_LARGE_DIVISOR`` are sorted by size and cut into tiers:
-a tier starts at its smallest file and holds every file under ``fan_in`` times that size. Walking up
-from the smallest tier, the first point where the files seen so far number ``fan_in`` or more is
-merged (or, while the files seen so far weigh under ``target // TINY_DIVISOR`` together, the first
-point where they number :data:`TINY_FAN_IN`: late trickles into past hours are tiny, so merging them
-early costs few bytes and keeps those hours' file counts down); the group then drops, largest first,
-any file bigger than the rest of the group together (a live merge never rewrites a file for fewer new
-bytes than it holds). Outputs of a tier weigh at
-least ``fan_in`` times its smallest file, so they start a tier of their own and wait for peers: each
-byte is rewritten about once per ``fan_in``-fold growth while live, never once per commit. Groups
-are packed First Fit Decreasing into bins of at most ``target + target // BIN_SLACK_DIVISOR`` bytes.
+**Tiers.** Files under ``scale // LIVE_LARGE_DIVISOR`` are sorted by size and cut into tiers: a tier
+starts at its smallest file and holds every file under ``fan_in`` times that size. Walking up from the
+smallest tier, the first point where the files seen so far number ``fan_in`` or more is merged (or,
+while they weigh under ``scale // TINY_DIVISOR`` together, :data:`TINY_FAN_IN`: late trickles are tiny
+against their hour, so merging them early costs few bytes); the group then drops, largest first, any
+file bigger than the rest of the group together. Outputs of a tier weigh at least ``fan_in`` times its
+smallest file, so they start a tier of their own: each byte is rewritten about once per
+``fan_in``-fold growth while written to, never once per commit, and a file of half the partition's
+scale waits for the cold finish. Groups are packed First Fit Decreasing into bins of at most
+``target + target // BIN_SLACK_DIVISOR`` bytes.
 
-**Absorb** (settled). Sorted by size, a file joins the group only while it is at most
-``min(fan_in, ABSORB_RATIO)`` times the bytes of the smaller files already in it; the first that is
-not stops the group (every later file is larger). So a merged 10 MB hour is not rewritten for one late
-100 KB file (it waits until late bytes weigh a ``1/ABSORB_RATIO`` share of it), while an hour of tiered
-outputs and stragglers merges into one group. When every file under the target joins (``settled_full``), the plan ends the
-partition within the excess rule: the group's even split carries at most the best layout's error.
+**Cold.** One merge of everything small, once: a late file after that makes the partition live again,
+and it is finished again when it next goes cold. Files at or above ¾ of the target are never rewritten.
 
-Files at or above the target are never rewritten (they carry no error), nor, once settled, files of at
-least half of it.
-
-The constants were chosen with ``python -m benchmarks.policy_sim --trace streaming`` (the trace of
-``benchmarks.streaming``, late data into three past hours included), against Iceberg's periodic
-bin-pack every 20 commits: write amplification and the mean live file count trade against each other,
-and these settings moved that frontier (see the constants' comments).
+The constants were chosen with ``python -m benchmarks.policy_sim`` over the whole trace family of
+``benchmarks.trace_family`` (targets 8–512 MiB, hourly and daily partitions, 1 MB–2 GB per
+partition-hour, late shares 0–35 %, 0.2–5 commits/s) against Iceberg's blocking bin-pack every 20
+writes; docs/policy.md has the table, and what no setting of them reaches.
 
 Pure code: the standard library and :mod:`autooptimize.domain` only; exact integers throughout.
 """
@@ -57,7 +54,9 @@ from autooptimize.domain.planning.types import Plan, PlanFile
 from autooptimize.errors import InvalidArgument
 
 __all__ = [
-    "ABSORB_RATIO",
+    "COLD_DONE_DENOMINATOR",
+    "COLD_DONE_NUMERATOR",
+    "DEFAULT_COLD_AFTER_SECONDS",
     "DEFAULT_FAN_IN",
     "DEFAULT_SETTLE_SECONDS",
     "LIVE_LARGE_DIVISOR",
@@ -66,37 +65,38 @@ __all__ = [
     "TINY_DIVISOR",
     "TINY_FAN_IN",
     "PolicyPlan",
+    "PolicyTuning",
     "capped_bytes",
     "is_live",
+    "partition_scale",
     "plan_partition",
 ]
 
-#: Files of similar size that gather before a live merge. Bigger trades live files for bytes rewritten;
-#: with :data:`TINY_FAN_IN` and :data:`ABSORB_RATIO` beside it, 12 gave (policy_sim, the streaming
-#: trace, 4 seeds, 8 MiB) write amplification 1.47 with 1.03× the bin-pack's live files, where 8 alone
-#: gave 1.62 with 1.06×.
+#: Files of similar size that gather before a merge while the partition is written to. Bigger trades
+#: live files for bytes rewritten. Over the 12 members of benchmarks.trace_family (policy_sim; fan-in,
+#: TINY_FAN_IN, TINY_DIVISOR and LIVE_LARGE_DIVISOR searched over 120 combinations): fan-in 8 gave mean
+#: write amplification 2.19 at a mean 1.06× the bin-pack's live files, 12 gave 1.89 at 1.11×, 16 gave
+#: 1.77 at 1.21×; 12 with 4 and 8 below was within 0.6 of the best summed shortfall of any combination,
+#: and no combination met WA ≤ 1.5 with live ≤ 1.05× on 8 of the 12 members (docs/policy.md).
 DEFAULT_FAN_IN = 12
-#: A live tier merges at this many files while its files weigh under ``target // TINY_DIVISOR`` together.
+#: A tier merges at this many files while its files weigh under ``scale // TINY_DIVISOR`` together.
 TINY_FAN_IN = 4
 TINY_DIVISOR = 8
-#: Settled, a file joins the merge only while at most this many times the bytes of the smaller files
-#: already in it (capped by ``fan_in``): a remainder file is rewritten once late bytes weigh a quarter of it.
-ABSORB_RATIO = 4
-#: A partition with no new file for this long is settled. From the simulation (commits 0.6 s apart):
-#: 1.5–6 s change write amplification by < 0.02; 3 s is five commit intervals, so a steady writer
-#: keeps its hour live and an hour settles a few seconds after its writes stop.
+#: A partition with no new file for this long is settled: the service judges it again then.
 DEFAULT_SETTLE_SECONDS = 3.0
-#: While live, files of at least ``target // LIVE_LARGE_DIVISOR`` bytes are never rewritten.
+#: While written to, files of at least ``scale // LIVE_LARGE_DIVISOR`` bytes are never rewritten.
 LIVE_LARGE_DIVISOR = 2
-#: Settled, files of at least ``target * DONE_NUMERATOR // DONE_DENOMINATOR`` bytes are done: rewriting a
-#: 7.8 MB file with a trickle to reach 8 MiB costs far more than it buys (measured by benchmarks.streaming:
-#: that repeated rewrite held write amplification above 2). Half (not Iceberg's three quarters) also
-#: leaves an hour's half-target remainder alone while late data trickles in.
-DONE_NUMERATOR, DONE_DENOMINATOR = 1, 2
+#: Cold, files under this share of the target are merged into the best layout (Iceberg's bin-pack rule,
+#: so the end layout is the bin-pack's).
+COLD_DONE_NUMERATOR, COLD_DONE_DENOMINATOR = 3, 4
+#: A partition with no new file for this long is cold and finished once. Over the family, 60–300 s moved
+#: every member's write amplification by under 0.1; 30 s added 0.26 on m01 (late writes into a past hour
+#: come more than 30 s apart there, so it was finished, then written again and finished again).
+DEFAULT_COLD_AFTER_SECONDS = 60.0
 
-RULES = ("below_excess", "tiered", "live_wait", "settled_full", "settled_partial", "nothing_to_merge")
+RULES = ("below_excess", "left_alone", "tiered", "live_wait", "cold_finish", "nothing_to_merge")
 #: The rules that leave a partition alone: each is the reason it was skipped.
-SKIP_RULES = ("below_excess", "live_wait", "nothing_to_merge")
+SKIP_RULES = ("below_excess", "left_alone", "live_wait", "nothing_to_merge")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,16 +166,48 @@ def _without_outsized(group: Sequence[int], sizes: Sequence[int]) -> list[int]:
     return kept
 
 
-def _absorbed(idxs: Sequence[int], sizes: Sequence[int], fan_in: int) -> list[int]:
-    """The ascending prefix of ``idxs`` in which each file is ≤ ``fan_in`` × the bytes before it."""
-    group: list[int] = []
-    total = 0
-    for i in idxs:
-        if group and sizes[i] > fan_in * total:
-            break
-        group.append(i)
-        total += sizes[i]
-    return group
+@dataclass(frozen=True, slots=True)
+class PolicyTuning:
+    """One table's merge tuning: what ``whatif --suggest`` searches over and ``track --auto-tune`` applies.
+
+    ``leave_alone_below``: a partition whose bytes (capped at the target) are under this is never merged
+    (0: every partition is merged). ``tolerance`` defaults to a quarter of the target.
+    """
+
+    target: int
+    fan_in: int = DEFAULT_FAN_IN
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    cold_after_seconds: float = DEFAULT_COLD_AFTER_SECONDS
+    leave_alone_below: int = 0
+    tolerance: int = -1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, int) or self.target < 1:
+            raise InvalidArgument(f"PolicyTuning.target must be a positive number of bytes, got {self.target!r}")
+        if not isinstance(self.fan_in, int) or self.fan_in < 2:
+            raise InvalidArgument(f"PolicyTuning.fan_in must be an integer ≥ 2, got {self.fan_in!r}")
+        if not self.settle_seconds >= 0:
+            raise InvalidArgument(f"PolicyTuning.settle_seconds must be ≥ 0, got {self.settle_seconds!r}")
+        if not self.cold_after_seconds >= self.settle_seconds:
+            raise InvalidArgument(f"PolicyTuning.cold_after_seconds must be ≥ settle_seconds "
+                                  f"({self.settle_seconds}), got {self.cold_after_seconds!r}")
+        if not isinstance(self.leave_alone_below, int) or self.leave_alone_below < 0:
+            raise InvalidArgument(f"PolicyTuning.leave_alone_below must be bytes ≥ 0, got {self.leave_alone_below!r}")
+        if self.tolerance == -1:
+            object.__setattr__(self, "tolerance", self.target // 4)
+        elif not isinstance(self.tolerance, int) or self.tolerance < 0:
+            raise InvalidArgument(f"PolicyTuning.tolerance must be bytes ≥ 0, got {self.tolerance!r}")
+
+    def as_dict(self) -> dict[str, float]:
+        return {"target": self.target, "fan_in": self.fan_in, "settle_seconds": self.settle_seconds,
+                "cold_after_seconds": self.cold_after_seconds, "leave_alone_below": self.leave_alone_below,
+                "tolerance": self.tolerance}
+
+
+def partition_scale(target: int, received_bytes: int | None, expected_bytes: int | None) -> int:
+    """The bytes a partition's layout is judged against: what it holds or is expected to hold, at most
+    the target (a partition of 10 MB at a 128 MiB target ends as one 10 MB file, not a 128 MiB one)."""
+    return max(1, min(target, max(received_bytes or 0, expected_bytes or 0) or target))
 
 
 def plan_partition(
@@ -183,24 +215,26 @@ def plan_partition(
     target: int,
     tolerance: int,
     *,
-    live: bool,
+    cold: bool,
     fan_in: int = DEFAULT_FAN_IN,
     min_input_files: int = 2,
+    received_bytes: int | None = None,
+    expected_bytes: int | None = None,
+    leave_alone_below: int = 0,
 ) -> PolicyPlan:
     """The policy's plan for one partition's live data files (see the module doc for the rules).
 
-    ``live``: the partition's newest file arrived less than ``settle_seconds`` ago (:func:`is_live`).
-    Judged by :func:`~autooptimize.domain.entropy.excess_needs_attention` on ``N``, ``SSE`` and
-    ``B = Σ min(s, target)`` (:func:`capped_bytes`): a file over the target counts as the target, so a
-    partition whose only error is a remainder beside oversized files is already at its best reachable
-    layout (files at or above the target are never rewritten).
+    ``cold``: no file arrived for the table's ``cold_after_seconds``.
+    ``received_bytes`` / ``expected_bytes``: the bytes the partition has received in all and the bytes
+    the table's history says it will hold (None: unknown); they set the partition's scale
+    (:func:`partition_scale`). Judged by :func:`~autooptimize.domain.entropy.excess_needs_attention`
+    on ``N``, ``SSE`` and ``B = Σ min(s, target)`` (:func:`capped_bytes`).
 
     Guarantees: no file is in two groups or absent from ``files``; every group holds at least
-    ``min_input_files`` files (a live merge starts only when ``fan_in`` similar files wait, or
-    :data:`TINY_FAN_IN` tiny ones); live, no group holds a file of
-    ``target // LIVE_LARGE_DIVISOR`` bytes or more, nor a file larger than the rest of its group;
-    settled, no group holds a file more than ``fan_in`` times the bytes of its smaller members, and a
-    ``settled_full`` plan leaves the partition within the excess rule (under the output model).
+    ``min_input_files`` files; no group holds a file at or above the target; not cold, no group holds a
+    file of ``scale // LIVE_LARGE_DIVISOR`` bytes or more, nor a file larger than the rest of its group;
+    a ``cold_finish`` plan leaves at most one file under ¾ of the target (under the output model), the
+    layout Iceberg's bin-pack ends with.
     Raises :class:`InvalidArgument` naming the first argument that is not valid.
     """
     measured = MeasuredFiles.checked(files, target, tolerance)
@@ -211,28 +245,33 @@ def plan_partition(
         fan_in = 0
     if fan_in < min_input_files:
         raise InvalidArgument(f"fan_in must be an integer ≥ min_input_files ({min_input_files}), got {fan_in!r}")
-    if not isinstance(live, bool):
-        raise InvalidArgument(f"live must be True or False, got {live!r}")
+    if not isinstance(cold, bool):
+        raise InvalidArgument(f"cold must be True or False, got {cold!r}")
+    for name, value in (("received_bytes", received_bytes), ("expected_bytes", expected_bytes)):
+        if value is not None:
+            non_negative_int(name, value)
+    leave_alone_below = non_negative_int("leave_alone_below", leave_alone_below)
     target, sizes = measured.target, measured.sizes
     bytes_capped = sum(min(s, target) for s in sizes)
     attention = excess_needs_attention(measured.before.sse, measured.before.n, bytes_capped, target,
                                        measured.tolerance)
     if not attention:
         return PolicyPlan(measured.plan(()), "below_excess", False)
-    cap = target // LIVE_LARGE_DIVISOR if live else target * DONE_NUMERATOR // DONE_DENOMINATOR
-    cand = sorted((i for i, s in enumerate(sizes) if s < cap), key=lambda i: (sizes[i], measured.files[i].path))
-    if live:
-        group = _live_group(cand, sizes, fan_in, target)
-        if not group:
-            return PolicyPlan(measured.plan(()), "live_wait", True)
-        order = sorted(group, key=sizes.__getitem__, reverse=True)
-        bins = first_fit_decreasing(order, sizes, target + target // BIN_SLACK_DIVISOR)
-        trimmed = (_without_outsized(b, sizes) for b in bins)  # FFD may pair a file with fewer bytes than it
-        chosen = [b for b in trimmed if len(b) >= min_input_files]
-        return PolicyPlan(measured.plan(chosen), "tiered" if chosen else "live_wait", True)
-    group = _absorbed(cand, sizes, min(fan_in, ABSORB_RATIO))
-    if len(group) < min_input_files:
-        return PolicyPlan(measured.plan(()), "nothing_to_merge", True)
-    # full: every file under the target joined (none left out as done or too large for the group)
-    rule = "settled_full" if len(group) == sum(1 for x in sizes if x < target) else "settled_partial"
-    return PolicyPlan(measured.plan([group]), rule, True)
+    if bytes_capped < leave_alone_below:
+        return PolicyPlan(measured.plan(()), "left_alone", True)
+    by_size = sorted(range(len(sizes)), key=lambda i: (sizes[i], measured.files[i].path))
+    if cold:
+        group = [i for i in by_size if sizes[i] < target * COLD_DONE_NUMERATOR // COLD_DONE_DENOMINATOR]
+        if len(group) < min_input_files:
+            return PolicyPlan(measured.plan(()), "nothing_to_merge", True)
+        return PolicyPlan(measured.plan([group]), "cold_finish", True)
+    scale = partition_scale(target, received_bytes, expected_bytes)
+    cand = [i for i in by_size if sizes[i] < scale // LIVE_LARGE_DIVISOR]
+    group = _live_group(cand, sizes, fan_in, scale)
+    if not group:
+        return PolicyPlan(measured.plan(()), "live_wait", True)
+    order = sorted(group, key=sizes.__getitem__, reverse=True)
+    bins = first_fit_decreasing(order, sizes, target + target // BIN_SLACK_DIVISOR)
+    trimmed = (_without_outsized(b, sizes) for b in bins)  # FFD may pair a file with fewer bytes than it
+    chosen = [b for b in trimmed if len(b) >= min_input_files]
+    return PolicyPlan(measured.plan(chosen), "tiered" if chosen else "live_wait", True)

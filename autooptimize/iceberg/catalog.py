@@ -23,6 +23,7 @@ from pyiceberg.utils.config import Config
 
 from autooptimize.config import Settings
 from autooptimize.errors import ConfigError, InvalidArgument, ServiceUnavailable, TableNotFound, TableRefused
+from autooptimize.failures import is_transient
 from autooptimize.redact import redact
 
 BUILTIN_CATALOG = "autooptimize"  # AO_CATALOG's default: the one name that needs no configuration
@@ -87,7 +88,7 @@ def _unconfigured(name: str, known: list[str]) -> str:
                  "for a REST catalog")
     message = (f"AO_CATALOG={name!r} names a catalog with no configuration: .pyiceberg.yaml (looked for in "
                f"$PYICEBERG_HOME, the home directory and the working directory) has no {entry!r} under 'catalog:', "
-               f"and {where} (README, 'Your lake', shows REST, Glue, Hive and SQL), or unset AO_CATALOG to use "
+               f"and {where} (docs/catalogs.md shows REST, Glue, Hive and SQL), or unset AO_CATALOG to use "
                f"the built-in SQL catalog {BUILTIN_CATALOG!r} in AO_DATABASE_URL.")
     return message + (f" Configured catalogs: {', '.join(sorted(known))}." if known else "")
 
@@ -163,8 +164,10 @@ def _open(settings: Settings, properties: dict[str, Any]) -> Catalog:
         raise ConfigError(f"catalog {described} needs a client that is not installed: {hint}") from None
     except ValueError as exc:  # pyiceberg's word for a configuration it cannot use (no URI, unknown type, …)
         raise ConfigError(f"catalog {described} is not configured correctly: {_first_line(exc, properties)}") from None
-    except Exception as exc:  # pyiceberg raises many unrelated types for "cannot connect"
-        raise ServiceUnavailable(f"cannot open catalog {described}: {_first_line(exc, properties)}") from None
+    except Exception as exc:  # pyiceberg raises many unrelated types: "cannot connect" is a retry, the rest bad input
+        if is_transient(exc):
+            raise ServiceUnavailable(f"cannot open catalog {described}: {_first_line(exc, properties)}") from None
+        raise ConfigError(f"catalog {described} cannot be opened as configured: {_first_line(exc, properties)}") from None
 
 
 def _key(settings: Settings) -> tuple[int, str, str, str]:
@@ -194,10 +197,6 @@ def _described(settings: Settings) -> str:
 def load_table(settings: Settings, identifier: str) -> Table:
     """Load a table by ``namespace.table``; a missing one raises TableNotFound naming it, a catalog that
     stopped answering ServiceUnavailable naming the catalog."""
-    from requests.exceptions import ConnectionError as RequestsConnectionError
-    from requests.exceptions import Timeout
-    from sqlalchemy.exc import OperationalError
-
     parts = parse_identifier(identifier)
     catalog = get_catalog(settings)
     try:
@@ -207,11 +206,13 @@ def load_table(settings: Settings, identifier: str) -> Table:
             f"table {identifier!r} does not exist in catalog {_described(settings)}; "
             "list tables with pyiceberg or check AO_CATALOG"
         ) from None
-    except (RequestsConnectionError, Timeout, OperationalError, ConnectionError) as exc:
-        raise ServiceUnavailable(f"catalog {_described(settings)} did not answer loading {identifier!r}: "
-                                 f"{type(exc).__name__}") from None
     except (PyIcebergValidationError, PydanticValidationError) as exc:
         raise unreadable_metadata(identifier, exc) from None
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        raise ServiceUnavailable(f"catalog {_described(settings)} did not answer loading {identifier!r}: "
+                                 f"{type(exc).__name__}") from None
 
 
 _FORMAT_TAG = re.compile(r"Input tag '([^']*)' found using 'format_version'")

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import (
     ManifestFile,
     write_manifest_list,
@@ -47,8 +47,9 @@ from pyiceberg.table.update import (
 )
 
 from autooptimize.domain import fencing
-from autooptimize.errors import ConflictAbort, Retry
-from autooptimize.iceberg.staging import StagedAppend, StagedReplace, avro_codec, remove_files
+from autooptimize.errors import CommitOutcomeUnknown, ConflictAbort, Retry
+from autooptimize.failures import FailureKind, classify, failure_text
+from autooptimize.iceberg.staging import StagedAppend, StagedReplace, avro_codec, metadata_path, remove_files
 from autooptimize.iceberg.v3 import ManifestListWriterV3
 
 __all__ = ["CommitPolicy", "CommitStats", "Staged", "StagedAppend", "StagedReplace", "apply_with_retry", "remove_files"]
@@ -201,11 +202,19 @@ def _attempt(table: Table, staged: Staged, properties: dict[str, str], branch: s
         response = table.catalog.commit_table(table, requirements, updates)
     except CommitFailedException:
         return False
-    except CommitStateUnknownException:
-        table.refresh()
-        if table.metadata.snapshot_by_id(staged.snapshot_id) is None:
-            raise  # unknown outcome: nothing is removed, the action's retry finds out
-        return True
+    except Exception as exc:
+        if classify(exc) == FailureKind.PERMANENT:
+            raise  # refused before anything was applied
+        # sent, answer lost: it may have landed, or land later; nothing written for it is removed here
+        try:
+            table.refresh()
+        except Exception:
+            pass
+        if table.metadata.snapshot_by_id(staged.snapshot_id) is not None:
+            return True
+        raise CommitOutcomeUnknown(
+            f"the catalog's answer to commit snapshot {staged.snapshot_id} of {'.'.join(table.name())} was lost "
+            f"({failure_text(exc)}); it may still land", snapshot_id=staged.snapshot_id, parent_id=parent_id) from exc
     table.metadata, table.metadata_location = response.metadata, response.metadata_location
     return True
 
@@ -223,8 +232,7 @@ def _summary(staged: Staged, head: Snapshot | None, properties: dict[str, str]) 
 def _write_manifest_list(table: Table, metadata: TableMetadata, staged: Staged, head: Snapshot | None,
                          attempt: int, lists: list[str]) -> tuple[str, int | None, int | None]:
     """The manifest list's path, and on v3 the snapshot's first-row-id and added-rows (its row id space)."""
-    path = table.location_provider().new_metadata_location(
-        f"snap-{staged.snapshot_id}-{attempt}-{uuid.uuid4()}.avro")
+    path = metadata_path(table, f"snap-{staged.snapshot_id}-{attempt}-{uuid.uuid4()}.avro")
     lists.append(path)
     if metadata.format_version >= 3:  # pyiceberg 0.12 writes no v3 manifest list
         first_row_id = int(getattr(metadata, "next_row_id", None) or 0)

@@ -20,7 +20,7 @@ import pyarrow.fs as pafs
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-__all__ = ["delete_tree", "exists", "filesystem", "io_properties", "is_local", "iter_files", "list_files", "local_io",
+__all__ = ["exists", "filesystem", "io_properties", "is_local", "iter_files", "list_files", "local_io",
            "normalise", "scheme_of"]
 
 
@@ -102,24 +102,3 @@ def list_files(io: FileIO | None, directory: str, suffix: str | None = None) -> 
             continue
         out.append(uri)
     return sorted(out)
-
-
-def delete_tree(io: FileIO | None, directory: str) -> None:
-    """Remove ``directory`` and everything below it; missing is fine. On object stores a "directory" is
-    a key prefix: every object under it is deleted."""
-    fs, root, _ = filesystem(io, directory)
-    info = fs.get_file_info(root)
-    if info.type == pafs.FileType.NotFound:
-        if not isinstance(fs, pafs.LocalFileSystem):
-            _delete_prefix(fs, root)
-        return
-    if info.type == pafs.FileType.File:
-        fs.delete_file(root)
-        return
-    fs.delete_dir(root)
-
-
-def _delete_prefix(fs: Any, root: str) -> None:
-    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
-        if info.type == pafs.FileType.File:
-            fs.delete_file(info.path)

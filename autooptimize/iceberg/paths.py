@@ -31,7 +31,6 @@ from pyiceberg.io import FileIO
 
 from autooptimize.domain import fencing
 from autooptimize.errors import ActionRefused
-from autooptimize.iceberg.fileio import delete_tree as fileio_delete_tree
 from autooptimize.iceberg.fileio import exists, filesystem, list_files
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
@@ -80,6 +79,13 @@ def resolve(path: str) -> str:
     if is_local(path):
         return "file://" + os.path.realpath(local_path(path))
     return normalise_path(path)
+
+
+def canonical(path: str) -> str:
+    """The one identity of a file, for comparing a listing with a set of referenced files: the normal
+    spelling with every symlink and ``..`` of a local path resolved (:func:`resolve`). Two spellings of
+    one file (``/whlink/t/x`` and ``file:///whreal/t/x`` through a link) compare equal only this way."""
+    return resolve(path)
 
 
 def is_within(directory: str, path: str) -> bool:
@@ -222,5 +228,20 @@ def delete_tree(root: str, directory: str, io: FileIO | None = None) -> bool:
             os.unlink(target)  # a file, or a link (never what it points at)
         return True
     existed = exists(io, directory) or bool(list_files(io, directory))
-    fileio_delete_tree(io, directory)
+    _delete_store_tree(io, directory)
     return existed
+
+
+def _delete_store_tree(io: FileIO | None, directory: str) -> None:
+    """Remove ``directory`` on an object store (a key prefix: every object under it); missing is fine.
+    Only :func:`delete_tree` calls this, after its checks."""
+    fs, root, _ = filesystem(io, directory)
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.File:
+        fs.delete_file(root)
+        return
+    for entry in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
+        if entry.type == pafs.FileType.File:
+            fs.delete_file(entry.path)
+    if info.type == pafs.FileType.Directory:
+        fs.delete_dir(root)

@@ -27,7 +27,9 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector
 
+from autooptimize.domain import fencing
 from autooptimize.errors import ConflictAbort, VerificationFailed
+from autooptimize.iceberg import paths
 from autooptimize.iceberg.manifest_cache import live_entries_of
 from autooptimize.iceberg.v3 import (
     DeleteManifestWriterV3,
@@ -74,7 +76,7 @@ class ManifestFactory:
 
     def writer(self, spec: PartitionSpec, content: ManifestContent) -> Any:
         metadata = self.table.metadata
-        path = self.table.location_provider().new_metadata_location(f"{self.prefix}-m{self.count}.avro")
+        path = metadata_path(self.table, f"{self.prefix}-m{self.count}.avro")
         self.count += 1
         self.paths.append(path)
         output = self.table.io.new_output(path)
@@ -291,12 +293,26 @@ def _in_summary(summary: Any, field_type: Any, value: Any) -> bool:
         return True
 
 
-def remove_files(table: Table, paths: Iterable[str]) -> None:
-    """Remove metadata files a change wrote and did not commit (a missing one is fine)."""
-    for path in paths:
+def remove_files(table: Table, uris: Iterable[str]) -> None:
+    """Remove metadata files a change wrote and did not commit (a missing one is fine), through the one
+    checked delete (autooptimize.iceberg.paths): a path that does not resolve inside the table's location is
+    refused and left alone. The thread's fence is asked first: a holder that lost its lease deletes nothing."""
+    uris = list(uris)
+    if not uris:
+        return
+    fencing.before_delete(f"{len(uris)} uncommitted metadata file(s) of {'.'.join(table.name())}")
+    location = table.location()
+    for uri in uris:
         try:
-            table.io.delete(path)
-        except FileNotFoundError:
-            pass
+            paths.delete_file(location, uri, table.io)
+        except paths.PathRefused as refused:
+            log.warning("left uncommitted metadata file alone: %s", refused)
         except Exception as exc:  # orphan removal finds what could not be deleted here
-            log.warning("could not remove uncommitted metadata file %s: %s", path, exc)
+            log.warning("could not remove uncommitted metadata file %s: %s", uri, exc)
+
+
+def metadata_path(table: Table, name: str) -> str:
+    """Where a new metadata file (manifest, manifest list) of the table goes: ``write.metadata.path``
+    or ``<location>/metadata``. PathRefused when that does not resolve inside the table's location:
+    autooptimize writes nothing outside a table."""
+    return paths.check(table.location(), table.location_provider().new_metadata_location(name), "write")

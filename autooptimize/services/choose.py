@@ -26,7 +26,7 @@ class Choice:
     decision: Decision
     merge_plan: Plan | None
     sort_plan: Plan | None
-    rule: str | None = None  # the merge planning rule (binpack, tiered, live_wait, settled_full, …)
+    rule: str | None = None  # the merge planning rule (binpack, tiered, live_wait, cold_finish, …)
     zorder_plan: Plan | None = None
 
     @property
@@ -37,9 +37,11 @@ class Choice:
 
 
 def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: int | None,
-                     partition_key: str | None, target_file_size: int | None = None) -> MergeRequest:
+                     partition_key: str | None, target_file_size: int | None = None,
+                     table_id: int | None = None) -> MergeRequest:
     """The dry-run request decide and explain plan with: the table's tuning (defaults when untracked),
-    the sizing its rewrites measured, and the same group cap the actions use."""
+    the sizing its rewrites measured, the same group cap the actions use, and (``table_id``: tracked)
+    the table's median partition bytes for the policy's scale."""
     from autooptimize.services.sizing import learned
 
     target = target_file_size or (tuning.target_file_size if tuning else settings.default_target_file_size)
@@ -51,8 +53,34 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
         sort_order=tuning.sort_order if tuning else None,
         zorder_columns=tuning.zorder_columns if tuning else None, sizing=learned(settings, identifier),
         max_group_bytes=settings.max_group_bytes, policy=settings.merge_policy,
-        settle_seconds=settings.settle_seconds, fan_in=settings.merge_fan_in,
+        settle_seconds=settings.settle_seconds, engine=settings.rewrite_engine, **policy_tuning(settings, tuning),
+        expected_partition_bytes=expected_partition_bytes(settings, table_id, spec_id, partition_key),
     )
+
+
+def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
+    """The live-partition policy's knobs for a request: the table's own (AutoAnalyze or ``track``) where
+    set, else the service's. ``tuning`` is a TableTuning, a TrackedTable row or None."""
+    fan_in = getattr(tuning, "merge_fan_in", None)
+    cold_after = getattr(tuning, "cold_after_seconds", None)
+    return {"fan_in": fan_in if fan_in is not None else settings.merge_fan_in,
+            "cold_after_seconds": cold_after if cold_after is not None else settings.cold_after_seconds,
+            "leave_alone_below": getattr(tuning, "leave_alone_below", None) or 0}
+
+
+def expected_partition_bytes(settings: Any, table_id: int | None, spec_id: int | None = None,
+                             partition_key: str | None = None) -> int | None:
+    """The bytes a partition of the table is expected to hold: the median over its other partitions
+    (None when untracked or not observed yet). The policy cuts its tiers against it
+    (domain.policy.partition_scale)."""
+    if table_id is None:
+        return None
+    from autooptimize.storage.db import session_scope
+    from autooptimize.storage.stats import median_partition_bytes
+
+    exclude = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
+    with session_scope(settings) as session:
+        return median_partition_bytes(session, table_id, exclude)
 
 
 def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
@@ -129,9 +157,13 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
     deletes = DeleteFacts(stats.files, stats.bytes, stats.rows_deleted_estimate, stats.data_rows, pf.bytes)
     from autooptimize.domain.entropy import EntropyStats
 
-    mse = EntropyStats.from_sizes([f.size for f in pf.data_files], request.target_file_size).mse
-    facts = PartitionFacts(files=len(pf.data_files), bytes=pf.bytes, mse=mse, tolerance=request.tolerance,
-                           merge=merge, deletes=deletes, sort=sort, zorder=zorder, allowed=allowed, max_bytes=request.max_bytes)
+    sizes = [f.size for f in pf.data_files]
+    stats = EntropyStats.from_sizes(sizes, request.target_file_size)
+    facts = PartitionFacts(files=len(pf.data_files), bytes=pf.bytes, mse=stats.mse, tolerance=request.tolerance,
+                           merge=merge, deletes=deletes, sort=sort, zorder=zorder, allowed=allowed,
+                           max_bytes=request.max_bytes, sse=stats.sse,
+                           capped_bytes=sum(min(s, request.target_file_size) for s in sizes),
+                           target=request.target_file_size)
     decision = decide(facts)
     if problem is not None and problem.reason not in ("has_delete_files",):
         decision = Decision(None, problem.reason, decision.candidates)

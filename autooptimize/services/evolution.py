@@ -12,7 +12,8 @@ services/rewrite/evolution.py).
 
 from __future__ import annotations
 
-import functools
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -31,8 +32,8 @@ NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 
 def validate_merge_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
     """The merge action's options: ``respec`` (bool, default false), ``partial_progress`` (bool, default
-    false), ``max_commits`` (int ≥ 1, default 10; see services/progress) and ``engine`` (``auto``,
-    ``spark``, ``arrow`` or ``arrow_on_spark``: AO_REWRITE_ENGINE for this action)."""
+    false), ``max_commits`` (int ≥ 1, default 10; see services/progress) and ``engine`` (``spark``,
+    ``spark_sql`` or ``local``: AO_REWRITE_ENGINE for this action, see services/rewrite/engine.py)."""
     from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
 
     valid = ("respec", "engine", *PROGRESS_OPTIONS)
@@ -55,7 +56,7 @@ def validate_compact_options(table: Table, options: dict[str, Any]) -> dict[str,
     return {"engine": engine_option(options["engine"])} if "engine" in options else {}
 
 
-ENGINES = ("auto", "spark", "arrow", "arrow_on_spark")
+ENGINES = ("spark", "spark_sql", "local")  # autooptimize.domain.actions.Engine
 
 
 def engine_option(value: Any) -> str:
@@ -69,16 +70,27 @@ def wants_respec(options: dict[str, Any] | None) -> bool:
     return bool((options or {}).get("respec"))
 
 
-@functools.lru_cache(maxsize=65536)
-def _has_field_ids_cached(path: str, io: Any) -> bool:
-    with io.new_input(path).open() as stream:
-        schema = pq.read_schema(stream)
-    return all(f.metadata and b"PARQUET:field_id" in f.metadata for f in schema)
+#: footer answers by file path (files are immutable; the key holds no FileIO, so none is kept alive)
+_FIELD_IDS: OrderedDict[str, bool] = OrderedDict()
+_FIELD_IDS_MAX = 65536
+_field_ids_lock = threading.Lock()
 
 
 def has_field_ids(table: Table, path: str) -> bool:
     """True when every top-level column of the Parquet file carries a field id (files are immutable)."""
-    return _has_field_ids_cached(path, table.io)
+    with _field_ids_lock:
+        known = _FIELD_IDS.get(path)
+        if known is not None:
+            _FIELD_IDS.move_to_end(path)
+            return known
+    with table.io.new_input(path).open() as stream:
+        schema = pq.read_schema(stream)
+    answer = all(f.metadata and b"PARQUET:field_id" in f.metadata for f in schema)
+    with _field_ids_lock:
+        _FIELD_IDS[path] = answer
+        while len(_FIELD_IDS) > _FIELD_IDS_MAX:
+            _FIELD_IDS.popitem(last=False)
+    return answer
 
 
 def may_hold_files_without_ids(table: Table) -> bool:

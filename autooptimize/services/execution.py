@@ -30,12 +30,16 @@ from autooptimize.errors import (
     ActionRefused,
     AttemptTimedOut,
     AutoOptimizeError,
+    CommitOutcomeUnknown,
     ConflictAbort,
     LeaseLost,
     Retry,
     ServiceUnavailable,
     VerificationFailed,
 )
+from autooptimize.failures import failure_text, is_transient
+from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.commit import find_action_snapshot
 from autooptimize.iceberg.paths import PathRefused
 from autooptimize.services.attempt import HeldLease
 from autooptimize.services.kinds import KINDS, kind_of
@@ -52,7 +56,7 @@ from autooptimize.services.refusals import record_refusals
 from autooptimize.services.rewrite.lifecycle import abandon, committed_outcome, committed_parts, spark_tag
 from autooptimize.storage import leases
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import ActionState, TrackedTable
+from autooptimize.storage.models import ActionState, TrackedTable, Trigger
 from autooptimize.storage.repositories import audit, get_action, now
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,8 @@ class Claim:
     started: bool  # False: the lease was taken to give up or re-queue, not to run
     error: str | None  # the last error recorded
     priority_class: str
+    automatic: bool = False  # decided by the service (event or schedule), not asked for
+    allowed: tuple[str, ...] = ()  # the table's allowed action kinds when the lease was taken
 
 
 def claim(settings: Settings, action_id: str, role: str, *, start: bool) -> Claim | dict[str, Any]:
@@ -107,11 +113,12 @@ def claim(settings: Settings, action_id: str, role: str, *, start: bool) -> Clai
                     audit(session, "action.started", action_id=action_id, table_id=action.table_id,
                           attempt=action.attempts, token=taken.lease.token)
                 result = Claim(taken.lease, request_of(settings, action, tracked), state, action.attempts, started,
-                               action.error, action.priority_class)
+                               action.error, action.priority_class, automatic=action.trigger != Trigger.AD_HOC.value,
+                               allowed=tuple(tracked.allowed_actions or ()))
     except AutoOptimizeError:
         raise
     except Exception as exc:
-        if _is_transient(exc):
+        if is_transient(exc):
             raise Retry(f"cannot take the lease of action {action_id}: {type(exc).__name__}", delay=10) from None
         raise
     if busy is not None:
@@ -141,6 +148,11 @@ def _run(settings: Settings, claimed: Claim, held: HeldLease, spark: Any, hooks:
     if kind is None:
         return finish(settings, request.action_id, ActionState.REFUSED, held=held, reason="unknown_kind",
                       error=f"action kind {request.kind!r} is not known to this worker; known: {', '.join(KINDS)}")
+    if claimed.automatic and request.kind not in claimed.allowed:
+        # allowed_actions changed since it was decided (or re-queued): the table's owner said no
+        return finish(settings, request.action_id, ActionState.REFUSED, held=held, reason="not_allowed",
+                      error=f"action kind {request.kind!r} is no longer among the table's allowed actions "
+                            f"({', '.join(claimed.allowed)}); nothing was done")
     started = time.monotonic()
     profile = Profile()
     stop = threading.Event()  # pyarrow-path groups in this process ask it between batches (domain/cancel.py)
@@ -179,6 +191,8 @@ def _failed(settings: Settings, claimed: Claim, held: HeldLease, exc: Exception)
                         delay=held.lease.seconds) from None
     if isinstance(exc, AttemptTimedOut) or held.stopped == "timed_out":
         return _timed_out(settings, claimed, held)
+    if isinstance(exc, CommitOutcomeUnknown):
+        return _unsettled(settings, claimed, held, exc)
     # under partial progress a failure may follow committed parts: exc.outcome then sums them
     partial = getattr(exc, "outcome", None)
     if isinstance(exc, ActionRefused):
@@ -194,8 +208,8 @@ def _failed(settings: Settings, claimed: Claim, held: HeldLease, exc: Exception)
                       error=str(exc), outcome=partial)
     if isinstance(exc, ServiceUnavailable | Retry):
         return _again(settings, claimed, held, str(exc), getattr(exc, "delay", 5.0))
-    if _is_transient(exc):
-        return _again(settings, claimed, held, f"{type(exc).__name__}: {exc}", 5.0)
+    if is_transient(exc):
+        return _again(settings, claimed, held, failure_text(exc), 5.0)
     if not isinstance(exc, AutoOptimizeError):
         log.error("action %s failed", action_id, exc_info=(type(exc), exc, exc.__traceback__))
     return give_up(settings, claimed.request, held, f"{type(exc).__name__}: {exc}")
@@ -207,6 +221,38 @@ def _again(settings: Settings, claimed: Claim, held: HeldLease, error: str, dela
         return give_up(settings, claimed.request, held, error, reason="attempts_exhausted")
     requeue(settings, held, error)
     raise Retry(error, delay=delay)
+
+
+def _unsettled(settings: Settings, claimed: Claim, held: HeldLease, exc: CommitOutcomeUnknown) -> dict[str, Any]:
+    """A commit's answer was lost: success if the table's history has the action now; otherwise another
+    attempt settles it (its output kept). Past AO_MAX_ATTEMPTS the action fails with its output kept:
+    when in doubt, nothing is removed (orphan removal reclaims it once it is old and unreferenced)."""
+    request = claimed.request
+    error = f"commit outcome unknown: {exc}"
+    note(settings, request.action_id, "action.commit_outcome_unknown", attempt=claimed.attempts,
+         snapshot_id=exc.snapshot_id, parent_id=exc.parent_id, error=failure_text(exc.__cause__ or exc))
+    try:
+        table = load_table(settings, request.identifier)
+        committed = find_action_snapshot(table, request.action_id)
+    except Exception as look:  # the catalog is still away: the next attempt looks again
+        log.warning("action %s: cannot look for its commit yet: %s", request.action_id, failure_text(look))
+        committed = None
+    if committed is not None:
+        return finish(settings, request.action_id, ActionState.SUCCEEDED, held=held, reason="already_committed",
+                      outcome=committed_outcome(_latest(settings, request), committed.snapshot_id))
+    if claimed.attempts >= settings.max_attempts:
+        return finish(settings, request.action_id, ActionState.FAILED, held=held, reason="commit_outcome_unknown",
+                      error=error + "; its output is kept")
+    requeue(settings, held, error)
+    raise Retry(error, delay=10.0)
+
+
+def _latest(settings: Settings, request: MergeRequest) -> MergeRequest:
+    """``request`` with the checkpoint recorded since it was read (this attempt's)."""
+    with session_scope(settings) as session:
+        action = get_action(session, request.action_id)
+        checkpoint = action.checkpoint if action is not None else request.checkpoint
+    return dataclasses.replace(request, checkpoint=checkpoint)
 
 
 def _timed_out(settings: Settings, claimed: Claim, held: HeldLease) -> dict[str, Any]:
@@ -244,9 +290,12 @@ def _abandon(settings: Settings, request: MergeRequest) -> int | None:
     """The committed snapshot id, or None after removing what can be removed; LeaseLost goes through
     (a holder that lost its lease deletes nothing more)."""
     try:
-        return abandon(settings, request)
+        return abandon(settings, _latest(settings, request))
     except LeaseLost:
         raise
+    except CommitOutcomeUnknown as exc:  # a commit may still land: its output stays
+        log.warning("action %s: %s", request.action_id, exc)
+        return None
     except Exception as exc:  # cleanup is best effort; the error is recorded, orphan removal finds the rest
         log.warning("could not clean up after action %s: %s", request.action_id, exc)
         return None
@@ -280,14 +329,3 @@ def _interrupter(spark: Any, tag: str) -> Callable[[], None]:
         if spark is not None and hasattr(spark, "interruptTag"):
             spark.interruptTag(tag)
     return interrupt
-
-
-def _is_transient(exc: BaseException) -> bool:
-    """Lost connections to Spark Connect, PostgreSQL or the catalog: try again later."""
-    name = type(exc).__name__
-    text_ = str(exc)
-    return (
-        name in ("SparkConnectGrpcException", "OperationalError", "ConnectionError", "RetriesExceeded")
-        or "UNAVAILABLE" in text_
-        or "Connection refused" in text_
-    )

@@ -25,7 +25,8 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
             target_file_size: Any = None, spark: Callable[[], Any] | None = None) -> dict[str, Any]:
     """Per partition: the action decide would choose (``merge``, ``sort``, ``compact_deletes`` or
     ``none``) and its reason code, the groups (input file paths, bytes in, files out), bytes
-    rewritten, files replaced, MSE before and after, and every candidate's value and cost.
+    rewritten, files replaced, MSE before and after, and every candidate's value and cost; ``engine``
+    names the path the groups would be rewritten on (services/rewrite/engine.py).
 
     Before a table's first rewrite there is no measured output size, and a merge calibrates one with
     a Spark sample before it plans (:func:`~autooptimize.services.rewrite.merge.calibrated`). Given
@@ -43,9 +44,10 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     with session_scope(settings) as session:
         tracked = tracked_table(session, settings.catalog, identifier)
         tuning = tuning_of(tracked) if tracked is not None else None
+        table_id = tracked.id if tracked is not None else None
     request = planning_request(
         settings, identifier, tuning, spec_id=table.spec().spec_id if key is not None else None,
-        partition_key=key, target_file_size=target_override,
+        partition_key=key, target_file_size=target_override, table_id=table_id,
     )
     target, tolerance = request.target_file_size, request.tolerance
     allowed = frozenset(tuning.allowed_actions if tuning else DEFAULT_ACTIONS)
@@ -76,7 +78,7 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     snapshot = table.current_snapshot()
     return {"table": identifier, "snapshot_id": snapshot.snapshot_id if snapshot else None,
             "target_file_size": target, "tolerance": tolerance, "sizing": request.sizing.as_dict(),
-            "partitions": rows}
+            "engine": request.engine, "partitions": rows}
 
 
 def whatif(settings: Settings, identifier: str, target_sizes: list[Any], tolerances: list[Any] | None = None,

@@ -1,8 +1,9 @@
 """What the console and ``history`` show: tables with their health, a table's partitions and file-size
 histograms, the action history with each action's cost, phases, before and after, and audit trail.
 
-Read only. Health is File Size Entropy against the table's tolerance: a partition needs attention when
-its MSE ≥ T² (``domain.entropy.needs_attention``); ``worst_ratio`` is the worst MSE over T².
+Read only. Health is one rule everywhere: a partition needs attention when its File Size Entropy exceeds
+what its bytes allow by T² per file (``domain.entropy.partition_needs_attention``), so a partition
+smaller than the target, merged into one file, is healthy; ``worst_ratio`` is the worst raw MSE over T².
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from autooptimize.storage.readmodel import (
     distinct_values,
     last_actions,
 )
-from autooptimize.storage.repositories import audit_events, get_action, tracked_tables
+from autooptimize.storage.repositories import audit_events, get_action, tracked_table, tracked_tables
 
 PHASES = ("plan", "rewrite", "commit", "total", "wall")  # the order timings are shown in
 MAX_LIMIT = 500
@@ -79,6 +80,11 @@ def table_detail(settings: Settings, identifier: str, *, actions: int = 10) -> d
         partitions.append({**p, "mse_ratio": p["mse"] / (tolerance * tolerance) if tolerance else None,
                            "histogram": {"counts": list(hist.counts), "bytes": list(hist.bytes)}})
     history = action_list(settings, HistoryFilter(table=identifier, limit=actions))
+    with session_scope(settings) as session:
+        row = tracked_table(session, settings.catalog, identifier)
+        suggestion = dict(row.suggested_tuning) if row is not None and row.suggested_tuning else None
+        if suggestion is not None and row is not None and row.suggested_at is not None:
+            suggestion["at"] = row.suggested_at.isoformat()
     return {
         "table": identifier, "tracked": status["tracked"], "tuning": status["tuning"],
         "target_file_size": target, "tolerance": tolerance, "threshold_mse": tolerance * tolerance,
@@ -88,6 +94,7 @@ def table_detail(settings: Settings, identifier: str, *, actions: int = 10) -> d
         "partitions_needing_attention": sum(1 for p in partitions if p["needs_attention"]),
         "decision_failures": status["decision_failures"],
         "histogram": whole.as_dict(), "partitions": partitions, "actions": history["actions"],
+        "suggested_tuning": suggestion,
     }
 
 

@@ -16,6 +16,7 @@ from autooptimize.config import Settings
 from autooptimize.domain.actions import MergeOutcome, MergeRequest
 from autooptimize.domain.partitions import format_human
 from autooptimize.services.attempt import HeldLease
+from autooptimize.services.choose import expected_partition_bytes, policy_tuning
 from autooptimize.storage import leases
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
@@ -91,9 +92,9 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Mer
         policy=str(options.get("policy") or ("binpack" if action.trigger == Trigger.AD_HOC.value
                                              else settings.merge_policy)),
         settle_seconds=settings.settle_seconds,
-        fan_in=settings.merge_fan_in,
+        **policy_tuning(settings, tracked),
+        expected_partition_bytes=expected_partition_bytes(settings, tracked.id, action.spec_id, action.partition_key),
         engine=str(options.get("engine") or settings.rewrite_engine),
-        arrow_group_bytes=settings.arrow_group_bytes,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from autooptimize.config import Settings
-from autooptimize.domain.entropy import EntropyStats
+from autooptimize.domain.entropy import EntropyStats, partition_needs_attention
 from autooptimize.errors import TableRefused
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import live_partitions
@@ -49,7 +49,8 @@ def table_status(settings: Settings, identifier: str, *, with_sizes: bool = Fals
             "sse": stats.sse,
             "mse": stats.mse,
             "rmse_bytes": int(stats.mse ** 0.5),
-            "needs_attention": stats.needs_attention(tolerance),
+            "needs_attention": partition_needs_attention(stats.sse, stats.n, sum(1 for s in sizes if s < target),
+                                                         sum(s for s in sizes if s < target), target, tolerance),
             "bytes": sum(sizes),
             "rows": sum(f.record_count for f in pf.data_files),
             "small_files": sum(1 for s in sizes if s < target),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -44,12 +43,16 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         last = session.scalars(select(Action).where(
             Action.table_id == table_id, Action.spec_id == spec_id, Action.partition_key == partition_key,
             Action.kind.in_(REWRITE_KINDS)).order_by(Action.created_at.desc()).limit(1)).one_or_none()
+        cold_after = tracked.cold_after_seconds
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
-                and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at):
-            # Judged already and the partition has not changed since: asking again would change nothing.
+                and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at
+                and not _cold_since(settings, last.finished_at, cold_after)):
+            # Judged already and the partition has not changed since: asking again would change nothing
+            # (unless it has gone cold since: the policy's cold rule may now finish it).
             return None
         if (stats is not None and stats.last_decision_at is not None and (stats.last_decision or "").startswith("skip")
-                and stats.updated_at <= stats.last_decision_at and not _settled_since(settings, stats)):
+                and stats.updated_at <= stats.last_decision_at
+                and not _settled_since(settings, stats, cold_after)):
             return None  # decided to leave it alone, and it has not changed since
         if (last is not None and tracked.min_interval_seconds > 0 and last.finished_at is not None
                 and last.state == ActionState.SUCCEEDED.value
@@ -59,7 +62,7 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
             return None
     # the partition travels as its Iceberg values (PartitionRef), never through its human text
     partition = PartitionRef.of_key(spec_id, partition_key) if partition_key else None
-    choice = _choose(settings, identifier, spec_id, partition_key, tuning)
+    choice = _choose(settings, identifier, spec_id, partition_key, tuning, table_id)
     if choice is None:
         return None
     decision = choice.decision
@@ -79,30 +82,47 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
                           dispatch=dispatch)
 
 
-#: Verdicts that depend on time: a partition left alone because it was live is judged again once settled.
+#: Verdicts that depend on time: a partition left alone because it was written to is judged again once cold.
 LIVE_VERDICTS = ("skip:live_wait",)
 
 
-def _settled_since(settings: Settings, stats: PartitionStats) -> bool:
-    """True when the partition was left alone only because it was live, and has been quiet since."""
+def _cold_since(settings: Settings, when: Any, cold_after: float | None) -> bool:
+    """True when the tiered policy is on and ``when`` is at least the cold-after time ago."""
+    limit = cold_after if cold_after is not None else settings.cold_after_seconds
+    return settings.merge_policy == "tiered" and (now() - when).total_seconds() >= limit
+
+
+def _settled_since(settings: Settings, stats: PartitionStats, cold_after: float | None = None) -> bool:
+    """True when the partition was left alone only because it was written to, and has been quiet since
+    for its table's cold-after time (``cold_after``, else AO_COLD_AFTER_SECONDS): the policy's cold rule
+    then finishes it."""
     if stats.last_decision not in LIVE_VERDICTS or stats.last_decision_at is None:
         return False
-    return (now() - stats.last_decision_at).total_seconds() >= settings.settle_seconds
+    limit = cold_after if cold_after is not None else settings.cold_after_seconds
+    return (now() - stats.last_decision_at).total_seconds() >= limit
 
 
 def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
-    """(table, spec, key) of partitions left alone as live that have been quiet for AO_SETTLE_SECONDS: the
-    listener hands them to decide again, so a partition whose writes stopped gets its settled merge."""
-    cutoff = now() - timedelta(seconds=settings.settle_seconds)
+    """(table, spec, key) of partitions quiet for their table's cold-after time (its tuning, else
+    AO_COLD_AFTER_SECONDS) since they were last judged, and not changed since: those left alone as written
+    to, and those a merge was submitted for that committed nothing (no snapshot changed them) and has
+    nothing queued or running. The listener hands them to decide again, so a partition whose writes
+    stopped gets its cold finish."""
+    p, t, a = PartitionStats, TrackedTable, Action
+    cold_after = func.coalesce(t.cold_after_seconds, settings.cold_after_seconds)
+    busy = (select(a.id).where(a.table_id == p.table_id, a.spec_id == p.spec_id, a.partition_key == p.partition_key,
+                               a.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value])).exists())
     with session_scope(settings) as session:
-        rows = session.execute(select(PartitionStats.table_id, PartitionStats.spec_id, PartitionStats.partition_key)
-                               .where(PartitionStats.last_decision.in_(LIVE_VERDICTS),
-                                      PartitionStats.last_decision_at <= cutoff,
-                                      PartitionStats.updated_at <= PartitionStats.last_decision_at)).all()
-    return [(int(t), int(sp), str(k)) for t, sp, k in rows]
+        rows = session.execute(
+            select(p.table_id, p.spec_id, p.partition_key).join(t, t.id == p.table_id)
+            .where(p.last_decision.in_(LIVE_VERDICTS + ("merge",)),
+                   p.last_decision_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, cold_after),
+                   p.updated_at <= p.last_decision_at, ~busy)).all()
+    return [(int(ti), int(sp), str(k)) for ti, sp, k in rows]
 
 
-def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: str, tuning: Any) -> Any:
+def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: str, tuning: Any,
+            table_id: int | None = None) -> Any:
     """The decision for one partition of the table as it is now (None when the partition is gone)."""
     from autooptimize.iceberg.catalog import load_table
     from autooptimize.services.choose import choose, planning_request
@@ -112,7 +132,8 @@ def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: st
     found = select_partitions(table, spec_id, partition_key)
     if not found:
         return None
-    request = planning_request(settings, identifier, tuning, spec_id=spec_id, partition_key=partition_key)
+    request = planning_request(settings, identifier, tuning, spec_id=spec_id, partition_key=partition_key,
+                               table_id=table_id)
     return choose(table, found[0], request, frozenset(tuning.allowed_actions))
 
 

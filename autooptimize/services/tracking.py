@@ -30,6 +30,7 @@ DEFAULT_ACTIONS = tuple(k for k in ACTION_KINDS if k not in DESTRUCTIVE_ACTIONS)
 TUNING_FIELDS = (
     "target_file_size", "tolerance", "min_input_files", "priority_class", "weight", "sort_order",
     "zorder_columns", "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",
+    "merge_fan_in", "cold_after_seconds", "leave_alone_below", "auto_tune",
 )
 #: Changes to the allowed actions relative to what the table allows now (``track --allow/--disallow``).
 RELATIVE_FIELDS = ("allow", "disallow")
@@ -48,6 +49,12 @@ class TableTuning:
     max_bytes_per_action: int | None
     min_interval_seconds: int
     enabled: bool
+    # the live-partition policy's tuning (None: the service's AO_MERGE_FAN_IN / AO_COLD_AFTER_SECONDS /
+    # merge everything); ``auto_tune``: AutoAnalyze may set them from the table's own history
+    merge_fan_in: int | None = None
+    cold_after_seconds: float | None = None
+    leave_alone_below: int | None = None
+    auto_tune: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -109,6 +116,10 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         "max_bytes_per_action": None,
         "min_interval_seconds": 0,
         "enabled": True,
+        "merge_fan_in": None,
+        "cold_after_seconds": None,
+        "leave_alone_below": None,
+        "auto_tune": False,
     }
     merged = {**base, **{k: v for k, v in changes.items() if v is not None}}
     target = size_arg("target_file_size", merged["target_file_size"])
@@ -137,6 +148,18 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
 
         zorder_columns = ", ".join(c.name for c in parse_zorder_columns(table, zorder_columns))
     max_bytes = merged["max_bytes_per_action"]
+    fan_in = merged["merge_fan_in"]
+    cold_after = merged["cold_after_seconds"]
+    if cold_after is not None:
+        try:
+            cold_after = float(cold_after)
+        except (TypeError, ValueError):
+            cold_after = -1.0
+        if not 0 <= cold_after <= 86400:
+            raise InvalidArgument(f"cold_after_seconds must be seconds from 0 to 86400 (got {merged['cold_after_seconds']!r})")
+    leave_alone = merged["leave_alone_below"]
+    if not isinstance(merged["auto_tune"], bool):
+        raise InvalidArgument(f"auto_tune must be true or false (got {merged['auto_tune']!r})")
     return TableTuning(
         target_file_size=target,
         tolerance=tolerance,
@@ -149,6 +172,10 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         max_bytes_per_action=None if max_bytes is None else size_arg("max_bytes_per_action", max_bytes),
         min_interval_seconds=bounded_int("min_interval_seconds", merged["min_interval_seconds"], 0),
         enabled=merged["enabled"],
+        merge_fan_in=None if fan_in is None else bounded_int("merge_fan_in", fan_in, 2, 1000),
+        cold_after_seconds=cold_after,
+        leave_alone_below=None if leave_alone is None else parse_size(leave_alone, "leave_alone_below"),
+        auto_tune=merged["auto_tune"],
     )
 
 
@@ -158,6 +185,8 @@ def tuning_of(row: TrackedTable) -> TableTuning:
         priority_class=row.priority_class, weight=row.weight, sort_order=row.sort_order,
         zorder_columns=row.zorder_columns, allowed_actions=tuple(row.allowed_actions), max_bytes_per_action=row.max_bytes_per_action,
         min_interval_seconds=row.min_interval_seconds, enabled=row.enabled,
+        merge_fan_in=row.merge_fan_in, cold_after_seconds=row.cold_after_seconds,
+        leave_alone_below=row.leave_alone_below, auto_tune=bool(row.auto_tune),
     )
 
 

@@ -87,7 +87,8 @@ class BufferBatch(Base):
     """One consolidation: its id goes into the append snapshot's summary (``autooptimize.batch-id``)."""
 
     __tablename__ = "ao_buffer_batches"
-    __table_args__ = (Index("ix_ao_buffer_batches_table_state", "buffer_table_id", "state"),)
+    __table_args__ = (Index("ix_ao_buffer_batches_table_state", "buffer_table_id", "state"),
+                      Index("ix_ao_buffer_batches_finished_at", "finished_at"))
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     buffer_table_id: Mapped[int] = mapped_column(ForeignKey("ao_buffer_tables.id", ondelete="CASCADE"))

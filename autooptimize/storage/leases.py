@@ -149,8 +149,24 @@ def holder_is_gone(holder: str) -> bool:
     mine = _marks(os.getpid())
     if not mine or recorded["boot"] != mine["boot"] or recorded["pidns"] != mine["pidns"]:
         return False
-    start = _start_time(pid)
+    try:
+        start = _start_time(pid)
+    except PermissionError:  # /proc hides it (hidepid): it cannot be checked, so it counts as alive
+        return False
+    if start is None and not _pid_gone(pid):
+        return False  # /proc does not show it (hidepid=2), yet the pid exists: cannot be checked
     return start is None or start != recorded["start"]
+
+
+def _pid_gone(pid: int) -> bool:
+    """Whether no process has ``pid`` (signal 0 reaches it whatever /proc shows)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process
+        return False
+    return False
 
 
 @functools.lru_cache(maxsize=4)
@@ -159,18 +175,24 @@ def _marks(pid: int) -> dict[str, str]:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
         pidns = os.readlink("/proc/self/ns/pid")
+        start = _start_time(pid)
     except OSError:
         return {}
-    start = _start_time(pid)
     return {"boot": boot, "pidns": pidns, "start": start} if start else {}
+
+
+def _read_stat(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read()
 
 
 def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (``/proc/<pid>/stat``), None when there is no
-    such process or it has exited (a zombie commits nothing)."""
+    such process or it has exited (a zombie commits nothing). PermissionError when /proc will not say."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        fields = _read_stat(pid).rsplit(")", 1)[1].split()
+    except PermissionError:
+        raise
     except (OSError, IndexError):
         return None
     return None if fields[0] in ("Z", "X") else fields[19]

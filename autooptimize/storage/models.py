@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -94,6 +95,13 @@ class TrackedTable(CatalogTableKey, Base):
     max_bytes_per_action: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     min_interval_seconds: Mapped[int] = mapped_column(Integer, default=0)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    # the merge tuning (migration 0009; NULL: the service's defaults) and AutoAnalyze's last suggestion
+    merge_fan_in: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cold_after_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    leave_alone_below: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    auto_tune: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    suggested_tuning: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    suggested_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
     created_at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True), server_default=_now())
     updated_at: Mapped[datetime] = mapped_column(
         TIMESTAMP(timezone=True), server_default=_now(), onupdate=_now()
@@ -115,6 +123,8 @@ class PartitionStats(Base):
     sse: Mapped[Decimal] = mapped_column(Numeric(40, 0), default=0)
     total_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     small_files: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Σ bytes of the files under the target (migration 0009): the health rule's capped bytes
+    small_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(
         TIMESTAMP(timezone=True), server_default=_now(), onupdate=_now()
@@ -126,7 +136,8 @@ class PartitionStats(Base):
 
 class EntropyHistory(Base):
     __tablename__ = "ao_entropy_history"
-    __table_args__ = (Index("ix_ao_entropy_history_partition", "table_id", "spec_id", "partition_key"),)
+    __table_args__ = (Index("ix_ao_entropy_history_partition", "table_id", "spec_id", "partition_key"),
+                      Index("ix_ao_entropy_history_recorded_at", "recorded_at"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     table_id: Mapped[int] = mapped_column(ForeignKey("ao_tracked_tables.id", ondelete="CASCADE"))
@@ -147,6 +158,7 @@ class Action(Base):
     __table_args__ = (
         Index("ix_ao_actions_table_state", "table_id", "state"),
         Index("ix_ao_actions_created_at", "created_at"),
+        Index("ix_ao_actions_finished_at", "finished_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -206,10 +218,11 @@ class ActionLease(Base):
 
 
 class AuditLog(Base):
-    """Append-only: a database trigger rejects UPDATE and DELETE. Secrets in ``detail`` are masked."""
+    """Append-only: a database trigger rejects UPDATE and DELETE (DELETE passes only for the retention job,
+    services/retention.py). Secrets in ``detail`` are masked."""
 
     __tablename__ = "ao_audit_log"
-    __table_args__ = (Index("ix_ao_audit_log_action", "action_id"),)
+    __table_args__ = (Index("ix_ao_audit_log_action", "action_id"), Index("ix_ao_audit_log_at", "at"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True), server_default=_now())

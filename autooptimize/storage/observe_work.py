@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Numeric, and_, cast, select, text, tuple_
+from sqlalchemy import ColumnElement, Numeric, and_, case, cast, func, select, text, tuple_
 from sqlalchemy.orm import Session
 
 from autooptimize.storage.models import Action, ActionState, PartitionStats, TrackedTable
@@ -19,7 +19,7 @@ from autooptimize.storage.stats import MeanSquaredErrorMixin, PartitionId
 
 @dataclass(frozen=True)
 class AttentionRow(MeanSquaredErrorMixin):
-    """A partition of an enabled tracked table whose MSE ≥ tolerance², with its table's identifier."""
+    """A partition of an enabled tracked table that needs attention, with its table's identifier."""
 
     table_id: int
     identifier: str
@@ -66,22 +66,31 @@ def changed_tables_from_locations(session: Session, catalog: str, locations: dic
     ]
 
 
-def needs_attention_sql(sse: ColumnElement[int], n_files: ColumnElement[int],
+def needs_attention_sql(sse: ColumnElement[int], n_files: ColumnElement[int], small_files: ColumnElement[int],
+                        small_bytes: ColumnElement[int], target: ColumnElement[int],
                         tolerance: ColumnElement[int]) -> ColumnElement[bool]:
-    """The SQL form of ``autooptimize.domain.entropy.needs_attention(sse, n_files, tolerance)``: N > 0 and
-    SSE ≥ T²·N, decided exactly (T² is computed in NUMERIC, so it cannot overflow BIGINT)."""
-    return and_(n_files > 0, sse >= cast(tolerance, Numeric(40, 0)) * tolerance * n_files)
+    """The SQL form of the health rule, ``autooptimize.domain.entropy.partition_needs_attention``: the
+    excess over the best layout the partition's capped bytes ``B = small_bytes + target·(N − small)`` allow,
+    ``E = SSE − (target − B mod target)²`` (0 when B is a multiple), with N > 0, E > 0 and E ≥ T²·N;
+    decided exactly in NUMERIC (no BIGINT overflow)."""
+    num = Numeric(40, 0)
+    s = cast(target, num)
+    capped = cast(small_bytes, num) + s * (n_files - small_files)
+    rest = func.mod(capped, s)
+    excess = sse - case((rest > 0, (s - rest) * (s - rest)), else_=0)
+    return and_(n_files > 0, excess > 0, excess >= cast(tolerance, num) * tolerance * n_files)
 
 
 def attention_rows(session: Session, catalog: str, *, table_id: int | None = None,
                    partitions: set[PartitionId] | None = None) -> list[AttentionRow]:
-    """Partitions of enabled tables whose MSE ≥ tolerance², decided exactly (SSE ≥ T²·N, N > 0)."""
+    """Partitions of enabled tables that need attention by the health rule (:func:`needs_attention_sql`)."""
     p = PartitionStats.__table__.c
     t = TrackedTable.__table__.c
     stmt = (
         select(t.id, t.identifier, t.tolerance, p.spec_id, p.partition_key, p.n_files, p.sse)
         .join_from(PartitionStats, TrackedTable, p.table_id == t.id)
-        .where(t.catalog == catalog, t.enabled.is_(True), needs_attention_sql(p.sse, p.n_files, t.tolerance))
+        .where(t.catalog == catalog, t.enabled.is_(True),
+               needs_attention_sql(p.sse, p.n_files, p.small_files, p.small_bytes, t.target_file_size, t.tolerance))
         .order_by(t.identifier, p.spec_id, p.partition_key)
     )
     if table_id is not None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import Integer, and_, cast, func, select
 from sqlalchemy.orm import Session
 
-from autooptimize.domain.entropy import needs_attention
+from autooptimize.domain.entropy import partition_needs_attention
 from autooptimize.storage.models import Action, ActionState, AuditLog, PartitionStats, TrackedTable
 from autooptimize.storage.observe_models import TableCursor
 
@@ -93,18 +93,19 @@ def decision_failure_count(session: Session) -> int:
 
 
 def table_figures(session: Session, catalog: str) -> list[TableFigures]:
-    """Files, bytes, small files and partitions over the attention threshold (MSE ≥ T², the domain's
+    """Files, bytes, small files and partitions that need attention (the health rule, the domain's
     rule) per tracked table of ``catalog`` that the listener has observed, from the partition statistics
     (a table not observed yet has none to report)."""
     rows = session.execute(
-        select(TrackedTable.identifier, TrackedTable.tolerance, PartitionStats.n_files, PartitionStats.sse,
-               PartitionStats.total_bytes, PartitionStats.small_files)
+        select(TrackedTable.identifier, TrackedTable.tolerance, TrackedTable.target_file_size,
+               PartitionStats.n_files, PartitionStats.sse, PartitionStats.total_bytes, PartitionStats.small_files,
+               PartitionStats.small_bytes)
         .join(TableCursor, TableCursor.table_id == TrackedTable.id)
         .join(PartitionStats, PartitionStats.table_id == TrackedTable.id, isouter=True)
         .where(TrackedTable.catalog == catalog, TableCursor.target_file_size.is_not(None))
         .order_by(TrackedTable.identifier))
     figures: dict[str, list[int]] = {}
-    for identifier, tolerance, n, sse, total, small in rows:
+    for identifier, tolerance, target, n, sse, total, small, small_bytes in rows:
         entry = figures.setdefault(identifier, [0, 0, 0, 0, 0])
         if n is None:  # no statistics yet
             continue
@@ -112,7 +113,8 @@ def table_figures(session: Session, catalog: str) -> list[TableFigures]:
         entry[1] += int(total)
         entry[2] += int(small)
         entry[3] += 1 if n else 0
-        entry[4] += needs_attention(int(sse), int(n), int(tolerance))
+        entry[4] += partition_needs_attention(int(sse), int(n), int(small), int(small_bytes), int(target),
+                                              int(tolerance))
     return [TableFigures(name, *values) for name, values in figures.items()]
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from autooptimize.domain.entropy import squared_error
+from autooptimize.domain.entropy import partition_needs_attention, squared_error
 from autooptimize.errors import AutoOptimizeError
 from autooptimize.redact import redact
 from autooptimize.storage.models import EntropyHistory, PartitionStats
@@ -54,6 +54,12 @@ class PartitionFigures(MeanSquaredErrorMixin):
     sse: int
     total_bytes: int
     small_files: int
+    small_bytes: int = 0
+
+    def needs_attention(self, target: int, tolerance: int) -> bool:
+        """The health rule (:func:`~autooptimize.domain.entropy.partition_needs_attention`)."""
+        return partition_needs_attention(self.sse, self.n_files, self.small_files, self.small_bytes, target,
+                                         tolerance)
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class ExactPartition:
     sse: int
     total_bytes: int
     small_files: int
+    small_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,7 @@ def exact_partition(spec_id: int, key: str, values: dict[str, Any], sizes: Seque
         sse=sum(squared_error(s, target) for s in sizes),
         total_bytes=sum(sizes),
         small_files=sum(1 for s in sizes if s < target),
+        small_bytes=sum(s for s in sizes if s < target),
     )
 
 
@@ -203,6 +211,8 @@ def apply_delta(
     sse_removed = sum(squared_error(s, target) for s in removed)
     small_added = sum(1 for s in added if s < target)
     small_removed = sum(1 for s in removed if s < target)
+    small_bytes_added = sum(s for s in added if s < target)
+    d_small_bytes = small_bytes_added - sum(s for s in removed if s < target)
     d_n = len(added) - len(removed)
     d_sse = sse_added - sse_removed
     d_bytes = sum(added) - sum(removed)
@@ -213,7 +223,7 @@ def apply_delta(
     stmt = insert(PartitionStats).values(
         table_id=table_id, spec_id=spec_id, partition_key=partition_key, partition_values=values,
         n_files=len(added), sse=sse_added, total_bytes=sum(added), small_files=small_added,
-        snapshot_id=snapshot_id, updated_at=func.now(),
+        small_bytes=small_bytes_added, snapshot_id=snapshot_id, updated_at=func.now(),
     ).on_conflict_do_update(
         index_elements=[c.table_id, c.spec_id, c.partition_key],
         set_={
@@ -221,10 +231,12 @@ def apply_delta(
             "sse": c.sse + d_sse,
             "total_bytes": c.total_bytes + d_bytes,
             "small_files": c.small_files + d_small,
+            "small_bytes": c.small_bytes + d_small_bytes,
             "snapshot_id": snapshot_id,
             "updated_at": func.now(),
         },
-    ).returning(c.n_files, c.sse, c.total_bytes, c.small_files, literal_column("(xmax = 0)").label("inserted"))
+    ).returning(c.n_files, c.sse, c.total_bytes, c.small_files, c.small_bytes,
+                literal_column("(xmax = 0)").label("inserted"))
     try:
         row = session.execute(stmt).one()
     except IntegrityError as exc:
@@ -233,7 +245,7 @@ def apply_delta(
             f"{table_id} would make its stats negative: {exc.orig}".strip()
         ) from None
     figures = PartitionFigures(spec_id, partition_key, int(row.n_files), int(row.sse), int(row.total_bytes),
-                               int(row.small_files))
+                               int(row.small_files), int(row.small_bytes))
     if (row.inserted and removed) or (figures.n_files == 0 and (figures.sse or figures.total_bytes)):
         raise StatsDrift(
             f"snapshot {snapshot_id} removes files from partition {partition_key!r} (spec {spec_id}) of table "
@@ -271,11 +283,11 @@ def replace_stats(
         session.execute(insert(PartitionStats), [
             {"table_id": table_id, "spec_id": p.spec_id, "partition_key": p.partition_key,
              "partition_values": p.values, "n_files": p.n_files, "sse": p.sse, "total_bytes": p.total_bytes,
-             "small_files": p.small_files, "snapshot_id": snapshot_id}
+             "small_files": p.small_files, "small_bytes": p.small_bytes, "snapshot_id": snapshot_id}
             for p in rows
         ])
-    written = [PartitionFigures(p.spec_id, p.partition_key, p.n_files, p.sse, p.total_bytes, p.small_files)
-               for p in rows]
+    written = [PartitionFigures(p.spec_id, p.partition_key, p.n_files, p.sse, p.total_bytes, p.small_files,
+                                p.small_bytes) for p in rows]
     gone = before - {(p.spec_id, p.partition_key) for p in rows}
     return written + [PartitionFigures(spec_id, key, 0, 0, 0, 0) for spec_id, key in sorted(gone)]
 
@@ -306,9 +318,9 @@ def partition_figures(session: Session, table_id: int) -> dict[PartitionId, Part
     c = PartitionStats.__table__.c
     return {
         (r.spec_id, r.partition_key): PartitionFigures(r.spec_id, r.partition_key, int(r.n_files), int(r.sse),
-                                                       int(r.total_bytes), int(r.small_files))
+                                                       int(r.total_bytes), int(r.small_files), int(r.small_bytes))
         for r in session.execute(
-            select(c.spec_id, c.partition_key, c.n_files, c.sse, c.total_bytes, c.small_files)
+            select(c.spec_id, c.partition_key, c.n_files, c.sse, c.total_bytes, c.small_files, c.small_bytes)
             .where(c.table_id == table_id)
         )
     }
@@ -326,3 +338,14 @@ def table_file_count(session: Session, table_id: int) -> int:
     c = PartitionStats.__table__.c
     return int(session.execute(select(func.coalesce(func.sum(c.n_files), 0)).where(c.table_id == table_id)).scalar_one())
 
+
+
+def median_partition_bytes(session: Session, table_id: int, exclude: PartitionId | None = None) -> int | None:
+    """The median bytes of the table's partitions that hold files, less ``exclude`` (the partition being
+    judged), or None when there is none: the history the merge policy cuts its tiers against."""
+    c = PartitionStats.__table__.c
+    where = [c.table_id == table_id, c.n_files > 0]
+    if exclude is not None:
+        where.append(tuple_(c.spec_id, c.partition_key) != tuple_(*exclude))
+    value = session.execute(select(func.percentile_cont(0.5).within_group(c.total_bytes)).where(*where)).scalar_one()
+    return None if value is None else int(value)

@@ -24,13 +24,13 @@ import pytest
 from autooptimize import api
 from autooptimize.cli import main as cli_main
 from autooptimize.config import get_settings
-from autooptimize.errors import AutoOptimizeError
+from autooptimize.errors import AutoOptimizeError, ServiceUnavailable
 from autooptimize.services import tracking
 from tests.integration.state import assert_unchanged, everything
 from tests.integration.tables import DAY1, DAY2, identifier, make_table
 
 SEED = 20261113
-CASES = 50
+CASES = 165
 CASE_SECONDS = 30  # a bad input is refused at once; one that is accepted may wait for ever
 
 
@@ -44,6 +44,9 @@ class Case:
     argv: list[str] | None = None
     call: Callable[[str], Any] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    code: int = 2  # 3: a service that cannot be reached
+    yaml: str | None = None  # the text of a .pyiceberg.yaml in a directory of its own (PYICEBERG_HOME)
+    secret: str | None = None  # must appear nowhere in what is printed
 
     def __repr__(self) -> str:
         what = self.argv if self.argv is not None else "api"
@@ -234,11 +237,88 @@ def revisions(rng: random.Random) -> Case:
     return Case("revision", ("revision", repr(bad)), argv=["db", "upgrade", bad])
 
 
-GENERATORS = (identifiers, partitions, sizes, durations, options, urls, env_vars, revisions)
+CLOSED_PORT = 9  # nothing listens there (discard): connections are refused at once
+
+
+def _catalog_name(rng: random.Random) -> str:
+    return "fz" + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(10))
+
+
+def _secret(rng: random.Random) -> str:
+    return "S3cr3t-" + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(16))
+
+
+def _catalog_command(rng: random.Random) -> list[str]:
+    return rng.choice([["explain", "T"], ["optimize", "T", "--dry-run"], ["scan", "T"], ["track", "T"]])
+
+
+def pyiceberg_files(rng: random.Random) -> Case:
+    """A malformed .pyiceberg.yaml holding a credential: a ConfigError naming the file, quoting none of it."""
+    name, secret = _catalog_name(rng), _secret(rng)
+    text = rng.choice([
+        f"catalog:\n  {name}:\n    uri: http://rest:8181\n    credential: {secret}\n   token: [unclosed\n",
+        f"catalog:\n\t{name}:\n\t\tcredential: {secret}\n",
+        f"catalog: [{name}, credential: {secret}\n",
+        f"catalog:\n  {name}:\n    credential: {secret}\n    credential: {secret}x\n",
+        f"catalog:\n  {name}:\n    credential: '{secret}\n",
+        f"- {name}\n- credential: {secret}\n",
+        f"catalog:\n  {name}: {{uri: http://rest:8181, credential: {secret}\n",
+        f"catalog:\n  {name}:\n    credential: {secret}\n  - broken\n",
+    ])
+    if rng.random() < 0.25:
+        return Case("pyiceberg.yaml", (".pyiceberg.yaml",), call=lambda t: api.status(t), env={"AO_CATALOG": name},
+                    yaml=text, secret=secret)
+    return Case("pyiceberg.yaml", (".pyiceberg.yaml",), argv=_catalog_command(rng), env={"AO_CATALOG": name},
+                yaml=text, secret=secret)
+
+
+def catalog_configs(rng: random.Random) -> Case:
+    """A catalog configured wrongly (unknown type, no URI, an implementation that does not exist, no
+    configuration at all): exit 2 naming the catalog, its secrets masked."""
+    name, secret = _catalog_name(rng), _secret(rng)
+    prefix = f"PYICEBERG_CATALOG__{name.upper()}__"
+    env = rng.choice([
+        {prefix + "TYPE": "nosuchtype", prefix + "URI": "http://rest:8181", prefix + "CREDENTIAL": secret},
+        {prefix + "URI": "ftp://lake.example/x", prefix + "TOKEN": secret},
+        {prefix + "PY-CATALOG-IMPL": "no_such_module.NoSuchCatalog", prefix + "TOKEN": secret},
+        {prefix + "TYPE": "sql", prefix + "URI": f"mysql+nosuchdriver://u:{secret}@127.0.0.1/x"},
+        {prefix + "TYPE": "rest", prefix + "CREDENTIAL": secret},
+        {},  # AO_CATALOG names a catalog nothing configures
+    ])
+    needles = (name,)
+    if rng.random() < 0.25:
+        return Case("catalog", needles, call=lambda t: api.status(t), env={"AO_CATALOG": name, **env}, secret=secret)
+    return Case("catalog", needles, argv=_catalog_command(rng), env={"AO_CATALOG": name, **env}, secret=secret)
+
+
+def unreachable_catalogs(rng: random.Random) -> Case:
+    """A catalog of each kind that does not answer: exit 3 naming it, its credentials nowhere."""
+    name, secret = _catalog_name(rng), _secret(rng)
+    prefix = f"PYICEBERG_CATALOG__{name.upper()}__"
+    _kind, env = rng.choice([
+        ("rest", {prefix + "TYPE": "rest", prefix + "URI": f"http://127.0.0.1:{CLOSED_PORT}",
+                  prefix + "CREDENTIAL": f"client:{secret}"}),
+        ("rest", {prefix + "URI": f"http://127.0.0.1:{CLOSED_PORT}/catalog", prefix + "TOKEN": secret}),
+        ("hive", {prefix + "TYPE": "hive", prefix + "URI": f"thrift://127.0.0.1:{CLOSED_PORT}"}),
+        ("hive", {prefix + "URI": f"thrift://u:{secret}@127.0.0.1:{CLOSED_PORT}"}),
+        ("sql", {prefix + "TYPE": "sql", prefix + "URI": f"postgresql+psycopg2://u:{secret}@127.0.0.1:{CLOSED_PORT}/x"}),
+        ("sql", {prefix + "URI": f"postgresql+psycopg2://u:{secret}@127.0.0.1:{CLOSED_PORT}/lake"}),
+    ])
+    secret_used = secret if any(secret in v for v in env.values()) else None
+    if rng.random() < 0.25:
+        return Case("unreachable", (name,), call=lambda t: api.optimize(t, dry_run=True),
+                    env={"AO_CATALOG": name, **env}, code=3, secret=secret_used)
+    return Case("unreachable", (name,), argv=rng.choice([["explain", "T"], ["optimize", "T", "--dry-run"],
+                                                         ["scan", "T"]]),
+                env={"AO_CATALOG": name, **env}, code=3, secret=secret_used)
+
+
+GENERATORS = (identifiers, partitions, sizes, durations, options, urls, env_vars, revisions, pyiceberg_files,
+              catalog_configs, unreachable_catalogs)
 
 
 def fuzzed_cases() -> list[Case]:
-    """Fifty cases, every kind of input several times, the same ones on every run."""
+    """CASES cases, every kind of input many times, the same ones on every run."""
     rng = random.Random(SEED)
     return [GENERATORS[i % len(GENERATORS)](rng) for i in range(CASES)]
 
@@ -256,15 +336,19 @@ def fuzz_table(settings, catalog) -> str:
 
 
 def _run(case: Case, table: str, capsys: pytest.CaptureFixture[str]) -> tuple[int | str, str]:
-    """The exit code (the API: 2 for our error) and the message; anything else raised is a failure."""
+    """The exit code (the API: 2 for our error, 3 for an unreachable service) and everything printed or
+    raised; anything else raised is a failure."""
     try:
         if case.argv is not None:
             code = cli_main([table if a == "T" else a for a in case.argv])
-            return code, capsys.readouterr().err
+            printed = capsys.readouterr()
+            return code, printed.err + printed.out
         assert case.call is not None
         case.call(table)
+    except ServiceUnavailable as exc:
+        return (3 if case.call is not None else "raised"), str(exc) + capsys.readouterr().err
     except AutoOptimizeError as exc:
-        return (2 if case.call is not None else "raised"), str(exc)
+        return (2 if case.call is not None else "raised"), str(exc) + capsys.readouterr().err
     except Exception:  # a traceback instead of a message
         return "raised", traceback.format_exc()
     except _TooLong:
@@ -280,16 +364,23 @@ def _too_long(_signum: int, _frame: object) -> None:
     raise _TooLong
 
 
-def test_fifty_fuzzed_inputs_exit_2_name_the_input_and_change_nothing(settings, fuzz_table, capsys, monkeypatch):
+def test_fuzzed_inputs_exit_2_or_3_name_the_input_print_no_secret_and_change_nothing(
+        settings, fuzz_table, capsys, monkeypatch, tmp_path):
     cases = fuzzed_cases()
-    assert len(cases) == CASES and {c.label for c in cases} == {g.__name__.rstrip("s") if g is not env_vars
-                                                                 else "env" for g in GENERATORS} | {"duration"}
+    assert len(cases) == CASES >= 150
+    assert {c.label for c in cases} >= {"identifier", "partition", "size", "duration", "option", "url", "env",
+                                        "revision", "pyiceberg.yaml", "catalog", "unreachable"}
     failures = []
-    for case in cases:
+    for n, case in enumerate(cases):
         before = everything(settings)
         with monkeypatch.context() as env:
             for name, value in case.env.items():
                 env.setenv(name, value)
+            if case.yaml is not None:
+                home = tmp_path / f"pyiceberg-{n}"
+                home.mkdir()
+                (home / ".pyiceberg.yaml").write_text(case.yaml)
+                env.setenv("PYICEBERG_HOME", str(home))
             get_settings.cache_clear()
             previous = signal.signal(signal.SIGALRM, _too_long)
             signal.alarm(CASE_SECONDS)
@@ -299,9 +390,10 @@ def test_fifty_fuzzed_inputs_exit_2_name_the_input_and_change_nothing(settings, 
                 signal.alarm(0)
                 signal.signal(signal.SIGALRM, previous)
                 get_settings.cache_clear()
-        problems = [] if code == 2 else [f"exit {code}"]
+        problems = [] if code == case.code else [f"exit {code}, not {case.code}"]
         problems += [f"message lacks {n!r}" for n in case.needles if n not in message]
         problems += ["traceback"] if "Traceback" in message else []
+        problems += ["the secret was printed"] if case.secret and case.secret in message else []
         try:
             assert_unchanged(before, everything(settings), repr(case))
         except AssertionError as exc:
@@ -309,6 +401,7 @@ def test_fifty_fuzzed_inputs_exit_2_name_the_input_and_change_nothing(settings, 
         if problems:
             failures.append(f"{case!r}: {'; '.join(problems)}\n    {message.strip()[-400:]}")
     assert not failures, f"{len(failures)} of {CASES} fuzzed inputs misbehaved:\n" + "\n".join(failures)
+    assert sum(c.code == 3 for c in cases) >= 10 and sum(c.secret is not None for c in cases) >= 30
 
 
 @pytest.mark.parametrize(("argv", "env", "needles"), [
@@ -326,4 +419,21 @@ def test_the_findings_as_real_commands(settings, fuzz_table, argv, env, needles)
     for needle in needles:
         assert needle in result.stderr, (needle, result.stderr)
     assert "Traceback" not in result.stderr
+    assert_unchanged(before, everything(settings), " ".join(argv))
+
+
+@pytest.mark.parametrize("argv", [["status"], ["explain", "T"], ["track", "T"]])
+def test_a_malformed_pyiceberg_yaml_as_a_real_command(settings, fuzz_table, tmp_path, argv):
+    """pyiceberg reads the file when its catalog module is imported: the check runs before that import."""
+    secret = "S3cr3t-" + uuid.uuid4().hex
+    (tmp_path / ".pyiceberg.yaml").write_text(
+        f"catalog:\n  lake:\n    uri: http://rest:8181\n    credential: {secret}\n   token: [unclosed\n")
+    before = everything(settings)
+    result = subprocess.run([sys.executable, "-m", "autooptimize.cli", *[fuzz_table if a == "T" else a for a in argv]],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYICEBERG_HOME": str(tmp_path), "AO_CATALOG": "lake"})
+    assert result.returncode == 2, result.stderr
+    assert f"{tmp_path}/.pyiceberg.yaml" in result.stderr and "line 5" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert secret not in result.stderr + result.stdout
     assert_unchanged(before, everything(settings), " ".join(argv))

@@ -1,5 +1,5 @@
 """Catalogs: an unconfigured AO_CATALOG, errors that name the catalog's URI, the listener's polling path
-forced on the SQL catalog, and every snippet of the README's "Your lake" section (the SQL one creates a
+forced on the SQL catalog, and every snippet of docs/catalogs.md's "Your lake" section (the SQL one creates a
 table on an S3 server on loopback, the Spark ones talk to the test session's Spark Connect server)."""
 
 from __future__ import annotations
@@ -171,10 +171,10 @@ def test_forced_polling_lists_every_tracked_table_and_the_listener_sees_a_writer
     assert any(t == table_id for t, _, _ in seen)  # small files over the target: handed to decide
 
 
-# --- the README's "Your lake" snippets -----------------------------------------------------------------
+# --- docs/catalogs.md's "Your lake" snippets -----------------------------------------------------------------
 
 def _your_lake() -> str:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "catalogs.md").read_text()
     start = text.index("\n## Your lake\n")
     return text[start: text.index("\n## ", start + 1)]
 

@@ -51,8 +51,8 @@ def _table(catalog):
 def _merge(settings, table, spark, hooks=None):
     ident = ".".join(table.name()[-2:])
     tracking.track(settings, ident, target_file_size="1MiB")
-    # Spark's reader is the subject here (the pyarrow path reads through pyiceberg's name mapping)
-    action_id = actions.submit(settings, ident, dispatch=False, options={"engine": "spark"})
+    # Spark SQL's reader is the subject here (the pyarrow path reads through pyiceberg's name mapping)
+    action_id = actions.submit(settings, ident, dispatch=False, options={"engine": "spark_sql"})
     return actions.execute(settings, action_id, spark=spark, hooks=hooks)
 
 

@@ -55,9 +55,10 @@ class Crash(BaseException):
     """Stands for the worker dying at a chosen point (not an Exception: nothing may catch it)."""
 
 
-# the pyarrow path (the default for a local group of up to AO_ARROW_GROUP_BYTES, and the one a table on
-# an object store takes, as a Spark task) and Spark's own job
-ENGINES = pytest.mark.parametrize("engine", [{}, {"engine": "spark"}], ids=["auto-arrow", "spark"])
+# the default engine (pyarrow on the executors, one Spark job per action), Spark SQL's own job, and
+# pyarrow in the worker (local)
+ENGINES = pytest.mark.parametrize("engine", [{}, {"engine": "spark_sql"}, {"engine": "local"}],
+                                 ids=["spark", "spark_sql", "local"])
 
 
 def _submit(settings, table, partition: str | None = "day=2026-01-01", **kw):

@@ -73,8 +73,11 @@ def _retry(settings, action_id, spark, timeout=120.0):
 
 
 def _temporary_dirs(table) -> list[str]:
+    """Where a write is under way: a Spark SQL job's _temporary, or a task's .writing marker (the default
+    engine's executors write their files in place, spark_actors/group_tasks.writing)."""
     root = table.location().removeprefix("file://")
-    return [d for d, _, _ in os.walk(root) if d.endswith("/_temporary") and "/ao-" in d]
+    return [d for d, _, names in os.walk(root)
+            if "/ao-" in d and (d.endswith("/_temporary") or any(n.endswith(".writing") for n in names))]
 
 
 def _assert_exactly_once(table, action_id, before, second, files_before):
@@ -98,9 +101,8 @@ def test_kill_9_at_each_step_then_retry_commits_exactly_once(settings, spark, ca
     ident = identifier(table)
     before, second = table_checksum(table), second_reader_checksum(table)
     files_before = set(live_files(table))
-    # on Spark: its job must be killed mid-write and fenced (the pyarrow path is too quick to be caught)
-    action_id = actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False,
-                               options={"engine": "spark"})
+    # the default engine: the worker dies while its action's Spark job writes; the retry fences that job
+    action_id = actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False)
 
     child = _child(action_id, point)
     if point == "during_write":
@@ -140,8 +142,8 @@ def test_spark_server_restart_mid_action_is_survived_on_retry(settings, spark, c
     table = _table(catalog)
     before, second = table_checksum(table), second_reader_checksum(table)
     files_before = set(live_files(table))
-    action_id = actions.submit(settings, identifier(table), partition="day=2026-01-01", dispatch=False,
-                               options={"engine": "spark"})  # the Spark server restarts under its job
+    # the default engine: the Spark server restarts under the action's job
+    action_id = actions.submit(settings, identifier(table), partition="day=2026-01-01", dispatch=False)
     first: dict = {}
 
     def run() -> None:
@@ -180,9 +182,8 @@ def test_kill_9_during_a_delete_compaction_write_then_retry(settings, spark, cat
     files = data_files(table, "day=2026-01-01")
     delete_positions(table, {f: range(0, 30_000, 7) for f in files})
     expected = reference_checksum(table)
-    # on Spark, as above: the pyarrow path finishes before it could be caught mid-write
-    action_id = actions.submit(settings, ident, partition="day=2026-01-01", kind="compact_deletes", dispatch=False,
-                               options={"engine": "spark"})
+    # the default engine, as above
+    action_id = actions.submit(settings, ident, partition="day=2026-01-01", kind="compact_deletes", dispatch=False)
 
     child = _child(action_id, "during_write")
     deadline = time.monotonic() + 180

@@ -19,11 +19,12 @@ def test_a_judged_partition_is_not_resubmitted_until_it_changes(settings, catalo
     with session_scope(settings) as s:
         table_id = tracked_table(s, settings.catalog, ident).id
 
-    # one small file: decide measures it, finds nothing worth doing, records why, submits nothing
+    # one small file: decide measures it, finds it at its best layout (the health rule), records why,
+    # submits nothing
     assert submit_for_partition(settings, table_id, 0, key_of(DAY1), dispatch=False) is None
     with session_scope(settings) as s:
         skipped = _decisions(s, table_id)
-    assert [(e.event, e.detail["reason"]) for e in skipped] == [("decision.skipped", "nothing_to_merge")]
+    assert [(e.event, e.detail["reason"]) for e in skipped] == [("decision.skipped", "below_threshold")]
     # unchanged: not measured again (no second record)
     assert submit_for_partition(settings, table_id, 0, key_of(DAY1), dispatch=False) is None
     with session_scope(settings) as s:

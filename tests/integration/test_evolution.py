@@ -182,7 +182,7 @@ def _spark_row(i: int, evolved: bool) -> dict:
     return row
 
 
-@pytest.mark.parametrize("engine", ["spark", "arrow"])
+@pytest.mark.parametrize("engine", ["spark", "spark_sql", "local"])
 def test_each_path_rewrites_renamed_widened_dropped_and_added_columns(settings, spark, catalog, engine):
     table = _new_table(catalog, SPARK_SCHEMA)
     for start in (0, 20, 40):
@@ -249,7 +249,7 @@ def test_arrow_path_rewrites_uuid_fixed_list_map_and_evolved_columns(settings, s
     out, groups = _merge(settings, spark, table)
 
     assert out["state"] == "succeeded", out
-    assert [g["engine"] for g in groups] == ["arrow"]
+    assert [g["engine"] for g in groups] == ["spark"]  # the default: a task on an executor
     assert out["rows_in"] == out["rows_out"] == 120 and out["checksum_in"] == out["checksum_out"]
     _assert_same(table, before)
     path = _live_paths(table)[0].removeprefix("file://")
@@ -318,11 +318,11 @@ def test_files_without_field_ids_are_read_by_name_in_their_own_group(settings, s
     before = pyiceberg_rows(table)
     assert len(before) == 150 and all(r[1] is not None for r in before)
 
-    out, groups = _merge(settings, spark, table, engine="spark")  # files with ids on Spark, the others not
+    out, groups = _merge(settings, spark, table, engine="spark_sql")  # ids: Spark SQL; the others: executors
 
     assert out["state"] == "succeeded", out
-    assert sorted(g["engine"] for g in groups) == ["arrow", "spark"]
-    by_name = next(g for g in groups if g["engine"] == "arrow")
+    assert sorted(g["engine"] for g in groups) == ["spark", "spark_sql"]
+    by_name = next(g for g in groups if g["engine"] == "spark")
     assert sorted(by_name["inputs"]) == sorted(added)  # never mixed with files that carry ids
     assert (out["files_in"], out["files_out"]) == (6, 2)
     _assert_same(table, before)

@@ -105,7 +105,15 @@ def _optimized_as_decided(settings, spark, java, name: str, *, v3: bool, also: t
     return {"decided": decided, "outcomes": outcomes}
 
 
-def test_v3_deletion_vectors_written_by_java_are_folded_keeping_row_lineage(settings, spark, catalog, iceberg_java):
+# the default engine (pyarrow tasks of one Spark job on the executors) and the worker's own (local); a v3
+# table never takes spark_sql (Spark's Parquet IO carries no row lineage), asking for it runs the default
+V3_ENGINES = pytest.mark.parametrize("engine", [{}, {"engine": "local"}, {"engine": "spark_sql"}],
+                                     ids=["spark", "local", "spark_sql"])
+
+
+@V3_ENGINES
+def test_v3_deletion_vectors_written_by_java_are_folded_keeping_row_lineage(settings, spark, catalog, iceberg_java,
+                                                                           engine):
     name = _name()
     _create(iceberg_java, name, 3)
     iceberg_java.run(f"DELETE FROM {name} WHERE id % 7 = 0", f"UPDATE {name} SET v = -v WHERE id % 11 = 0",
@@ -118,7 +126,7 @@ def test_v3_deletion_vectors_written_by_java_are_folded_keeping_row_lineage(sett
 
     explained = explain(settings, name)
     assert {p["action"] for p in explained["partitions"]} == {"compact_deletes"}, explained
-    out = _run(settings, spark, name, kind="compact_deletes", partition=None)
+    out = _run(settings, spark, name, kind="compact_deletes", partition=None, options=engine)
     assert out["state"] == "succeeded", out
     table.refresh()
     assert not [r for r in table.inspect.files().to_pylist() if r["content"] != 0]
@@ -129,7 +137,9 @@ def test_v3_deletion_vectors_written_by_java_are_folded_keeping_row_lineage(sett
     assert _lineage(iceberg_java, name) == lineage
 
 
-def test_v3_merge_folds_deletion_vectors_of_its_inputs_and_keeps_row_lineage(settings, spark, catalog, iceberg_java):
+@V3_ENGINES
+def test_v3_merge_folds_deletion_vectors_of_its_inputs_and_keeps_row_lineage(settings, spark, catalog, iceberg_java,
+                                                                            engine):
     name = _name()
     _create(iceberg_java, name, 3)
     for step in range(3):  # several UPDATEs: DVs replaced by newer ones, rows moved to new files
@@ -139,7 +149,7 @@ def test_v3_merge_folds_deletion_vectors_of_its_inputs_and_keeps_row_lineage(set
     table = catalog.load_table(name)
     files_before = len([r for r in table.inspect.files().to_pylist() if r["content"] == 0])
 
-    out = _run(settings, spark, name, kind="merge", partition=None)
+    out = _run(settings, spark, name, kind="merge", partition=None, options=engine)
     assert out["state"] == "succeeded", out
     assert not out.get("skipped"), out
     table.refresh()
@@ -154,6 +164,22 @@ def test_v3_merge_folds_deletion_vectors_of_its_inputs_and_keeps_row_lineage(set
     _java_maintenance_still_works(iceberg_java, name)
     assert _state(iceberg_java, name) == before
     assert _lineage(iceberg_java, name) == lineage
+
+
+@pytest.mark.parametrize("kind,options", [("sort", {"sort_order": "v"}), ("zorder", {"zorder_columns": "id, v"})])
+def test_v3_sort_and_zorder_are_refused_before_writing(settings, spark, catalog, iceberg_java, kind, options):
+    name = _name()
+    _create(iceberg_java, name, 3)
+    iceberg_java.run(f"DELETE FROM {name} WHERE id % 7 = 0")
+    before = _state(iceberg_java, name)
+    table = catalog.load_table(name)
+    snapshot = table.current_snapshot().snapshot_id
+
+    out = _run(settings, spark, name, kind=kind, partition=None, options=options)
+    assert out["state"] == "refused" and out["reason"] == "v3_lineage_not_supported", out
+    table.refresh()
+    assert table.current_snapshot().snapshot_id == snapshot
+    assert _state(iceberg_java, name) == before
 
 
 def test_v2_table_upgraded_to_v3_with_old_position_deletes_live(settings, spark, catalog, iceberg_java):

@@ -383,8 +383,9 @@ def test_changed_tables_finds_exactly_the_tables_with_new_metadata(settings, cat
 
 
 def test_partitions_over_threshold_are_enqueued_once_and_the_rest_counted(settings, catalog):
-    table = make_table(catalog, {DAY1: 4, DAY2: 1}, rows=20, name="att")
-    # DAY1: four tiny files, MSE ≥ T²; DAY3 gets one file above the target: error 0
+    table = make_table(catalog, {DAY1: 4, DAY2: 2}, rows=20, name="att")
+    # DAY1: four tiny files, DAY2 two: each beyond the best layout its bytes allow (one tiny file alone
+    # would be healthy: the health rule); DAY3 gets one file above the target: error 0
     table_id = _track(settings, table)
     calls: list[tuple[int, int, str]] = []
     report = observe_table(settings, identifier(table), on_attention=lambda *a: calls.append(a))

@@ -13,7 +13,10 @@ from datetime import UTC, datetime
 
 import pytest
 import redis
+from sqlalchemy import column as sa_column
 from sqlalchemy import create_engine, insert, select
+from sqlalchemy import table as sa_table
+from sqlalchemy.dialects.postgresql import JSONB
 
 from autooptimize import api
 from autooptimize.cli import main as cli_main
@@ -105,6 +108,12 @@ def test_an_ad_hoc_action_tracks_with_the_safe_defaults(settings, catalog):
     assert set(_tracked(settings, ident).allowed_actions).isdisjoint(DESTRUCTIVE_ACTIONS)
 
 
+# ao_tracked_tables as revision 0005 has it: an insert through the model would name the model's later columns
+_TRACKED_0005 = sa_table("ao_tracked_tables", *(sa_column(n) for n in (
+    "catalog", "identifier", "target_file_size", "tolerance", "min_input_files", "priority_class", "weight",
+    "min_interval_seconds", "enabled")), sa_column("allowed_actions", JSONB))
+
+
 def test_migration_turns_off_only_the_old_default(settings):
     """Tables tracked by earlier versions: the old default (all six kinds) loses the destructive two, a list
     someone narrowed is kept, each change is audited, and the downgrade gives exactly those back."""
@@ -120,7 +129,7 @@ def test_migration_turns_off_only_the_old_default(settings):
         with session_scope(mig) as s:  # only the columns revision 0005 has (not the model's later ones)
             for name, allowed in (("a.everything", old_default), ("a.narrowed", ["merge", "expire_snapshots"]),
                                   ("a.merge_only", ["merge"])):
-                s.execute(insert(TrackedTable.__table__).values(
+                s.execute(insert(_TRACKED_0005).values(
                     catalog="c", identifier=name, target_file_size=1, tolerance=1, min_input_files=2,
                     priority_class="normal", weight=1, allowed_actions=allowed, min_interval_seconds=0,
                     enabled=True))

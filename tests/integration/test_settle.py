@@ -1,11 +1,12 @@
-"""The live-partition policy end to end: a partition being written waits; once settled it is judged again
-and merged, without a new snapshot asking."""
+"""The live-partition policy end to end: a partition being written waits; once cold it is judged again
+and finished, without a new snapshot asking."""
 
 from __future__ import annotations
 
 import time
 
 from autooptimize.services import tracking
+from autooptimize.services.explain import explain
 from autooptimize.services.observe.roll import observe_table
 from autooptimize.services.submit_decided import on_attention_handler, settled_partitions
 from autooptimize.storage.db import session_scope
@@ -14,21 +15,27 @@ from tests.fakes import RecordingDispatch
 from tests.integration.tables import DAY1, identifier, key_of, make_table
 
 
-def test_a_live_partition_waits_then_merges_once_settled(settings, catalog):
-    live = settings.model_copy(update={"merge_policy": "tiered", "settle_seconds": 3.0, "merge_fan_in": 8})
+def test_a_live_partition_waits_then_is_finished_once_cold(settings, catalog):
+    live = settings.model_copy(update={"merge_policy": "tiered", "settle_seconds": 1.0,
+                                     "cold_after_seconds": 3.0, "merge_fan_in": 8})
     table = make_table(catalog, {DAY1: 3}, rows=10, name="settle")
     ident = identifier(table)
     tracking.track(live, ident, target_file_size="1MiB")
     port = RecordingDispatch()
     handler = on_attention_handler(live, port)
     observe_table(live, ident, on_attention=handler)
-    # three tiny files just written: live, fewer than TINY_FAN_IN (4) of them: nothing submitted yet
+    assert [r["rule"] for r in explain(live, ident)["partitions"]] == ["live_wait"]
+    # three files just written, fewer than fan_in (8) and not tiny against the partition's own bytes: wait
     assert port.tickets == []
     table_id = tracking.ensure_tracked(live, ident)
     assert settled_partitions(live) == [] or all(t != table_id for t, _, _ in settled_partitions(live))
-    time.sleep(live.settle_seconds + 0.5)
+    time.sleep(live.settle_seconds + 0.5)  # settled is not cold: still not handed over
+    assert [p for p in settled_partitions(live) if p[0] == table_id] == []
+    time.sleep(live.cold_after_seconds - live.settle_seconds)
     due = [p for p in settled_partitions(live) if p[0] == table_id]
     assert due == [(table_id, 0, key_of(DAY1))]
+    [row] = explain(live, ident)["partitions"]
+    assert (row["rule"], row["action"], row["files_replaced"]) == ("cold_finish", "merge", 3)
     for t, spec, key in due:
         handler(t, spec, key)
     assert len(port.tickets) == 1 and port.tickets[0].partition == key_of(DAY1)

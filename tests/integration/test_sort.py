@@ -60,7 +60,7 @@ def _run(settings, spark, table, partition="day=2026-01-01", **options):
     return actions.execute(settings, action_id, spark=spark)
 
 
-@pytest.mark.parametrize("engine", ["spark", "arrow"])
+@pytest.mark.parametrize("engine", ["spark", "spark_sql", "local"])
 def test_sort_writes_disjoint_sorted_files_and_keeps_every_row(settings, spark, catalog, engine):
     table = _interleaved(catalog, f"sort_interleaved_{engine}")
     ident = identifier(table)

@@ -83,9 +83,9 @@ def _run(settings, spark, table, **options):
     return action_id, actions.execute(settings, action_id, spark=spark)
 
 
-# the pyarrow path (numpy z-values, spark_actors/zorder_arrow.py; the default for a group up to a quarter
-# of AO_ARROW_GROUP_BYTES, and the path on object stores) and Spark's expression (spark_actors/zorder.py)
-ENGINES = pytest.mark.parametrize("engine", ["auto", "spark"])
+# the default engine (numpy z-values on the executors, spark_actors/zorder_arrow.py) and Spark SQL's
+# expression (spark_actors/zorder.py)
+ENGINES = pytest.mark.parametrize("engine", ["spark", "spark_sql"])
 
 
 @ENGINES
@@ -134,7 +134,7 @@ def test_z_values_equal_the_reference_with_nulls_strings_and_timestamps(settings
     assert table_checksum(table) == before and second_reader_checksum(table) == second
     with session_scope(settings) as session:
         engines = {g["engine"] for g in get_action(session, action_id).checkpoint["groups"]}
-    assert engines == {"arrow" if engine == "auto" else "spark"}
+    assert engines == {engine}
     from pyspark.sql import functions as F
 
     from spark_actors.zorder import z_column

@@ -194,3 +194,33 @@ def test_no_import_cycle_between_packages() -> None:
 def test_module_is_at_most_400_lines(module: str) -> None:
     lines = len(SOURCES[module].read_text().splitlines())
     assert lines <= MAX_LINES, f"{SOURCES[module].relative_to(ROOT)} has {lines} lines (at most {MAX_LINES})"
+
+
+def test_every_path_in_the_where_to_find_it_table_exists():
+    """docs/architecture.md's "Where each thing lives": a reader finds each concept at the path it names."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "architecture.md").read_text()
+    section = text[text.index("## Where each thing lives"):]
+    section = section[:section.index("\n## ", 1)]
+    missing, seen = [], 0
+    for line in section.splitlines():
+        if not line.startswith("| ") or line.startswith("| concern"):
+            continue
+        for token in re.findall(r"`([^`]+)`", line.rsplit("|", 2)[-2]):
+            path = token.split()[0]
+            if not re.search(r"\.py$|\.py\}|/$|\}$", path) and "/" not in path:
+                continue
+            match = re.match(r"^(.*)\{([^}]*)\}(.*)$", path)
+            paths = [f"{match.group(1)}{alt}{match.group(3)}" for alt in match.group(2).split(",")] if match else [path]
+            for one in paths:
+                if not one.endswith(".py") and not one.endswith("/"):
+                    continue
+                seen += 1
+                candidates = [root / one, root / "autooptimize" / one]
+                if not any(c.exists() for c in candidates):
+                    missing.append(one)
+    assert seen >= 40, f"only {seen} paths found: the table's format changed"
+    assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"

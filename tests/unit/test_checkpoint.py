@@ -11,16 +11,22 @@ from autooptimize.services.rewrite.verify import verify_group
 BASE = {"spec_id": 0, "partition": "day=2024-01-01", "inputs": ["a", "b"], "outputs": ["c"], "bytes_in": 20,
         "bytes_out": 12, "rows_in": 10, "rows_out": 10, "checksum_in": "10:a:b", "checksum_out": "10:a:b",
         "output_sizes": [12]}
-SPARK = {"sort_order_id": None, **BASE, "engine": "spark"}
+SPARK_SQL = {"sort_order_id": None, **BASE, "engine": "spark_sql"}
+SPARK = {**BASE, "engine": "spark", "executor": "host-1:4242"}
 SORTED_PART = {**BASE, "sort_order_id": 1, "engine": "spark", "part": 2}
-RESPEC = {**BASE, "engine": "arrow", "output_partitions": [[1, ["00ff", None]]]}
+RESPEC = {**BASE, "engine": "local", "output_partitions": [[1, ["00ff", None]]]}
 COMPACT = {**BASE, "deletes": ["d1"], "scope": ["d1", "d2"], "refs": {"d1": ["a"]}, "rows_deleted": 3,
            "rows_out": 7, "checksum_out": "7:1:2"}
 
 
-@pytest.mark.parametrize("entry", [SPARK, SORTED_PART, RESPEC, COMPACT])
+@pytest.mark.parametrize("entry", [SPARK_SQL, SPARK, SORTED_PART, RESPEC, COMPACT])
 def test_group_entries_round_trip(entry):
     assert GroupResult.from_dict(entry).to_dict() == entry
+
+
+@pytest.mark.parametrize("engine", ["arrow", "arrow_on_spark", "auto"])
+def test_groups_recorded_under_the_old_engine_names_still_load(engine):
+    assert GroupResult.from_dict({**BASE, "engine": engine}).engine == engine
 
 
 def test_checkpoints_of_every_shape_load():

@@ -31,3 +31,13 @@ def test_json_errors_keep_their_exit_code(monkeypatch, capsys, error, code):
 def test_version(capsys):
     assert main(["--version"]) == 0  # argparse's exit is returned as the code (the CLI runs in-process too)
     assert capsys.readouterr().out.strip() == f"autooptimize {__version__}"
+
+
+@pytest.mark.parametrize("argv", [["status", "--json", "--bogus"], ["optimize", "--json"],
+                                  ["track", "db.t", "--json", "--weight", "0"]])
+def test_json_argument_errors_answer_on_stdout(capsys, argv):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    error = json.loads(out)["error"]
+    assert error["exit_code"] == 2 and error["type"] == "InvalidArgument"
+    assert "autooptimize" in error["message"] and error["message"].split(": ", 1)[1].split(" (see")[0] in err

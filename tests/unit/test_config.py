@@ -61,7 +61,12 @@ def test_defaults_are_the_documented_ones(monkeypatch):
      # names, paths and the rest
      ("AO_FLOWER_USER", "ad:min", "no ':'"), ("AO_FLOWER_USER", "", "user name"),
      ("AO_FLOWER_ADDRESS", "0.0.0.0; rm", "host name"), ("AO_HOME", "/tmp/a\nb", "control characters"),
-     ("AO_SPARK_DRIVER_MEMORY", "lots", "512m"), ("AO_CATALOG", "cat\n", "catalog name")],
+     ("AO_SPARK_DRIVER_MEMORY", "lots", "512m"), ("AO_CATALOG", "cat\n", "catalog name"),
+     # an empty home is not "the working directory"; a class named twice is not two classes
+     ("AO_HOME", "", "not empty"), ("AO_HOME", "  ", "not empty"), ("AO_BUFFER_ROOT", "", "not empty"),
+     ("AO_PRIORITY_CLASSES", "high,high", "high given more than once"),
+     ("AO_PRIORITY_CLASSES", "high,low,normal,low", "low given more than once"),
+     ("AO_RETENTION_AUDIT_DAYS", "0", "greater than 0"), ("AO_RETENTION_SWEEP_SECONDS", "1", "greater than")],
 )
 def test_invalid_settings_name_the_variable(monkeypatch, name, value, needle):
     monkeypatch.setenv(name, value)

@@ -18,11 +18,14 @@ from autooptimize.domain.entropy import (
 from autooptimize.domain.planning import PlanFile
 from autooptimize.domain.policy import (
     LIVE_LARGE_DIVISOR,
+    SKIP_RULES,
     TINY_DIVISOR,
     TINY_FAN_IN,
     PolicyPlan,
+    PolicyTuning,
     capped_bytes,
     is_live,
+    partition_scale,
     plan_partition,
 )
 from autooptimize.errors import InvalidArgument
@@ -75,70 +78,102 @@ def _sse_n(sizes: Sequence[int]) -> tuple[int, int]:
     return stats.sse, stats.n
 
 
-@pytest.mark.parametrize("live", [True, False])
-@pytest.mark.parametrize("fan_in", [2, 4, 8, 16])
-def test_one_late_file_never_rewrites_the_merged_hour(live: bool, fan_in: int) -> None:
+def test_one_late_file_never_rewrites_the_merged_hour_while_written_to() -> None:
     files = files_of([10 * 1000 * KB, 100 * KB])
-    result = plan_partition(files, S, T, live=live, fan_in=fan_in)
-    assert result.attention
-    assert result.plan.is_empty
-    assert result.rule == ("live_wait" if live else "nothing_to_merge")
+    for fan_in in (2, 4, 8, 16):
+        result = plan_partition(files, S, T, cold=False, fan_in=fan_in, received_bytes=10_100 * KB)
+        assert result.attention and result.plan.is_empty and result.rule == "live_wait"
+
+
+def test_cold_finishes_the_hour_once_into_its_best_layout() -> None:
+    files = files_of([10 * 1000 * KB, 100 * KB, 300 * KB])
+    result = plan_partition(files, S, T, cold=True)
+    assert result.rule == "cold_finish"
+    assert result.plan.files_in == 3 and result.plan.files_after == 1
+    assert result.plan.bytes_rewritten == 10_400 * KB  # the cost the plan reports
+    assert not excess_attention_of(sizes_after(result, files), S, T)
+    done = plan_partition(files_of([10_400 * KB]), S, T, cold=True)
+    assert (done.rule, done.plan.is_empty) == ("below_excess", True)
 
 
 def test_live_merges_a_full_tier_and_leaves_merged_files_alone() -> None:
     sizes = [200 * KB + i for i in range(8)] + [1600 * KB, 1650 * KB, 100 * MiB]
-    result = plan_partition(files_of(sizes), S, T, live=True, fan_in=8)
+    result = plan_partition(files_of(sizes), S, T, cold=False, fan_in=8)
     assert result.rule == "tiered"
     assert [sorted(f.size for f in g.files) for g in result.plan.groups] == [sizes[:8]]
-    assert plan_partition(files_of(sizes[:3] + sizes[10:]), S, T, live=True, fan_in=8).rule == "live_wait"
+    assert plan_partition(files_of(sizes[:3] + sizes[10:]), S, T, cold=False, fan_in=8).rule == "live_wait"
+
+
+def test_tiers_are_cut_against_the_partition_not_the_target() -> None:
+    """Issue 25: at 128 MiB every file of a 10 MB hour was "tiny" (under target / 8), so everything
+    merged at fan-in 4 and each byte was rewritten about log4(files) times. Against the hour's own
+    scale only a trickle is tiny."""
+    hour = [400 * KB + i for i in range(TINY_FAN_IN)]  # 4 on-time files of a 10 MB hour
+    assert sum(hour) < S // TINY_DIVISOR
+    with_history = plan_partition(files_of(hour), S, T, cold=False, fan_in=12, expected_bytes=10 * 1000 * KB)
+    assert with_history.rule == "live_wait"  # 1.6 MB is not tiny against a 10 MB hour
+    assert plan_partition(files_of(hour), S, T, cold=False, fan_in=12).rule == "tiered"  # no history: the target
+    trickle = [20 * KB + i for i in range(TINY_FAN_IN)]  # late files: tiny against the same hour
+    assert plan_partition(files_of(trickle + [8 * MiB]), S, T, cold=False, fan_in=12,
+                          expected_bytes=10 * 1000 * KB).rule == "tiered"
+    assert partition_scale(S, 3 * MiB, 10 * MiB) == 10 * MiB
+    assert partition_scale(S, 300 * MiB, None) == S
+    assert partition_scale(S, None, None) == S
 
 
 def test_tiny_files_merge_at_the_tiny_fan_in_and_larger_ones_wait_for_fan_in() -> None:
     target = 8 * MiB
     tiny = [70 * KB + i for i in range(TINY_FAN_IN)]  # a late trickle: together under target // TINY_DIVISOR
-    assert sum(tiny) < target // TINY_DIVISOR
-    result = plan_partition(files_of(tiny + [4 * MiB]), target, target // 4, live=True, fan_in=12)
+    result = plan_partition(files_of(tiny + [4 * MiB]), target, target // 4, cold=False, fan_in=12)
     assert result.rule == "tiered"
     assert [sorted(f.size for f in g.files) for g in result.plan.groups] == [tiny]
-    assert plan_partition(files_of(tiny[:-1] + [4 * MiB]), target, target // 4, live=True,
+    assert plan_partition(files_of(tiny[:-1] + [4 * MiB]), target, target // 4, cold=False,
                           fan_in=12).rule == "live_wait"
     larger = [300 * KB + i for i in range(11)]  # over target // TINY_DIVISOR together: fan_in applies
     assert sum(larger[:TINY_FAN_IN]) >= target // TINY_DIVISOR
-    assert plan_partition(files_of(larger), target, target // 4, live=True, fan_in=12).rule == "live_wait"
-    assert plan_partition(files_of(larger + [300 * KB + 99]), target, target // 4, live=True,
+    assert plan_partition(files_of(larger), target, target // 4, cold=False, fan_in=12).rule == "live_wait"
+    assert plan_partition(files_of(larger + [300 * KB + 99]), target, target // 4, cold=False,
                           fan_in=12).rule == "tiered"
 
 
-def test_settled_merges_tiers_and_stragglers_into_one_group() -> None:
-    sizes = [1600 * KB] * 7 + [200 * KB] * 4
-    result = plan_partition(files_of(sizes), S, T, live=False)
-    assert result.rule == "settled_full"
-    assert result.plan.files_in == 11 and result.plan.files_after == 1
-    assert not excess_attention_of(sizes_after(result, files_of(sizes)), S, T)
+def test_a_small_partition_may_be_left_alone() -> None:
+    files = files_of([100 * KB] * 20)
+    left = plan_partition(files, S, T, cold=True, leave_alone_below=4 * MiB)
+    assert (left.rule, left.attention, left.plan.is_empty) == ("left_alone", True, True)
+    assert plan_partition(files, S, T, cold=True, leave_alone_below=1 * MiB).rule == "cold_finish"
 
 
 def test_a_best_layout_partition_is_left_alone() -> None:
-    for live in (True, False):
-        result = plan_partition(files_of([S, 2 * S, 5 * MiB]), S, T, live=live)
+    for cold in (True, False):
+        result = plan_partition(files_of([S, 2 * S, 5 * MiB]), S, T, cold=cold)
         assert (result.rule, result.attention, result.plan.is_empty) == ("below_excess", False, True)
 
 
 def test_bad_arguments_are_named() -> None:
     files = files_of([1, 2])
     with pytest.raises(InvalidArgument, match="fan_in"):
-        plan_partition(files, S, T, live=True, fan_in=1)
+        plan_partition(files, S, T, cold=False, fan_in=1)
     with pytest.raises(InvalidArgument, match="fan_in"):
-        plan_partition(files, S, T, live=True, fan_in=3, min_input_files=4)
-    with pytest.raises(InvalidArgument, match="live"):
-        plan_partition(files, S, T, live=1)  # type: ignore[arg-type]
+        plan_partition(files, S, T, cold=False, fan_in=3, min_input_files=4)
+    with pytest.raises(InvalidArgument, match="cold"):
+        plan_partition(files, S, T, cold=1)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="min_input_files"):
-        plan_partition(files, S, T, live=True, min_input_files=1)
+        plan_partition(files, S, T, cold=False, min_input_files=1)
     with pytest.raises(InvalidArgument, match="tolerance"):
-        plan_partition(files, S, -1, live=True)
+        plan_partition(files, S, -1, cold=False)
+    with pytest.raises(InvalidArgument, match="expected_bytes"):
+        plan_partition(files, S, T, cold=False, expected_bytes=-5)
+    with pytest.raises(InvalidArgument, match="leave_alone_below"):
+        plan_partition(files, S, T, cold=False, leave_alone_below=-1)
     with pytest.raises(InvalidArgument, match="rule"):
-        PolicyPlan(plan_partition(files, S, T, live=True).plan, "sometimes", False)
+        PolicyPlan(plan_partition(files, S, T, cold=False).plan, "sometimes", False)
     with pytest.raises(InvalidArgument, match="settle_seconds"):
         is_live(1.0, -1)
+    with pytest.raises(InvalidArgument, match="cold_after_seconds"):
+        PolicyTuning(S, settle_seconds=10, cold_after_seconds=5)
+    with pytest.raises(InvalidArgument, match="fan_in"):
+        PolicyTuning(S, fan_in=1)
+    assert PolicyTuning(S).tolerance == S // 4
 
 
 def test_is_live() -> None:
@@ -163,27 +198,29 @@ def test_excess_rule_only_quiets(sizes: list[int], tolerance: int, sse_extra: in
 
 
 @FAST
-@given(sizes_st, st.integers(0, small), st.booleans(), st.integers(2, 12), st.integers(2, 4))
-def test_policy_invariants(sizes: list[int], tolerance: int, live: bool, fan_in: int, min_input: int) -> None:
+@given(sizes_st, st.integers(0, small), st.booleans(), st.integers(2, 12), st.integers(2, 4),
+       st.one_of(st.none(), st.integers(0, 4 * small)))
+def test_policy_invariants(sizes: list[int], tolerance: int, cold: bool, fan_in: int, min_input: int,
+                           expected: int | None) -> None:
     fan_in = max(fan_in, min_input)
     files = files_of(sizes)
-    result = plan_partition(files, small, tolerance, live=live, fan_in=fan_in, min_input_files=min_input)
+    result = plan_partition(files, small, tolerance, cold=cold, fan_in=fan_in, min_input_files=min_input,
+                            received_bytes=sum(sizes), expected_bytes=expected)
     paths = [f.path for g in result.plan.groups for f in g.files]
     assert len(paths) == len(set(paths)) and set(paths) <= {f.path for f in files}
     assert result.attention == excess_attention_of(sizes, small, tolerance)
     assert result.plan.is_empty or result.attention
-    assert result.plan.is_empty == (result.rule in {"below_excess", "live_wait", "nothing_to_merge"})
+    assert result.plan.is_empty == (result.rule in SKIP_RULES)
+    scale = partition_scale(small, sum(sizes), expected)
     for g in result.plan.groups:
         assert len(g.files) >= min_input
         members = sorted(f.size for f in g.files)
-        assert members[-1] < small, "a file at or above the target is never rewritten"
-        if live:
-            assert members[-1] < small // LIVE_LARGE_DIVISOR
-            assert members[-1] <= sum(members[:-1]), "live: no file above the rest of its group"
-        else:
-            assert all(s <= fan_in * sum(members[:k]) for k, s in enumerate(members) if k)
-    if result.rule == "settled_full":
-        assert not excess_attention_of(sizes_after(result, files), small, tolerance)
+        assert members[-1] < small * 3 // 4, "a file at or above 3/4 of the target is never rewritten"
+        if not cold:
+            assert members[-1] < scale // LIVE_LARGE_DIVISOR
+            assert members[-1] <= sum(members[:-1]), "written to: no file above the rest of its group"
+    if result.rule == "cold_finish":  # the bin-pack's end layout: at most one file under 3/4 of the target
+        assert sum(1 for x in sizes_after(result, files) if x < small * 3 // 4) <= 1
 
 
 def test_the_merge_runs_a_tier_as_chosen_and_never_grows_it_with_the_merged_file_beside_it():
@@ -196,7 +233,7 @@ def test_the_merge_runs_a_tier_as_chosen_and_never_grows_it_with_the_merged_file
     merged = PlanFile("merged", 3 * MiB)
     small = [PlanFile(f"s{i}", 200 * KiB + i) for i in range(8)]
     files = [merged, *small]
-    chosen = plan_partition(files, target, target // 4, live=True, fan_in=8)
+    chosen = plan_partition(files, target, target // 4, cold=False, fan_in=8)
     assert chosen.rule == "tiered"
     assert {f.path for g in chosen.plan.groups for f in g.files} == {f.path for f in small}
     grown = balance_outputs(chosen.plan, files)  # the band-filling reshape that bin packing uses

@@ -81,3 +81,22 @@ def test_cli_output_is_redacted(capsys):
     out, err = capsys.readouterr()
     assert "OutPw3" not in out and "redis://:***@h/0" in out
     assert err.strip() == "token=***"
+
+
+def test_unquoted_keys_and_authorization_headers_are_masked():
+    from autooptimize.redact import redact
+
+    cases = {
+        "credential: supersecret123": "supersecret123",
+        '  s3.secret-access-key: "abcdef123"': "abcdef123",
+        "Authorization: Bearer eyJhbGciOi.abc.def": "eyJhbGciOi.abc.def",
+        "headers={'Authorization': 'Bearer abcdefghij'}": "abcdefghij",
+        "GET / Authorization: Basic dXNlcjpwYXNz": "dXNlcjpwYXNz",
+        "retrying with bearer abcdef0123456789": "abcdef0123456789",
+        "catalog:\n  lake:\n    token: t0k3n-v4lue\n": "t0k3n-v4lue",
+    }
+    for text, secret in cases.items():
+        shown = redact(text)
+        assert secret not in shown and "***" in shown, (text, shown)
+    for harmless in ("uri: http://rest:8181", "the bearer of bad news", "s3.endpoint: http://x", "monkey: banana"):
+        assert redact(harmless) == harmless

@@ -204,6 +204,15 @@ async function tablePage(main) {
     ["last action", (p) => (p.last_action ? el("span", {}, actionLink(p.last_action.id, p.last_action.kind), " ", badge(p.last_action.state)) : "–")],
   ], t.partitions, "partitions", (p) => ({"data-partition": p.partition_key, class: "clickable", onclick: () => showPartition(p)})));
   if (t.partitions.length) showPartition(t.partitions[0]);
+  const s = t.suggested_tuning;
+  if (s) {
+    const fig = (f) => `${f.mean_live_files.toFixed(1)} live files, WA ${f.write_amplification.toFixed(2)}`;
+    main.append(el("div", {class: "panel", "data-testid": "suggestion"},
+      el("h2", {}, "Suggested tuning (AutoAnalyze)"),
+      el("p", {}, `fan-in ${s.tuning.fan_in}, cold after ${s.tuning.cold_after_seconds} s, leave alone below ${bytes(s.tuning.leave_alone_below)}`,
+         ` · from ${num(s.commits)} commits · ${s.applied ? "applied" : "not applied"}`),
+      el("p", {class: "muted"}, `predicted ${fig(s.predicted)}; current tuning ${fig(s.defaults)}; bin-pack ${fig(s.baseline)}`)));
+  }
   main.append(el("h2", {}, "Latest actions: before and after"));
   const withPlans = t.actions.filter((a) => a.before_after);
   if (!withPlans.length) main.append(el("p", {class: "muted"}, "No action with a rewrite plan yet."));

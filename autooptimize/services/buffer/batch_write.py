@@ -1,7 +1,11 @@
-"""Writing one batch: read its buffered files with Spark (with pyarrow in this process when the table
-is not on local files, spark_actors/arrow_consolidate.py), cast them to the table's schema, write
-target-size files per partition, and verify rows and content checksum (the output read back by field id
-with plain pyarrow); unusable files are quarantined."""
+"""Writing one batch: read its buffered files, cast them to the table's schema, write target-size files per
+partition, and verify rows and content checksum (the output read back by field id with plain pyarrow);
+unusable files are quarantined.
+
+Under the default engine (``spark``) the batch is one task of a Spark job on an executor
+(spark_actors/group_tasks.consolidate: pyarrow, spark_actors/arrow_consolidate.py), which also reads the
+outputs back and their footers; this process compares. Under ``spark_sql`` Spark's own reader and writer
+write it (file:// only), under ``local`` pyarrow in this process; both are read back here."""
 
 from __future__ import annotations
 
@@ -47,7 +51,8 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
 
     schema, spec = table.schema(), table.spec()
     # Spark's own Parquet writer reaches only local files; the buffered files are on this worker's disk
-    on_arrow = not is_local(table) or settings.rewrite_engine in ("arrow", "arrow_on_spark")
+    on_executor = settings.rewrite_engine == "spark"
+    on_arrow = not is_local(table) or settings.rewrite_engine == "local"
     for _ in range(3):
         files = _claimed_files(settings, batch_id)
         missing = [f for f in files if not Path(f.path).is_file()]
@@ -63,12 +68,19 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
         bytes_in = sum(f.bytes for f in files)
         rows_per_file = max(1, int(_target_size(settings, table) / max(1.0, bytes_in / max(1, rows_in))))
         codec = table.properties.get("write.parquet.compression-codec", "zstd")
+        digest_out: Any = None
+        read_on_executor: dict[str, Any] = {}
         try:
-            if on_arrow:
+            if on_executor:
+                out, digest_out, read_on_executor = _on_executor(spark, table, spec.spec_id, list(groups.values()),
+                                                                 output_dir, rows_per_file, codec)
+            elif on_arrow:
                 out = consolidate_files_arrow(table, spec, list(groups.values()), output_dir, rows_per_file, codec)
             else:
                 out = consolidate_files(spark, schema, spec, list(groups.values()), output_dir, rows_per_file, codec)
-            call_hook(hooks.after_write, [p for part in out.partitions for p in part.paths])
+            if hooks.after_write:  # a test touches the outputs: read them back here, after it
+                call_hook(hooks.after_write, [p for part in out.partitions for p in part.paths])
+                digest_out, read_on_executor = None, {}
             if out.required_nulls:
                 raise VerificationFailed(f"{out.required_nulls} row(s) have nulls in required columns")
         except (VerificationFailed, FileRejected) as exc:
@@ -85,14 +97,17 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
                 paths.delete_tree(table.location(), output_dir, table.io)
                 if bad:
                     continue
-                raise Retry(f"batch {batch_id}: {'the pyarrow write' if on_arrow else 'Spark'} failed ({type(exc).__name__}); will retry", delay=10) from None
+                why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                raise Retry(f"batch {batch_id}: {'the pyarrow write' if on_arrow else 'Spark'} failed "
+                            f"({type(exc).__name__}: {why}); will retry", delay=10) from None
             raise
         if out.digest_in.rows != rows_in:
             paths.delete_tree(table.location(), output_dir, table.io)
             raise VerificationFailed(f"batch {batch_id}: the writer read {out.digest_in.rows} rows but the landed "
                                      f"footers hold {rows_in}")
-        # the output read back by field id with plain pyarrow, not by Spark, which wrote it
-        digest_out = parquet_digest(schema, [p for part in out.partitions for p in part.paths], table.io)
+        # the output read back by field id with plain pyarrow, not by the writer (on the executor under spark)
+        if digest_out is None:
+            digest_out = parquet_digest(schema, [p for part in out.partitions for p in part.paths], table.io)
         if digest_out != out.digest_in:
             paths.delete_tree(table.location(), output_dir, table.io)
             raise VerificationFailed(
@@ -103,7 +118,12 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
         for part in out.partitions:
             record = Record(*part.values)
             for path in part.paths:
-                data_files.append(data_file_from_footer(table, path, spec.spec_id, record))
+                on_executor_file = read_on_executor.get(path)
+                if on_executor_file is not None:
+                    on_executor_file.spec_id = spec.spec_id  # not a manifest field: not carried by pickling
+                    data_files.append(on_executor_file)
+                else:
+                    data_files.append(data_file_from_footer(table, path, spec.spec_id, record))
             partitions.append({"values": [_json_value(v) for v in part.values], "outputs": list(part.paths),
                                "key": spec.partition_to_path(record, schema) if spec.fields else ""})
         footer_rows = sum(int(d.record_count) for d in data_files)
@@ -119,6 +139,19 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
         }
         return checkpoint, data_files
     raise VerificationFailed(f"batch {batch_id}: files kept failing after quarantining the bad ones")
+
+
+def _on_executor(spark: Any, table: Table, spec_id: int, groups: list[list[str]], output_dir: str,
+                 rows_per_file: int, codec: str) -> tuple[Any, Any, dict[str, Any]]:
+    """The batch as one task of a Spark job (spark_actors/group_tasks.consolidate): (output, digest read
+    back, DataFile by path). The task's error is raised here as if the write ran in this process."""
+    from spark_actors import group_tasks
+    from spark_actors.action_job import TableContext, run_action_job
+
+    job = run_action_job(spark, TableContext.of(table), [(group_tasks.consolidate, (
+        spec_id, groups, output_dir, rows_per_file, codec))])
+    out, digest, files = job.values()[0]
+    return out, digest, files
 
 
 def _target_size(settings: Settings, table: Table) -> int:

@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import func, select, text, update
 
 from autooptimize.config import Settings
+from autooptimize.domain import fencing
 from autooptimize.domain.buffer_rules import evaluate
 from autooptimize.domain.fencing import fenced
 from autooptimize.errors import LeaseLost, ServiceUnavailable, VerificationFailed
@@ -195,6 +196,8 @@ def run_batch(settings: Settings, batch_id: str, spark: Any, hooks: Hooks | None
         identifier = session.get(BufferTable, batch.buffer_table_id).identifier  # type: ignore[union-attr]
         if batch.state not in UNFINISHED:
             return batch_view(batch, identifier)
+        # the row is locked: a consolidator that lost the table's lock must not count (or write) anything
+        fencing.before_commit(f"record attempt {batch.attempts + 1} of batch {batch_id}")
         batch.attempts += 1
         attempt = batch.attempts
         checkpoint = batch.checkpoint
@@ -235,6 +238,7 @@ def run_batch(settings: Settings, batch_id: str, spark: Any, hooks: Hooks | None
     with session_scope(settings) as session:
         batch = session.get(BufferBatch, batch_id, with_for_update=True)
         assert batch is not None
+        fencing.before_commit(f"checkpoint batch {batch_id}")  # the new holder's checkpoint is never overwritten
         batch.state, batch.checkpoint = BatchState.WRITTEN.value, checkpoint
         batch.timings = {**(batch.timings or {}), "write": round(time.monotonic() - started, 3)}
         audit(session, "buffer.batch_checkpointed", batch=batch_id, table=identifier,

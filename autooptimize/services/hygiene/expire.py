@@ -23,7 +23,7 @@ from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY
 from autooptimize.iceberg.commits import retry_commit
 from autooptimize.iceberg.fileio import filesystem
-from autooptimize.iceberg.paths import is_within, normalise_path
+from autooptimize.iceberg.paths import canonical, is_within, normalise_path
 from autooptimize.iceberg.references import ReferenceReader, delete_files
 from autooptimize.services.buffer.batch_commit import BATCH_ID_PROPERTY, unrecorded_batches
 from autooptimize.services.hygiene.common import (
@@ -77,15 +77,25 @@ def _delete_unreferenced(settings: Settings, table: Table, reader: ReferenceRead
     """
     table.refresh()
     references = reader.table_references(table)
+    referenced = {canonical(p) for p in references}  # one file, whatever spelling each snapshot used
+
+    def live(path: str) -> bool:
+        return path in references or canonical(path) in referenced
+
     location = table.location()
-    still_referenced = [p for p in candidates if p in references]
-    outside = [p for p in candidates if p not in references and not is_within(location, p)]
-    doomed = sorted((p for p in candidates if p not in references and is_within(location, p)),
+    still_referenced = [p for p in candidates if live(p)]
+    outside = [p for p in candidates if not live(p) and not is_within(location, p)]
+    doomed = sorted((p for p in candidates if not live(p) and is_within(location, p)),
                     key=lambda p: (_DELETE_ORDER.get(candidates[p], 5), p))
     sizes = _stat(table, doomed)
     deletion = delete_files(location, [p for p in doomed if p in sizes], table.io)
     record_refusals(settings, deletion.refused[:AUDIT_PATHS], action_id=action_id)
     deleted = deletion.deleted
+    table.refresh()
+    gone_but_referenced = {canonical(p) for p in deleted} & {canonical(p) for p in reader.table_references(table)}
+    if gone_but_referenced:  # a commit since the last look references a file just deleted: say so, loudly
+        raise VerificationFailed(f"expiry deleted {len(gone_but_referenced)} file(s) the table references now, "
+                                 f"e.g. {sorted(gone_but_referenced)[0]}")
     freed = sum(sizes[p] for p in deleted)
     result = {
         "files_deleted": len(deleted),

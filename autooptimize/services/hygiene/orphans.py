@@ -13,9 +13,10 @@ from pyiceberg.table import Table
 from autooptimize.config import Settings
 from autooptimize.domain.actions import Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.durations import format_duration
-from autooptimize.errors import ActionRefused
+from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
-from autooptimize.iceberg.paths import PathRefused, is_within, normalise_path
+from autooptimize.iceberg.fileio import exists
+from autooptimize.iceberg.paths import PathRefused, canonical, is_within, normalise_path
 from autooptimize.iceberg.references import (
     ReferenceReader,
     StoredFile,
@@ -57,6 +58,7 @@ class OrphanScan:
     kept: Counter[str] = field(default_factory=Counter)
     kept_sample: dict[str, list[str]] = field(default_factory=dict)
     skipped_dirs: dict[str, str] = field(default_factory=dict)
+    existing: dict[str, str] = field(default_factory=dict)  # canonical path → URI of every file listed
 
     def keep(self, reason: str, path: str) -> None:
         self.kept[reason] += 1
@@ -72,7 +74,8 @@ def _ao_segments(relative: str) -> list[str]:
 def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_age: int, now: float) -> OrphanScan:
     """Files in the data and metadata directories that no snapshot or metadata references and that no
     guard keeps: younger than ``min_age``, inside the ``ao-<id>`` directory of an action that is not
-    finished (or not known), hidden (``.x``/``_x``), Hadoop's version hint, a symlink (listed, never
+    finished (or not known), hidden (``.x``/``_x``) unless inside a finished action's directory (Spark's
+    ``_temporary`` left by a killed job), Hadoop's version hint, a symlink (listed, never
     followed, never deleted), or of unknown age."""
     scan = OrphanScan()
     location = normalise_path(table.location()).rstrip("/")
@@ -87,11 +90,13 @@ def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_
                 files.setdefault(stored.path, stored)
         except PathRefused:  # the directory itself leads out of the table (a link on its way)
             scan.skipped_dirs[name] = "resolves_outside_table_location"
+    referenced = {canonical(p) for p in references}  # both sides canonical: links and spellings resolved
     ao_ids = {i for f in files.values() for i in _ao_segments(f.path[len(location):])}
     states = action_states(settings, [i for i in ao_ids if _UUID.match(i)])
     for path, stored in sorted(files.items()):
         scan.listed += 1
-        if path in references:
+        scan.existing[canonical(stored.uri)] = stored.uri
+        if path in references or canonical(stored.uri) in referenced:
             scan.referenced += 1
             continue
         if not is_within(location, path):
@@ -100,9 +105,11 @@ def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_
         relative = path[len(location) + 1:]
         parts = relative.split("/")
         ao = _ao_segments(relative)
+        # a finished action's leftovers (Spark's _temporary after a killed job) are its own, not hidden
+        finished_output = bool(ao) and all(i in states and ActionState(states[i]).terminal for i in ao)
         if stored.link:
             scan.keep("symlink", path)
-        elif any(p.startswith((".", "_")) for p in parts):
+        elif any(p.startswith((".", "_")) for p in parts) and not finished_output:
             scan.keep("hidden", path)
         elif parts[-1] == "version-hint.text":
             scan.keep("version_hint", path)
@@ -117,6 +124,13 @@ def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_
         else:
             scan.orphans.append(stored)
     return scan
+
+
+def missing_references(table: Table, reader: ReferenceReader, existing: dict[str, str]) -> list[str]:
+    """Files the table's metadata or snapshots reference that existed when they were listed
+    (``existing``: canonical path → URI) and exist no more (sorted)."""
+    referenced = {canonical(p) for p in reader.table_references(table)}
+    return sorted(uri for c, uri in existing.items() if c in referenced and not exists(table.io, uri))
 
 
 def run_remove_orphans(settings: Settings, request: MergeRequest, spark: Any,
@@ -158,10 +172,12 @@ def run_remove_orphans(settings: Settings, request: MergeRequest, spark: Any,
     # Last look before deleting: a commit since the scan may reference a file, an action may have started.
     table.refresh()
     references = reader.table_references(table)
+    referenced = {canonical(p) for p in references}
     in_flight = in_flight_action_ids(settings)
     location = normalise_path(table.location()).rstrip("/")
     doomed = [f for f in scan.orphans
-              if f.path not in references and not set(_ao_segments(f.path[len(location):])) & in_flight]
+              if f.path not in references and canonical(f.uri) not in referenced
+              and not set(_ao_segments(f.path[len(location):])) & in_flight]
     deletion = delete_files(table.location(), [f.uri for f in doomed], table.io)
     record_refusals(settings, deletion.refused[:AUDIT_PATHS], action_id=request.action_id)
     deleted = set(deletion.deleted)
@@ -171,6 +187,11 @@ def run_remove_orphans(settings: Settings, request: MergeRequest, spark: Any,
     if gone:
         audit_action(settings, request.action_id, "orphans.deleted", files=len(gone), bytes=outcome.bytes_out,
                paths=[f.uri for f in gone[:AUDIT_PATHS]])
+    table.refresh()
+    missing = missing_references(table, reader, scan.existing)
+    if missing:
+        raise VerificationFailed(f"after removing orphans, {len(missing)} file(s) the table references are "
+                                 f"missing, e.g. {', '.join(missing[:3])}")
     after_files, after_rows, after_digest = live_digest(table, table.current_snapshot())
     outcome.rows_out, outcome.checksum_out = after_rows, after_digest
     outcome.plan.update(deleted=len(gone), deleted_bytes=outcome.bytes_out,

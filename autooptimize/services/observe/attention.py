@@ -1,4 +1,5 @@
-"""Which partitions need attention (MSE ≥ T²) and handing them over to ``on_attention``."""
+"""Which partitions need attention (the health rule: excess over the best layout their bytes allow,
+``domain.entropy.partition_needs_attention``) and handing them over to ``on_attention``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from autooptimize.config import Settings
-from autooptimize.domain.entropy import needs_attention
 from autooptimize.domain.partitions import format_human
 from autooptimize.errors import InvalidArgument
 from autooptimize.services.observe.common import ObserveReport, OnAttention, TrackedSettings
@@ -152,7 +152,7 @@ def observed_state(settings: Settings, identifier: str) -> dict[str, Any]:
             "sse": f.sse,
             "mse": f.mse,
             "rmse_bytes": int(f.mse ** 0.5),
-            "needs_attention": needs_attention(f.sse, f.n_files, tolerance),
+            "needs_attention": f.needs_attention(target, tolerance),
             "bytes": f.total_bytes,
             "small_files": f.small_files,
         }

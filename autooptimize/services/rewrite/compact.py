@@ -15,7 +15,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import Engine, GroupResult, Hooks, MergeOutcome, MergeRequest
+from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg import paths
@@ -38,7 +38,8 @@ from autooptimize.services.compact import (
     plan_compaction,
     sequence_number,
 )
-from autooptimize.services.evolution import has_field_ids
+from autooptimize.services.evolution import has_field_ids, may_hold_files_without_ids
+from autooptimize.services.rewrite import lineage
 from autooptimize.services.rewrite.engine import choose_engine
 from autooptimize.services.rewrite.kind import (
     CheckpointWriter,
@@ -50,20 +51,6 @@ from autooptimize.services.rewrite.kind import (
 )
 from autooptimize.services.rewrite.lifecycle import run_rewrite
 from autooptimize.services.rewrite.verify import as_digest, output_digest, read_back_digest, verify_group
-
-
-def verify_lineage(table: Table, where: str, paths: list[str], expected: Any) -> None:
-    """VerificationFailed unless the outputs, read back by field id with their row lineage columns, hold
-    exactly the (row, _row_id, _last_updated_sequence_number) triples the rewrite observed."""
-    from autooptimize.iceberg.checksum import parquet_digest
-    from autooptimize.iceberg.v3 import with_lineage
-
-    if expected is None:
-        raise VerificationFailed(f"the rewrite of {where} on a v3 table did not carry row lineage")
-    found = parquet_digest(with_lineage(table.schema()), paths, table.io)
-    if (found.rows, found.checksum) != (expected.rows, expected.checksum):
-        raise VerificationFailed(f"row lineage of {where} changed: {expected.rows} rows {expected.checksum} → "
-                                 f"{found.rows} rows {found.checksum}")
 
 
 def _mse(sizes: list[int], target: int) -> float:
@@ -119,6 +106,8 @@ class CompactKind:
                        _mse([f.size for p in plans for f in p.partition.data_files], target), mse_after, request)
 
     def check_writable(self, table: Table, planned: Planned) -> None:
+        if not may_hold_files_without_ids(table):  # no name mapping: every file has ids, no footer is read
+            return
         for path in (f.path for u in planned.units for f in u.work.inputs):
             if not has_field_ids(table, path):
                 raise ActionRefused(
@@ -131,46 +120,28 @@ class CompactKind:
 
     def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
                 request: MergeRequest) -> GroupResult:
+        """One partition in this process (``local``) or as its own Spark SQL job (``spark_sql``, file://);
+        under ``spark`` through :meth:`rewrite_action`."""
         from spark_actors.arrow_deletes import compact_group_arrow
-        from spark_actors.arrow_on_spark import run_on_spark
         from spark_actors.deletes import SequencedFile, compact_group
 
         plan: CompactionPlan = unit.work
-        data = [SequencedFile(f.path, sequence_number(f)) for f in plan.inputs]
-        deletes = [
-            SequencedFile(d.location, sequence_number(d), None if is_position(d) else tuple(d.data_file.equality_ids or ()),
-                          content_offset(d.data_file) if is_deletion_vector(d.data_file) else None)
-            for d in plan.deletes
-        ]
-        if any(d.equality_ids == () for d in deletes):
-            raise ActionRefused("malformed_delete_file", "an equality delete file has no equality field ids")
-        # Spark's job reads Parquet delete files only and writes no row lineage: deletion vectors and v3
-        # tables take the pyarrow path
-        spark_can = is_local(table) and table.metadata.format_version < 3 and not any(
+        deletes = _deletes(plan)
+        # Spark SQL's job reads Parquet delete files only and writes no row lineage: deletion vectors and v3
+        # tables take the pyarrow path (on the executors, or here)
+        spark_can = is_local(table) and not lineage.keeps_lineage(table) and not any(
             d.content_offset is not None for d in deletes)
-        engine = choose_engine(request, plan.bytes_in, spark_can=spark_can, local=is_local(table), ordered=False)
+        engine = choose_engine(request, spark_can=spark_can)
         if engine == Engine.SPARK:
+            return self.rewrite_action(spark, table, [unit], [directory], codec, hooks, request)[0]
+        if engine == Engine.SPARK_SQL:
+            data = [SequencedFile(f.path, sequence_number(f)) for f in plan.inputs]
             # below ~1M delete rows (tens of MB as file numbers, positions and keys) a broadcast beats a shuffle
             broadcast = sum(d.record_count for d in plan.deletes) <= BROADCAST_DELETE_ROWS
             result = compact_group(spark, table.schema(), data, deletes, directory, plan.files_out, codec, broadcast)
         else:
-            with_seq = [(f.data_file, sequence_number(f)) for f in plan.inputs]
-            job_args = (with_seq, deletes, directory, plan.files_out, codec,
-                        (plan.partition.spec_id, plan.partition.record))
-            result = (run_on_spark(spark, table, compact_group_arrow, *job_args) if engine == Engine.ARROW_ON_SPARK
-                      else compact_group_arrow(table, *job_args))
+            result = compact_group_arrow(table, *_job_args(plan, deletes, directory, codec))
         digest_out = read_back_digest(hooks, list(result.paths), lambda: output_digest(table, list(result.paths)))
-        rows_in = sum(f.record_count for f in plan.inputs)
-        equality = any(d.equality_ids is not None for d in deletes)
-
-        def deleted_rows_match() -> None:
-            deleted = result.rows_deleted
-            if deleted < plan.position_rows or (not equality and deleted != plan.position_rows):
-                raise VerificationFailed(
-                    f"the rewrite of {directory} removed {deleted} rows but the position deletes alone remove "
-                    f"{plan.position_rows}" + (" (at least)" if equality else "")
-                )
-
         outputs: list[Any] = []
 
         def footer_rows() -> int:
@@ -184,17 +155,41 @@ class CompactKind:
                 paths.delete_tree(table.location(), directory, table.io)
             return sum(int(o.record_count) for o in outputs)
 
-        if table.metadata.format_version >= 3:
-            verify_lineage(table, directory, list(result.paths), result.lineage_kept)
-        verify_group(directory, reader="Spark" if engine == Engine.SPARK else "pyarrow", files_in=len(plan.inputs), metadata_rows=rows_in,
-                     rows_read=result.rows_read, expected_out=as_digest(result.digest_kept), digest_out=digest_out,
-                     footer_rows=footer_rows, rows_deleted=result.rows_deleted, after_read=deleted_rows_match)
-        return group_result(plan.partition, [f.path for f in plan.inputs], plan.bytes_in,
-                            [str(o.file_path) for o in outputs], outputs, rows_in, result.digest_kept.checksum,
-                            digest_out, deletes=tuple(d.path for d in plan.deletes),
-                            scope=tuple(d.path for d in plan.scope),
-                            refs={k: tuple(sorted(v)) for k, v in plan.refs.items()},
-                            rows_deleted=result.rows_deleted, engine=engine.value)
+        if lineage.keeps_lineage(table):
+            lineage.verify_lineage(table, directory, list(result.paths), result.lineage_kept)
+        return _verified(plan, deletes, directory, "Spark" if engine == Engine.SPARK_SQL else "pyarrow",
+                         result.rows_read, result.rows_deleted, as_digest(result.digest_kept), digest_out,
+                         footer_rows, outputs, engine)
+
+    def rewrite_action(self, spark: Any, table: Table, units: list[Unit], directories: list[str], codec: str,
+                       hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
+        """Every partition's compaction as a task of one Spark job on the executors, verified here from
+        the figures the tasks return (spark_actors/group_tasks.compact_group)."""
+        from spark_actors import group_tasks
+        from spark_actors.action_job import TableContext, run_action_job
+
+        plans: list[CompactionPlan] = [u.work for u in units]
+        deletes = [_deletes(plan) for plan in plans]
+        calls = [(group_tasks.compact_group, _job_args(plan, d, directory, codec))
+                 for plan, d, directory in zip(plans, deletes, directories, strict=True)]
+        job = run_action_job(spark, TableContext.of(table), calls, tag=tag)
+        results = []
+        for plan, d, directory, outcome in zip(plans, deletes, directories, job.outcomes, strict=True):
+            if outcome.error is not None:
+                raise outcome.error
+            written = outcome.value
+            if lineage.keeps_lineage(table):
+                lineage.written_lineage(table, directory, written, hooks)
+            digest_out = Digest(int(written.rows_out), str(written.checksum_out))
+            if hooks.after_write:  # a test touched the outputs after the executor read them: read them again
+                digest_out = read_back_digest(hooks, list(written.paths),
+                                              lambda w=written: output_digest(table, list(w.paths)))
+            outputs = list(written.data_files)
+            results.append(_verified(plan, d, directory, "pyarrow", int(written.rows_in), int(written.rows_deleted),
+                                     Digest(int(written.rows_in) - int(written.rows_deleted), str(written.checksum_in)),
+                                     digest_out, lambda o=outputs: sum(int(f.record_count) for f in o), outputs,
+                                     Engine.SPARK, data_files=tuple(outputs), executor=outcome.executor))
+        return results
 
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
@@ -234,6 +229,11 @@ class CompactKind:
         added: list[Any] = []
         for g in groups:
             first = live[g.inputs[0]].data_file
+            if g.data_files is not None:  # read from the footers on the executors that wrote them
+                for f in g.data_files:
+                    f.spec_id = first.spec_id
+                added.extend(g.data_files)
+                continue
             added.extend(data_file_from_footer(table, p, first.spec_id, first.partition) for p in g.outputs)
         if sum(g.rows_out for g in groups) != sum(int(f.record_count) for f in added):
             raise VerificationFailed("the checkpointed outputs do not hold the verified number of rows")
@@ -246,6 +246,51 @@ class CompactKind:
         return Committed(snapshot.snapshot_id, {"delete_files_removed": dropped,
                                                 "rows_deleted": sum(g.rows_deleted or 0 for g in groups),
                                                 **commit_facts(stats)})
+
+
+def _deletes(plan: CompactionPlan) -> list[Any]:
+    """The plan's delete files with their data sequence numbers (ActionRefused for a malformed one)."""
+    from spark_actors.deletes import SequencedFile
+
+    deletes = [  # read from its location: a deletion vector is a blob of a Puffin file (its offset)
+        SequencedFile(d.location, sequence_number(d), None if is_position(d) else tuple(d.data_file.equality_ids or ()),
+                      content_offset(d.data_file) if is_deletion_vector(d.data_file) else None)
+        for d in plan.deletes
+    ]
+    if any(d.equality_ids == () for d in deletes):
+        raise ActionRefused("malformed_delete_file", "an equality delete file has no equality field ids")
+    return deletes
+
+
+def _job_args(plan: CompactionPlan, deletes: list[Any], directory: str, codec: str) -> tuple[Any, ...]:
+    """The arguments of the pyarrow compaction after the table (spark_actors/arrow_deletes.compact_group_arrow)."""
+    with_seq = [(f.data_file, sequence_number(f)) for f in plan.inputs]
+    return (with_seq, deletes, directory, plan.files_out, codec, (plan.partition.spec_id, plan.partition.record))
+
+
+def _verified(plan: CompactionPlan, deletes: list[Any], directory: str, reader: str, rows_read: int,
+              rows_deleted: int, expected: Digest, digest_out: Digest, footer_rows: Any, outputs: list[Any],
+              engine: Engine, data_files: tuple[Any, ...] | None = None, executor: str | None = None) -> GroupResult:
+    """The group's record once rows, deleted rows and digests pass the verify ladder."""
+    rows_in = sum(f.record_count for f in plan.inputs)
+    equality = any(d.equality_ids is not None for d in deletes)
+
+    def deleted_rows_match() -> None:
+        if rows_deleted < plan.position_rows or (not equality and rows_deleted != plan.position_rows):
+            raise VerificationFailed(
+                f"the rewrite of {directory} removed {rows_deleted} rows but the position deletes alone remove "
+                f"{plan.position_rows}" + (" (at least)" if equality else "")
+            )
+
+    verify_group(directory, reader=reader, files_in=len(plan.inputs), metadata_rows=rows_in,
+                 rows_read=rows_read, expected_out=expected, digest_out=digest_out,
+                 footer_rows=footer_rows, rows_deleted=rows_deleted, after_read=deleted_rows_match)
+    return group_result(plan.partition, [f.path for f in plan.inputs], plan.bytes_in,
+                        [str(o.file_path) for o in outputs], outputs, rows_in, expected.checksum,
+                        digest_out, deletes=tuple(d.path for d in plan.deletes),
+                        scope=tuple(d.path for d in plan.scope),
+                        refs={k: tuple(sorted(v)) for k, v in plan.refs.items()},
+                        rows_deleted=rows_deleted, engine=engine.value, data_files=data_files, executor=executor)
 
 
 def run_compact_deletes(settings: Settings, request: MergeRequest, spark: Any, save_checkpoint: CheckpointWriter,

@@ -1,57 +1,35 @@
-"""Which path rewrites one merge group (AO_REWRITE_ENGINE).
+"""Which path rewrites one group (AO_REWRITE_ENGINE, or an action's ``engine`` option).
 
-* ``spark``: Spark's own Parquet reader and writer, one Spark job per group;
-* ``arrow``: the pyarrow path (spark_actors/arrow_rewrite.py) in the worker process's threads;
-* ``arrow_on_spark``: that pyarrow path run as a Spark task (spark_actors/arrow_on_spark.py), the
-  only one that reaches an object store here;
-* ``auto`` (the default): ``arrow`` for a local group of at most AO_ARROW_GROUP_BYTES input bytes
-  (a sort: a quarter of that, sorted in memory by spark_actors/arrow_sort.py), ``spark`` above that.
+* ``spark`` (the default): every group of the action is one task of ONE Spark job on the executors
+  (spark_actors/action_job.py). A task reads its inputs through the table's FileIO with pyarrow,
+  applies deletes, sort or z-order, writes the outputs, reads them back with a second reader and
+  returns DataFiles, rows and digests; the worker compares, commits and records. The same path serves
+  ``file://`` and object stores.
+* ``spark_sql``: Spark's own Parquet reader and writer, one Spark job per group (spark_actors/rewrite.py);
+  only for tables on ``file://`` (no Hadoop S3 filesystem here) and types Spark writes faithfully. The
+  worker reads the outputs back.
+* ``local``: the same pyarrow rewrite in the worker process's threads, for a single machine without a
+  Spark cluster. Never chosen unless asked for.
 
-Why ``auto`` prefers the pyarrow path on this kind of machine (``python -m benchmarks.merge``, 1,000
-files, 192 MB, 8 partitions, one warm action, 2 cores): Spark took 38.5 s, the pyarrow path 10.3 s,
-both with the same verification (rows and the content digest of the inputs and of the outputs read
-back by another reader). A Spark job also costs about a second before it reads a byte, which is most
-of a live partition's merge of a few MB (the streaming benchmark). Spark keeps the groups too large
-to hold comfortably in a worker (a row group is buffered per output, a sort holds its group); on a cluster
-with more cores than the worker, AO_REWRITE_ENGINE=spark puts every group there.
+One exception to the setting: a sort whose keys pyarrow cannot sort by (NULLS FIRST and LAST mixed
+before pyarrow 25, nested key columns) needs Spark's own sort (``spark_sql``); where that path cannot
+reach the group the action is refused.
 """
 
 from __future__ import annotations
 
 from autooptimize.domain.actions import Engine, MergeRequest
 
-#: A sort holds its whole group in memory on the pyarrow path: it takes groups up to this share of
-#: AO_ARROW_GROUP_BYTES (bytes on disk; decoded they are several times larger).
-SORT_SHARE_DIVISOR = 4
+ENGINES = tuple(e.value for e in Engine)
 
 
-def choose_engine(request: MergeRequest, group_bytes: int, *, spark_can: bool, local: bool,
-                  ordered: bool, arrow_sortable: bool = False) -> Engine:
-    """The engine of one group: the setting where it can rewrite the group faithfully, else the one that can.
-
-    A table off ``file://`` needs the pyarrow path run as a Spark task; types or files Spark cannot
-    write faithfully (``spark_can`` False) need a pyarrow path. A sorted group (``ordered``) takes a
-    pyarrow path only when its sort keys allow it (``arrow_sortable``) and, under ``auto``, when it is
-    at most a quarter of AO_ARROW_GROUP_BYTES (it is sorted in memory); otherwise Spark.
-    """
-    setting = request.engine
-    if ordered:
-        if not arrow_sortable:
-            return Engine.SPARK
-        if not local:
-            return Engine.ARROW_ON_SPARK
-        if setting in (Engine.ARROW.value, Engine.ARROW_ON_SPARK.value):
-            return Engine(setting)
-        if setting == Engine.SPARK.value and spark_can:
-            return Engine.SPARK
-        small = group_bytes <= request.arrow_group_bytes // SORT_SHARE_DIVISOR
-        return Engine.ARROW if small or not spark_can else Engine.SPARK
-    if not local:
-        return Engine.ARROW_ON_SPARK
-    if setting in (Engine.ARROW.value, Engine.ARROW_ON_SPARK.value):
-        return Engine(setting)
-    if not spark_can:
-        return Engine.ARROW
-    if setting == Engine.SPARK.value:
-        return Engine.SPARK
-    return Engine.ARROW if group_bytes <= request.arrow_group_bytes else Engine.SPARK
+def choose_engine(request: MergeRequest, *, spark_can: bool, ordered: bool = False,
+                  arrow_sortable: bool = True) -> Engine:
+    """The engine of one group. ``spark_can``: Spark's own Parquet IO can rewrite it faithfully (types,
+    field ids, a table on ``file://``); ``ordered`` with ``arrow_sortable`` False: only Spark can sort it."""
+    setting = Engine(request.engine)
+    if ordered and not arrow_sortable:
+        return Engine.SPARK_SQL
+    if setting == Engine.SPARK_SQL and not spark_can:
+        return Engine.SPARK  # still Spark, on its executors: never the worker unless asked for
+    return setting

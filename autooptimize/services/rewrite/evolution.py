@@ -1,44 +1,40 @@
-"""The pyarrow rewrite path of merge/respec groups (files without field ids, types Spark cannot write
-faithfully, older-spec partitions moved to the current spec), and the DataFiles of a respec group."""
+"""The ``local`` engine's rewrite of one merge/sort/z-order/respec group (pyarrow in this process, for a
+single machine without a Spark cluster), the partition check of a respec output, and the DataFiles of a
+respec group."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
-from pyiceberg.typedef import Record
 
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks
 from autooptimize.domain.profile import phase
-from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.files import LiveFile, PartitionFiles
 from autooptimize.services.evolution import decode_partition, encode_partition
 from autooptimize.services.rewrite.kind import group_result
 from autooptimize.services.rewrite.verify import output_digest, read_back_digest, verify_group
+from spark_actors.arrow_partition import check_partition
 
 
-def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory: str, files_out: int,
-                      codec: str, by_path: dict[str, LiveFile], hooks: Hooks, respec: bool,
-                      spark: Any = None, sort: list[Any] | None = None, sort_order_id: int | None = None,
-                      check_sorted: Any = None, zorder: list[Any] | None = None) -> GroupResult:
-    """Rewrite one group on the pyarrow path and verify it; returns the group's checkpoint record.
+def local_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory: str, files_out: int,
+                  codec: str, by_path: dict[str, LiveFile], hooks: Hooks, respec: bool,
+                  sort: list[Any] | None = None, sort_order_id: int | None = None,
+                  check_sorted: Any = None, zorder: list[Any] | None = None) -> GroupResult:
+    """Rewrite one group on the pyarrow path in this process and verify it here; returns the group's
+    checkpoint record.
 
     Raises VerificationFailed unless rows and content checksum of the outputs (read back by field id
     with plain pyarrow) equal those of the inputs (read through pyiceberg, or directly when their columns are
     exactly the table's: spark_actors.arrow_rewrite.scan), the footers hold those rows,
-    and every respec output holds only rows of the partition it is recorded under. Given ``spark``, the
-    rewrite runs as a Spark task (how a table on an object store is rewritten); otherwise in this process.
+    and every respec output holds only rows of the partition it is recorded under.
     """
-    from spark_actors.arrow_on_spark import rewrite_group_arrow_on_spark
     from spark_actors.arrow_rewrite import rewrite_group_arrow
 
     spec = table.spec() if respec else None
-    run = rewrite_group_arrow if spark is None else functools.partial(rewrite_group_arrow_on_spark, spark)
-    with phase("group.read_write" if spark is None else "group.spark_task"):
-        result = run(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,
+    with phase("group.read_write"):
+        result = rewrite_group_arrow(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,
                      spec=spec, input_partition=None if respec else (pf.spec_id, pf.record), sort=sort,
                      zorder=zorder)
     partitions = list(result.partitions)
@@ -65,29 +61,8 @@ def evolution_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], direc
                                               for sid, record in partitions)
     return group_result(pf, inputs, sum(by_path[p].size for p in inputs), list(result.paths), outputs,
                         digest_in.rows, digest_in.checksum, digest_out,
-                        engine=(Engine.ARROW if spark is None else Engine.ARROW_ON_SPARK).value,
+                        engine=Engine.LOCAL.value,
                         output_partitions=encoded, sort_order_id=sort_order_id)
-
-
-def check_partition(table: Table, spec: PartitionSpec, path: str, partition: tuple[int, Record]) -> None:
-    """Raise VerificationFailed unless every row of the output at ``path`` maps to ``record`` under ``spec``."""
-    import pyarrow.compute as pc
-    from pyiceberg.io.pyarrow import _get_field_from_arrow_table
-
-    from spark_actors.arrow_rewrite import read_back
-
-    record = partition[1]
-    data = read_back(table, [path], [partition])
-    schema = table.schema()
-    for pos, pfield in enumerate(spec.fields):
-        source = schema.find_field(pfield.source_id)
-        column = _get_field_from_arrow_table(data, schema.find_column_name(pfield.source_id))
-        values = pfield.transform.pyarrow_transform(source.field_type)(column)
-        distinct = pc.unique(values).to_pylist()
-        if distinct != [record[pos]]:
-            raise VerificationFailed(
-                f"output {path} holds {pfield.name} values {distinct[:5]} but is recorded under {record[pos]!r}"
-            )
 
 
 def evolution_data_files(table: Table, group: GroupResult) -> list[Any]:

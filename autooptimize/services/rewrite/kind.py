@@ -70,6 +70,11 @@ class RewriteKind(Protocol):
                 request: MergeRequest) -> GroupResult:
         """Rewrite one group into ``directory`` and verify it (services/rewrite/verify.verify_group)."""
 
+    def rewrite_action(self, spark: Any, table: Table, units: list[Unit], directories: list[str], codec: str,
+                       hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
+        """Every group of the action (the ``spark`` engine), rewritten as the tasks of one Spark job on the
+        executors and verified here from the figures they return; results in ``units`` order."""
+
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
         """One REPLACE snapshot of whole ``groups``; ConflictAbort when an input is no longer live."""

@@ -1,6 +1,6 @@
 """The one lifecycle of every rewrite action: plan → rewrite → verify → checkpoint → commit → bookkeeping.
 
-Exactly once (docs/architecture.md, README "How a merge stays safe"): the action id goes into the snapshot summary. Before working, an action
+Exactly once (docs/architecture.md, docs/actions.md "How a merge stays safe"): the action id goes into the snapshot summary. Before working, an action
 already in the table's history only records its result; a checkpointed, verified output whose inputs
 are still live is committed without rewriting; otherwise the groups are rewritten. A killed earlier
 attempt's Spark job is fenced before its output is touched. Output that is not committed is removed,
@@ -26,6 +26,7 @@ from typing import Any
 from autooptimize.config import Settings
 from autooptimize.domain.actions import (
     Checkpoint,
+    Engine,
     GroupResult,
     Hooks,
     MergeOutcome,
@@ -33,9 +34,10 @@ from autooptimize.domain.actions import (
     OutcomeState,
 )
 from autooptimize.domain.profile import carry
-from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.errors import ActionRefused, CommitOutcomeUnknown, ConflictAbort, Retry, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import action_parts, find_action_snapshot
+from autooptimize.iceberg.staging import metadata_path
 from autooptimize.services.progress import Progress, write_groups
 from autooptimize.services.rewrite.kind import CheckpointWriter, RewriteKind
 from autooptimize.services.rewrite.outputs import (
@@ -53,7 +55,28 @@ log = logging.getLogger(__name__)
 
 def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, spark: Any,
                 save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> MergeOutcome:
-    """Execute (or finish) one rewrite action of ``kind``; see the module docstring for the guarantees."""
+    """Execute (or finish) one rewrite action of ``kind``; see the module docstring for the guarantees.
+
+    A commit whose answer was lost (CommitOutcomeUnknown) leaves everything written in place and is
+    recorded in the checkpoint (``unsettled_commit``) before it is raised: the next attempt settles it
+    from the table's history, and nothing removes that output while the commit may still land."""
+    saved: list[dict[str, Any]] = [request.checkpoint] if request.checkpoint else []
+
+    def remember(checkpoint: dict[str, Any]) -> None:
+        saved[:] = [checkpoint]
+        save_checkpoint(checkpoint)
+
+    try:
+        return _run_rewrite(kind, settings, request, spark, remember, hooks)
+    except CommitOutcomeUnknown as exc:
+        unsettled = dict(saved[-1]) if saved else {}
+        unsettled["unsettled_commit"] = {"snapshot_id": exc.snapshot_id, "parent_id": exc.parent_id}
+        save_checkpoint(unsettled)
+        raise
+
+
+def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, spark: Any,
+                 save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> MergeOutcome:
     hooks = hooks or Hooks()
     started = time.monotonic()
     table = load_table(settings, request.identifier)
@@ -63,6 +86,15 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
         return committed_outcome(request, committed.snapshot_id)
 
     progress = Progress.of(request.options)
+    unsettled = request.resume_point.unsettled_commit
+    if unsettled is not None and not commit_settled(table, *unsettled):
+        # an earlier attempt's commit may still land: re-commit its verified output (the catalog then takes
+        # exactly one of the two) or wait; never rewrite or remove what that commit references
+        resumed = None if progress.partial else _resume_from_checkpoint(kind, table, request, hooks)
+        if resumed is not None:
+            return resumed
+        raise Retry(f"action {request.action_id}: the outcome of its commit of snapshot {unsettled[0]} is not "
+                    "settled yet; its output is kept", delay=30.0)
     done: list[GroupResult] = []  # groups committed by earlier parts of this action (partial progress)
     if request.checkpoint and not request.dry_run:
         if progress.partial:
@@ -93,6 +125,7 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
         outcome.mse_after = planned.mse_after(None)
         return outcome
     kind.check_writable(table, planned)
+    metadata_path(table, "check.avro")  # its manifests must go inside the table too: refused before any work
 
     write_started = time.monotonic()
     codec = table.properties.get("write.parquet.compression-codec", "zstd")
@@ -105,16 +138,20 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
     save_checkpoint(state.with_groups(done).to_dict())  # no new groups: nothing to resume yet
     # partial progress: directories unique to this attempt (an earlier part's g0 is committed output)
     suffix = f"-{uuid.uuid4().hex[:8]}" if progress.partial else ""
-    jobs = [functools.partial(kind.rewrite, spark, table, unit,
-                              f"{action_dir(table, unit.partition, request.action_id)}/g{unit.index}{suffix}",
-                              codec, hooks, request)
-            for unit in planned.units]
-    parts = Parts(kind, settings, request, hooks, save_checkpoint, state, done, len(jobs), progress)
+    directories = [f"{action_dir(table, unit.partition, request.action_id)}/g{unit.index}{suffix}"
+                   for unit in planned.units]
+    parts = Parts(kind, settings, request, hooks, save_checkpoint, state, done, len(directories), progress)
     tag = spark_tag(request.action_id)
-    plan_facts: dict[str, Any] = {}
+    plan_facts: dict[str, Any] = {"engine": request.engine}
     try:
-        groups = write_groups([carry(_tagged(spark, tag, job)) for job in jobs], kind.concurrency(request),
-                              parts.finished, interrupt=lambda: _interrupt(spark, tag, written_dirs))
+        if request.engine == Engine.SPARK.value:  # every group a task of one Spark job on the executors
+            groups = _in_one_job(kind, spark, table, list(planned.units), directories, codec, hooks, request, tag,
+                                 parts.finished, lambda: _interrupt(spark, tag, written_dirs))
+        else:
+            jobs = [functools.partial(kind.rewrite, spark, table, unit, directory, codec, hooks, request)
+                    for unit, directory in zip(planned.units, directories, strict=True)]
+            groups = write_groups([carry(_tagged(spark, tag, job)) for job in jobs], kind.concurrency(request),
+                                  parts.finished, interrupt=lambda: _interrupt(spark, tag, written_dirs))
         outcome.timings["rewrite"] = time.monotonic() - write_started
         commit_started = time.monotonic()
         if progress.partial:
@@ -125,9 +162,12 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
             if hooks.before_commit:
                 hooks.before_commit()
             result = kind.commit(table, request, groups)
-            snapshot_id, plan_facts = result.snapshot_id, result.plan_facts
+            snapshot_id, plan_facts = result.snapshot_id, {**plan_facts, **result.plan_facts}
         outcome.timings["commit"] = time.monotonic() - commit_started
     except (ConflictAbort, VerificationFailed, ActionRefused) as exc:
+        landed = _landed(table, request)  # an earlier attempt's unsettled commit may be what conflicted
+        if landed is not None:
+            return landed
         remove_uncommitted(table, written_dirs, request.action_id)
         if parts.done:  # what earlier parts committed stays committed: the failure record says so
             exc.outcome = _parts_outcome(request, parts.done, "partially_committed")  # type: ignore[attr-defined]
@@ -148,6 +188,25 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
     return outcome
 
 
+def _in_one_job(kind: RewriteKind, spark: Any, table: Any, units: list[Any], directories: list[str], codec: str,
+                hooks: Hooks, request: MergeRequest, tag: str, on_done: Callable[[int, GroupResult], None],
+                interrupt: Callable[[], None]) -> list[GroupResult]:
+    """The ``spark`` engine: the kind's groups as the tasks of one Spark job (``kind.rewrite_action``),
+    then ``on_done`` for each verified group in order. On any failure the job's tasks are stopped by tag
+    and waited for before the error is raised (nobody cleans output a task is still writing)."""
+    try:
+        groups = kind.rewrite_action(spark, table, units, directories, codec, hooks, request, tag)
+        for i, group in enumerate(groups):
+            on_done(i, group)
+        return groups
+    except BaseException:
+        try:
+            interrupt()
+        except Exception as exc:  # stopping early is an optimisation; the job has ended or its server is gone
+            log.warning("could not interrupt the action's Spark job: %s", exc)
+        raise
+
+
 def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: MergeRequest, hooks: Hooks
                             ) -> MergeOutcome | None:
     """Commit a verified checkpoint when its inputs are still live and its outputs exist; None to rewrite."""
@@ -162,6 +221,9 @@ def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: MergeRequest
     try:
         result = kind.commit(table, request, list(checkpoint.groups))
     except ConflictAbort:
+        landed = _landed(table, request)  # the earlier attempt's unsettled commit landed meanwhile
+        if landed is not None:
+            return landed
         remove_uncommitted(table, checkpoint.dirs, request.action_id)
         if kind.rewrite_on_resume_conflict:  # e.g. an applied delete file is gone: rewrite from the table
             return None
@@ -173,6 +235,13 @@ def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: MergeRequest
                            checkpoint=request.checkpoint, plan=result.plan_facts or None)
     outcome.add_figures(checkpoint.groups)
     return outcome
+
+
+def _landed(table: Any, request: MergeRequest) -> MergeOutcome | None:
+    """The action's outcome when a fresh look at the table's history finds it committed, else None."""
+    table.refresh()
+    committed = find_action_snapshot(table, request.action_id)
+    return committed_outcome(request, committed.snapshot_id) if committed is not None else None
 
 
 def _parts_outcome(request: MergeRequest, done: list[GroupResult], reason: str) -> MergeOutcome:
@@ -211,11 +280,19 @@ def committed_outcome(request: MergeRequest, snapshot_id: int) -> MergeOutcome:
 
 def abandon(settings: Settings, request: MergeRequest) -> int | None:
     """Give an action up: returns the snapshot id if it was in fact committed, else removes its
-    uncommitted output (never a file the table references) and returns None."""
+    uncommitted output (never a file the table references) and returns None.
+
+    Raises CommitOutcomeUnknown, removing nothing, while a commit whose answer was lost may still land
+    (the branch has not moved past the head it was sent on)."""
     table = load_table(settings, request.identifier)
     committed = find_action_snapshot(table, request.action_id)
     if committed is not None:
         return committed.snapshot_id
+    unsettled = request.resume_point.unsettled_commit
+    if unsettled is not None and not commit_settled(table, *unsettled):
+        raise CommitOutcomeUnknown(
+            f"action {request.action_id}: its commit of snapshot {unsettled[0]} may still land (the branch is "
+            "still at the head it was sent on); its output is kept", snapshot_id=unsettled[0], parent_id=unsettled[1])
     try:
         fence_earlier_writer(settings, table, request, wait=30.0)
     except Exception as exc:  # unreachable server or a slow abort: clean what can be cleaned, orphan removal does the rest
@@ -224,6 +301,16 @@ def abandon(settings: Settings, request: MergeRequest) -> int | None:
     dirs = list(request.resume_point.dirs) + action_dirs(table, request.action_id)
     remove_uncommitted(table, sorted(set(dirs)), request.action_id)
     return None
+
+
+def commit_settled(table: Any, snapshot_id: int, parent_id: int | None) -> bool:
+    """Whether a commit of ``snapshot_id`` on top of ``parent_id`` whose answer was lost can no longer
+    land: it is in the metadata, or the main branch has moved past ``parent_id`` without it (the catalog
+    swaps only on the parent it was sent with)."""
+    if table.metadata.snapshot_by_id(snapshot_id) is not None:
+        return True
+    head = table.current_snapshot()
+    return (head.snapshot_id if head is not None else None) != parent_id
 
 
 def spark_tag(action_id: str) -> str:

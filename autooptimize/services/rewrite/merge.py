@@ -22,7 +22,7 @@ from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_b
 from autooptimize.domain.policy import SKIP_RULES, is_live
 from autooptimize.domain.policy import plan_partition as plan_by_policy
 from autooptimize.domain.profile import phase
-from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.errors import ActionRefused, ConflictAbort
 from autooptimize.iceberg.commit import (
     ACTION_ID_PROPERTY,
     ACTION_KIND_PROPERTY,
@@ -36,36 +36,24 @@ from autooptimize.iceberg.fileio import is_local
 from autooptimize.iceberg.files import PartitionFiles, live_partitions
 from autooptimize.services import evolution
 from autooptimize.services.rewrite import lineage
-from autooptimize.services.rewrite.engine import choose_engine
-from autooptimize.services.rewrite.evolution import evolution_data_files, evolution_rewrite
+from autooptimize.services.rewrite.evolution import evolution_data_files
 from autooptimize.services.rewrite.kind import (
     CheckpointWriter,
     Committed,
     Planned,
     Unit,
     commit_facts,
-    group_result,
 )
 from autooptimize.services.rewrite.lifecycle import run_rewrite
+from autooptimize.services.rewrite.merge_group import prepare_group, rewrite_in_one_job, rewrite_one
 from autooptimize.services.rewrite.outputs import action_dir
 from autooptimize.services.rewrite.sort import (
-    check_sorted_group,
     plan_sorted_partition,
     plan_zorder_partition,
     sort_spec,
-    spark_sort,
     zorder_spec,
 )
-from autooptimize.services.rewrite.verify import (
-    as_digest,
-    inputs_digest,
-    output_digest,
-    read_back_digest,
-    verify_group,
-)
 from autooptimize.services.sizing import NO_SIZING, calibrate, calibrate_arrow, calibration_sample
-from autooptimize.services.zorder import group_keys
-from spark_actors.arrow_sort import sortable
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +113,7 @@ def plan_partitions(
     table: Table, partitions: list[PartitionFiles], request: MergeRequest
 ) -> tuple[list[tuple[PartitionFiles, Plan]], dict[str, str], dict[str, str]]:
     """The merge plan of each partition, a reason for each partition left alone, and the planning rule
-    of each partition planned (``binpack``, ``tiered``, ``settled_full``, …).
+    of each partition planned (``binpack``, ``tiered``, ``cold_finish``, …).
 
     Pure planning on the current snapshot's metadata: ``explain`` and the action call this same
     function, so an explained plan is what the action executes while the table is unchanged.
@@ -164,7 +152,7 @@ def plan_partition(table: Table, pf: PartitionFiles, request: MergeRequest) -> P
 
 def plan_partition_with_rule(table: Table, pf: PartitionFiles, request: MergeRequest) -> tuple[Plan, str]:
     """The merge plan of one partition and the rule that made it: ``respec``, ``binpack``, or one of
-    :data:`autooptimize.domain.policy.RULES` (``tiered``, ``live_wait``, ``settled_full``, …)."""
+    :data:`autooptimize.domain.policy.RULES` (``tiered``, ``live_wait``, ``cold_finish``, …)."""
     files = plan_files(pf, request.sizing)
     if pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options):
         # a respec moves single files too; one alone larger than the cap stays in its older spec
@@ -174,9 +162,12 @@ def plan_partition_with_rule(table: Table, pf: PartitionFiles, request: MergeReq
     if request.policy == "tiered" and not without_ids and request.max_bytes is None:
         now_ms = request.now_ms if request.now_ms is not None else int(time.time() * 1000)
         newest = pf.newest_ms
-        live = newest is not None and is_live((now_ms - newest) / 1000, request.settle_seconds)
-        chosen = plan_by_policy(files, request.target_file_size, request.tolerance, live=live,
-                                fan_in=request.fan_in, min_input_files=request.min_input_files)
+        # no known write time (only our own outputs): nothing is being written there, so it is cold
+        cold = newest is None or not is_live((now_ms - newest) / 1000, request.cold_after_seconds)
+        chosen = plan_by_policy(files, request.target_file_size, request.tolerance, cold=cold,
+                                fan_in=request.fan_in, min_input_files=request.min_input_files,
+                                received_bytes=pf.bytes, expected_bytes=request.expected_partition_bytes,
+                                leave_alone_below=request.leave_alone_below)
         # the policy chose its files on purpose: spread them evenly, never grow the group (see balance_outputs)
         plan = balance_outputs(chosen.plan, files, min_input_files=request.min_input_files, grow=False)
         return cap_groups(plan, files, request.max_group_bytes, request.min_input_files), chosen.rule
@@ -191,14 +182,16 @@ def plan_partition_with_rule(table: Table, pf: PartitionFiles, request: MergeReq
 
 
 def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], request: MergeRequest) -> MergeRequest:
-    """The request with output bytes per row measured by a Spark sample, when sizing can matter.
+    """The request with output bytes per row measured on a sample written by the writer of the groups
+    (under ``spark`` a task on an executor, under ``local`` this process), when sizing can matter.
 
     Only partitions this version may merge count, and only when one holds at least a target's worth
     of candidate files (smaller partitions write one file whatever the estimate). The sample is
     written under the action's own directory and removed.
     """
     target = request.target_file_size
-    if not is_local(table):  # the sample is written by Spark's own writer, which reaches only local files
+    engine = Engine(request.engine)
+    if engine == Engine.SPARK_SQL and not is_local(table):  # Spark's own writer reaches only local files
         return request
     for pf in partitions:
         if refusal(table, pf) is not None:
@@ -207,7 +200,7 @@ def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], reque
         if sum(size for size, _ in candidates) < target or len(candidates) < request.min_input_files:
             continue
         sample = calibration_sample(candidates, target)
-        if not all(evolution.has_field_ids(table, p) for p in sample):
+        if evolution.may_hold_files_without_ids(table) and not all(evolution.has_field_ids(table, p) for p in sample):
             return request
         codec = table.properties.get("write.parquet.compression-codec", "zstd")
         directory = f"{action_dir(table, pf, request.action_id)}/calibration"
@@ -215,13 +208,19 @@ def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], reque
         # differ in size by up to 3× (seen in tests/integration/test_sizing.py)
         from spark_actors.types import SPARK, engine_for
 
-        spark_can = engine_for(table.schema(), field_ids=True) == SPARK
-        if choose_engine(request, request.target_file_size, spark_can=spark_can, local=True,
-                         ordered=False) == Engine.ARROW:
-            by_path = {f.path: f.data_file for f in pf.data_files}
-            sizing = calibrate_arrow(table, [by_path[p] for p in sample], directory, codec, (pf.spec_id, pf.record))
-        else:
+        by_path = {f.path: f.data_file for f in pf.data_files}
+        if engine == Engine.SPARK:  # on an executor, like the groups (spark_actors/group_tasks.calibrate)
+            from spark_actors import group_tasks
+            from spark_actors.action_job import TableContext, run_action_job
+
+            job = run_action_job(spark, TableContext.of(table), [(group_tasks.calibrate, (
+                [by_path[p] for p in sample], directory, codec, (pf.spec_id, pf.record)))])
+            rows, size = job.values()[0]
+            sizing = Sizing(size / rows, "calibration") if rows else NO_SIZING
+        elif engine == Engine.SPARK_SQL and engine_for(table.schema(), field_ids=True) == SPARK:
             sizing = calibrate(spark, table, sample, directory, codec)
+        else:
+            sizing = calibrate_arrow(table, [by_path[p] for p in sample], directory, codec, (pf.spec_id, pf.record))
         log.info("action %s: calibrated output at %.2f bytes/row from %d files", request.action_id,
                  sizing.bytes_per_row or 0, len(sample))
         return dataclasses.replace(request, sizing=sizing)
@@ -277,68 +276,16 @@ class MergeKind:
 
     def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
                 request: MergeRequest) -> GroupResult:
-        from spark_actors.rewrite import rewrite_group
-        from spark_actors.types import SPARK, engine_for
+        """One group in this process's threads (``local``) or as its own Spark SQL job (``spark_sql``);
+        a group of the ``spark`` engine goes with the others through :meth:`rewrite_action`."""
+        g = prepare_group(table, unit, directory, request)
+        if g.engine == Engine.SPARK:
+            return self.rewrite_action(spark, table, [unit], [directory], codec, hooks, request)[0]
+        return rewrite_one(spark, table, g, codec, hooks)
 
-        pf, group = unit.partition, unit.work
-        by_path = {f.path: f for f in pf.data_files}
-        inputs = [f.path for f in group.files]
-        order = sort_spec(table, request)
-        zorder = zorder_spec(table, request)
-        respec = pf.spec_id != table.spec().spec_id and evolution.wants_respec(request.options)
-        with_ids = {evolution.has_field_ids(table, p) for p in inputs}
-        if len(with_ids) != 1:
-            raise VerificationFailed(f"group {directory} mixes files with and without field ids")
-        # Spark's own Parquet IO reaches only local files; a table on an object store goes through the
-        # pyarrow path, run as a Spark task (spark_actors/arrow_on_spark.py)
-        spark_can = engine_for(table.schema(), field_ids=with_ids.pop()) == SPARK and is_local(table)
-        columns = order[0] if order else None
-        keys = spark_sort(columns)
-        ordered = order is not None or zorder is not None
-        # a z-order's z-value is a Spark expression (spark_actors/zorder.py) or numpy (spark_actors/zorder_arrow.py)
-        arrow_sortable = zorder is not None or sortable([f.name for f in table.schema().fields], keys)
-        zkeys = group_keys(table, [by_path[p].data_file for p in inputs], zorder) if zorder else None
-        engine = choose_engine(request, group.bytes_in, spark_can=spark_can, local=is_local(table),
-                               ordered=ordered, arrow_sortable=arrow_sortable)
-        if lineage.keeps_lineage(table):
-            return lineage.rewrite_v3_group(spark, table, pf, inputs, directory, group.files_out, codec, hooks,
-                                            request, ordered=ordered, respec=respec)
-        if ordered and (respec or (engine == Engine.SPARK and not spark_can)):
-            raise ActionRefused(f"{request.kind}_not_supported",
-                                f"this {request.kind} needs the Spark path (a group this large, or NULLS "
-                                "FIRST and LAST mixed), and this group has types or files that only the pyarrow "
-                                "path rewrites faithfully, or lives where Spark cannot read; merge it instead")
-        if respec or engine != Engine.SPARK:
-            return evolution_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, respec,
-                                     spark=spark if engine == Engine.ARROW_ON_SPARK else None, sort=keys,
-                                     sort_order_id=order[1] if order else None, zorder=zkeys,
-                                     check_sorted=(lambda outputs: check_sorted_group(table, outputs, columns))
-                                     if order else None)
-        by_id = inputs_digest(table, inputs)  # pyarrow reads the inputs while Spark rewrites them
-        with phase("group.spark_job"):
-            result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
-                                   sort=keys, io=table.io, zorder=zkeys)
-        paths = list(result.paths)
-        digest_in = as_digest(result.digest_in)
-        with phase("group.read_back"):
-            digest_out = read_back_digest(hooks, paths, lambda: output_digest(table, paths))
-        sort_order_id = order[1] if order else None
-        outputs: list[Any] = []
-
-        def footer_rows() -> int:
-            with phase("group.footers"):
-                outputs.extend(data_file_from_footer(table, p, pf.spec_id, pf.record, sort_order_id) for p in paths)
-            return sum(int(o.record_count) for o in outputs)
-
-        with phase("group.inputs_by_id_wait"):
-            inputs_by_id = by_id.result()
-        verify_group(directory, reader="Spark", files_in=len(inputs),
-                     metadata_rows=sum(by_path[p].record_count for p in inputs), rows_read=digest_in.rows,
-                     expected_out=digest_in, digest_out=digest_out, footer_rows=footer_rows,
-                     inputs_by_id=inputs_by_id)
-        check_sorted_group(table, outputs, columns)
-        return group_result(pf, inputs, sum(by_path[p].size for p in inputs), paths, outputs, digest_in.rows,
-                            digest_in.checksum, digest_out, engine=Engine.SPARK.value, sort_order_id=sort_order_id)
+    def rewrite_action(self, spark: Any, table: Table, units: list[Unit], directories: list[str], codec: str,
+                       hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
+        return rewrite_in_one_job(spark, table, units, directories, codec, hooks, request, tag)
 
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
@@ -370,13 +317,26 @@ def _added_files(table: Table, live: dict[str, Any], groups: list[GroupResult]) 
     """The DataFiles of the groups' outputs, from their footers, in their inputs' (or their own) partition."""
     added: list[Any] = []
     for g in groups:
+        if g.output_partitions is not None and g.data_files is not None:  # a respec on the executors
+            added.extend(g.data_files)
+            continue
         if g.output_partitions is not None:  # rewritten into another spec: each output has its own partition
             added.extend(evolution_data_files(table, g))
             continue
         first = live[g.inputs[0]].data_file
+        if g.data_files is not None:  # read from the footers on the executors that wrote them
+            added.extend(_in_spec(f, first.spec_id) for f in g.data_files)
+            continue
         added.extend(data_file_from_footer(table, p, first.spec_id, first.partition, g.sort_order_id)
                      for p in g.outputs)
     return added
+
+
+def _in_spec(data_file: Any, spec_id: int) -> Any:
+    """``data_file`` (read on an executor, written in its inputs' partition) with its spec id (not a field
+    of the manifest entry, so not carried by pickling)."""
+    data_file.spec_id = spec_id
+    return data_file
 
 
 def run_merge(settings: Settings, request: MergeRequest, spark: Any, save_checkpoint: CheckpointWriter,

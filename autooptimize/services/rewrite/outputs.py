@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 #: How long a retry waits for an interrupted earlier write of its action to clean up after itself.
 WRITER_WAIT_SECONDS = 120.0
-#: Once nothing of the earlier attempt runs, how long to wait for its job's _temporary to go.
+#: Once nothing of the earlier attempt runs, how long to wait for its job's _temporary (or its tasks'
+#: .writing markers: a killed Python worker stops within spark.python.task.killTimeout, 2 s) to go.
 WRITER_GRACE_SECONDS = 10.0
 
 
@@ -70,9 +71,11 @@ def action_dirs(table: Table, action_id: str) -> list[str]:
 
 
 def writing(directories: list[str] | tuple[str, ...], io: Any = None) -> bool:
-    """True while a Spark job's ``_temporary`` directory exists below one of ``directories`` (listed
-    through ``io``, the table's FileIO); links are not followed."""
-    return any(e.kind == "dir" and e.uri.rsplit("/", 1)[-1] == "_temporary"
+    """True while a Spark SQL job's ``_temporary`` directory, or a task's ``.writing`` marker
+    (spark_actors/group_tasks.writing), exists below one of ``directories`` (listed through ``io``, the
+    table's FileIO); links are not followed."""
+    return any((e.kind == "dir" and e.uri.rsplit("/", 1)[-1] == "_temporary")
+               or (e.kind != "dir" and e.uri.endswith(".writing"))
                for directory in directories for e in paths.walk(directory, directory, io))
 
 

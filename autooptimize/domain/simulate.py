@@ -1,0 +1,298 @@
+"""Replay a table's writes through a merge policy or a periodic bin-pack, and measure what each costs.
+
+The one simulator behind ``benchmarks.policy_sim`` and ``autooptimize whatif --suggest``: the same
+code judges a policy on a synthetic family of traces and a tuning on a table's own history.
+
+A history is a sequence of :class:`Write` (seconds, and the bytes each partition received). Two ways of
+keeping the table:
+
+* :func:`simulate_baseline`: after every ``every`` writes, a blocking bin-pack of every partition with
+  Iceberg's size-ratio rule (``plan_iceberg_bin_pack``, min input files 2); once more after the last.
+* :func:`simulate_policy`: the live-partition policy (:func:`~autooptimize.domain.policy.plan_partition`)
+  judges a partition when a write touches it, when a merge of it lands, when it settles and when it
+  goes cold (the service's timers). A plan takes ``latency`` seconds to land; one merge in flight per
+  partition. After the last write the clock runs on until every partition is cold and judged.
+
+Figures (:class:`Figures`): live data files after each write (mean, max), files replaced, bytes
+rewritten, write amplification (bytes rewritten / bytes written), files and excess MSE at the end
+(``Σ (SSE − SSE_best) / N`` over the partitions, in bytes², SSE_best from
+:func:`~autooptimize.domain.entropy.best_layout` of each partition's bytes capped at the target).
+Pure: the standard library and :mod:`autooptimize.domain` only.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import statistics
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from autooptimize.domain.entropy import best_layout
+from autooptimize.domain.planning import PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
+from autooptimize.domain.policy import PolicyTuning, plan_partition
+
+__all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
+           "Suggestion", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
+           "suggest_tuning"]
+
+#: The baseline bin-packs after this many writes (benchmarks.streaming's ``--compact-every``).
+BASELINE_EVERY = 20
+#: Seconds from a plan to its commit in the simulated service (measured live: 1–3 s per merge).
+LATENCY_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One writer commit at ``at`` seconds: ``(partition, bytes)`` for each file it adds."""
+
+    at: float
+    files: tuple[tuple[Hashable, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    mean_live_files: float
+    max_live_files: int
+    files_replaced: int
+    bytes_rewritten: int
+    bytes_written: int
+    end_files: int
+    end_excess_mse: float  # bytes²
+    actions: int
+    rules: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def write_amplification(self) -> float:
+        return self.bytes_rewritten / self.bytes_written if self.bytes_written else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"mean_live_files": self.mean_live_files, "max_live_files": self.max_live_files,
+                "files_replaced": self.files_replaced, "bytes_rewritten": self.bytes_rewritten,
+                "bytes_written": self.bytes_written,
+                "write_amplification": self.write_amplification, "end_files": self.end_files,
+                "end_excess_mse_mib2": self.end_excess_mse / (1 << 40), "actions": self.actions}
+
+
+@dataclass
+class _Table:
+    target: int
+    parts: dict[Hashable, dict[str, int]] = field(default_factory=dict)
+    received: dict[Hashable, int] = field(default_factory=dict)
+    newest: dict[Hashable, float] = field(default_factory=dict)
+    names: itertools.count = field(default_factory=itertools.count)
+    live_files: int = 0
+    written: int = 0
+    rewritten: int = 0
+    replaced: int = 0
+    actions: int = 0
+    counts: list[int] = field(default_factory=list)
+
+    def add(self, part: Hashable, size: int, now: float) -> None:
+        self.parts.setdefault(part, {})[f"w{next(self.names)}"] = size
+        self.received[part] = self.received.get(part, 0) + size
+        self.newest[part] = now
+        self.written += size
+        self.live_files += 1
+
+    def files(self, part: Hashable) -> list[PlanFile]:
+        return [PlanFile(p, s) for p, s in self.parts[part].items()]
+
+    def apply(self, part: Hashable, groups: Sequence[RewriteGroup]) -> None:
+        files = self.parts[part]
+        for g in groups:
+            if any(f.path not in files for f in g.files):
+                continue  # cannot happen with one merge in flight per partition; never count a lost merge
+            for f in g.files:
+                del files[f.path]
+            for size in g.output_sizes():
+                files[f"m{next(self.names)}"] = size
+            self.rewritten += g.bytes_in
+            self.replaced += len(g.files)
+            self.live_files += len(g.output_sizes()) - len(g.files)
+            self.actions += 1
+
+    def figures(self, rules: dict[str, int] | None = None) -> Figures:
+        sse_over = 0
+        n = 0
+        for files in self.parts.values():
+            sizes = list(files.values())
+            n += len(sizes)
+            sse = sum((self.target - s) ** 2 for s in sizes if s < self.target)
+            capped = sum(min(s, self.target) for s in sizes)
+            sse_over += max(0, sse - best_layout(capped, self.target)[1])
+        return Figures(
+            mean_live_files=sum(self.counts) / len(self.counts) if self.counts else 0.0,
+            max_live_files=max(self.counts, default=0), files_replaced=self.replaced,
+            bytes_rewritten=self.rewritten, bytes_written=self.written, end_files=n,
+            end_excess_mse=sse_over / n if n else 0.0, actions=self.actions,
+            rules=tuple(sorted((rules or {}).items())))
+
+
+def simulate_baseline(writes: Sequence[Write], target: int, every: int = BASELINE_EVERY) -> Figures:
+    """A blocking Iceberg bin-pack of every partition after every ``every`` writes and after the last."""
+    t = _Table(target)
+
+    def binpack() -> None:
+        for part in t.parts:
+            t.apply(part, plan_iceberg_bin_pack(t.files(part), target, min_input_files=2).groups)
+
+    for k, w in enumerate(writes, 1):
+        for part, size in w.files:
+            t.add(part, size, w.at)
+        if k % every == 0:
+            binpack()
+        t.counts.append(t.live_files)
+    if len(writes) % every:
+        binpack()
+    return t.figures()
+
+
+def expected_bytes(received: dict[Hashable, int], part: Hashable) -> int | None:
+    """What a partition is expected to hold: the median bytes of the table's other partitions (as the
+    service takes it from its partition statistics, ``storage.stats.median_partition_bytes``)."""
+    others = [b for p, b in received.items() if p != part]
+    return int(statistics.median(others)) if others else None
+
+
+def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS) -> Figures:
+    """The live-partition policy with ``tuning`` over ``writes`` (see the module doc)."""
+    t = _Table(tuning.target)
+    rules: dict[str, int] = {}
+    pending: set[Hashable] = set()
+    events: list[tuple[float, int, str, Hashable]] = []  # (at, seq, kind, partition)
+    seq = itertools.count()
+
+    def plan(part: Hashable, now: float) -> tuple[RewriteGroup, ...]:
+        # the same sum the cold timer was set at (``now - newest`` may round just under cold_after)
+        cold = now >= t.newest[part] + tuning.cold_after_seconds
+        files = t.files(part)
+        result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, fan_in=tuning.fan_in,
+                                received_bytes=t.received[part],
+                                expected_bytes=expected_bytes(t.received, part),
+                                leave_alone_below=tuning.leave_alone_below)
+        rules[result.rule] = rules.get(result.rule, 0) + 1
+        return balance_outputs(result.plan, files, grow=False).groups
+
+    def judge(part: Hashable, now: float) -> None:
+        """Decide: submit a merge when the policy has one (it plans again when it runs, as the service's)."""
+        if part in pending or part not in t.parts:
+            return
+        if plan(part, now):
+            pending.add(part)
+            heapq.heappush(events, (now + latency, next(seq), "land", part))
+
+    def run_until(until: float) -> None:
+        while events and events[0][0] <= until:
+            at, _, kind, part = heapq.heappop(events)
+            if kind == "land":
+                pending.discard(part)
+                t.apply(part, plan(part, at))  # the action plans on the files as they are when it runs
+            elif at < t.newest[part] + (tuning.settle_seconds if kind == "settle" else tuning.cold_after_seconds):
+                continue  # written again since the timer was set
+            judge(part, at)
+
+    for w in writes:
+        run_until(w.at)
+        for part, size in w.files:
+            t.add(part, size, w.at)
+            heapq.heappush(events, (w.at + tuning.settle_seconds, next(seq), "settle", part))
+            heapq.heappush(events, (w.at + tuning.cold_after_seconds, next(seq), "cold", part))
+        for part, _ in w.files:
+            judge(part, w.at)
+        t.counts.append(t.live_files)
+    run_until(float("inf"))
+    return t.figures(rules)
+
+
+#: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
+SUGGEST_FAN_INS = (4, 6, 8, 12, 16, 24, 32)
+SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
+#: The file goal ``suggest_tuning`` holds a tuning to: mean live files at most this times the bin-pack's.
+LIVE_FILES_GOAL = 1.05
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    """The tuning a history suggests, what it predicts, and what the baseline and the defaults did."""
+
+    tuning: PolicyTuning
+    predicted: Figures
+    baseline: Figures
+    defaults: Figures
+    meets_goal: bool  # mean live files within LIVE_FILES_GOAL × the bin-pack's; end files and excess within 10 %
+    tried: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {"tuning": self.tuning.as_dict(), "predicted": self.predicted.as_dict(),
+                "baseline": self.baseline.as_dict(), "defaults": self.defaults.as_dict(),
+                "meets_goal": self.meets_goal, "tried": self.tried}
+
+
+#: The write amplification goal a tuning is held to when no candidate keeps the file goal.
+WRITE_AMPLIFICATION_GOAL = 1.5
+
+
+#: Slack on the end excess MSE goal (bytes²): the bin-pack's own figure is often 0, and 10 % of 0 is nothing.
+END_EXCESS_SLACK = 1 << 40
+
+
+def _end_excess_limit(base: Figures) -> float:
+    return 1.1 * base.end_excess_mse + END_EXCESS_SLACK
+
+
+def _meets(f: Figures, base: Figures) -> bool:
+    """The file goal: mean live files within 1.05× the bin-pack's; files and excess MSE at the end within 10 %."""
+    return (f.mean_live_files <= LIVE_FILES_GOAL * base.mean_live_files and f.end_files <= 1.1 * base.end_files
+            and f.end_excess_mse <= _end_excess_limit(base))
+
+
+def shortfall(f: Figures, base: Figures) -> float:
+    """How far ``f`` misses the goals, summed as fractions: mean live files over 1.05× the bin-pack's,
+    end files over 1.1×, end excess MSE over 1.1× (+ 1 MiB²), write amplification over 1.5 (0 when every
+    goal holds)."""
+    live = f.mean_live_files / (LIVE_FILES_GOAL * base.mean_live_files) - 1 if base.mean_live_files else 0.0
+    end = f.end_files / (1.1 * base.end_files) - 1 if base.end_files else 0.0
+    excess = f.end_excess_mse / _end_excess_limit(base) - 1
+    return (max(0.0, live) + max(0.0, end) + max(0.0, excess)
+            + max(0.0, f.write_amplification / WRITE_AMPLIFICATION_GOAL - 1))
+
+
+def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FAN_INS,
+                      cold_after: Sequence[float] = SUGGEST_COLD_AFTER,
+                      leave_alone: Sequence[int] = (0,)) -> list[PolicyTuning]:
+    """Every combination of the given fan-ins, cold-after times and leave-alone sizes at ``default``'s
+    target, settle time and tolerance; ``default`` first."""
+    out = [default]
+    for f in fan_ins:
+        for c in cold_after:
+            for a in leave_alone:
+                t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
+                                 default.tolerance)
+                if t not in out:
+                    out.append(t)
+    return out
+
+
+def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
+                   candidates: Sequence[PolicyTuning] | None = None,
+                   every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS) -> Suggestion:
+    """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
+    within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
+    none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
+    so an unreachable file goal does not buy live files at any price in bytes). Ties go to the earlier
+    candidate (``default`` first), so the defaults are kept unless a tuning does strictly better."""
+    if not writes:
+        raise ValueError("suggest_tuning needs at least one write in the history")
+    cands = list(candidates) if candidates is not None else candidate_tunings(default)
+    if default not in cands:
+        cands.insert(0, default)
+    base = simulate_baseline(writes, default.target, every)
+    results = [(t, simulate_policy(writes, t, latency)) for t in cands]
+    defaults = next(f for t, f in results if t == default)
+    good = [(t, f) for t, f in results if _meets(f, base)]
+    if good:
+        tuning, fig = min(good, key=lambda tf: tf[1].bytes_rewritten)
+    else:
+        tuning, fig = min(results, key=lambda tf: (round(shortfall(tf[1], base), 6), tf[1].bytes_rewritten))
+    return Suggestion(tuning, fig, base, defaults, bool(good), len(results))

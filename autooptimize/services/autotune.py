@@ -1,0 +1,185 @@
+"""AutoAnalyze: replay a table's own commit history through the policy simulator and suggest its tuning.
+
+For a table, the writer commits still in its metadata (every snapshot that is not one of our REPLACE
+commits: what each added to each partition, and when) are replayed by
+:func:`~autooptimize.domain.simulate.suggest_tuning` over candidate tunings (fan-in, cold-after and, for
+very small partitions, leaving them alone; the table's target and settle time stay). The suggestion is
+the one that rewrites the fewest bytes while keeping the file goal (mean live files within 1.05× and end
+files within 1.1× of a blocking bin-pack every 20 commits of the same history). It is recorded on the
+tracked table with its predicted figures (``suggested_tuning``), shown by ``whatif --suggest`` and the
+console, and applied only when the owner allowed it (``track --auto-tune``). Beat re-evaluates every
+tracked table every AO_AUTOTUNE_SECONDS.
+
+Afterwards, :func:`realised_since` measures what the table really did from its snapshot summaries:
+mean live data files after each writer commit (``total-data-files``), and write amplification (bytes our
+REPLACE commits removed over bytes the writers added), to compare with the prediction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from pyiceberg.table import Table
+
+from autooptimize.config import Settings
+from autooptimize.domain.policy import PolicyTuning
+from autooptimize.domain.simulate import (
+    LATENCY_SECONDS,
+    SUGGEST_COLD_AFTER,
+    Suggestion,
+    Write,
+    candidate_tunings,
+    suggest_tuning,
+)
+from autooptimize.errors import InvalidArgument
+from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.models import TrackedTable
+from autooptimize.storage.repositories import audit, now, tracked_table, tracked_tables
+
+log = logging.getLogger(__name__)
+
+#: The most recent writer commits a suggestion replays (older ones are left out).
+MAX_COMMITS = 5000
+#: A suggestion needs at least this many writer commits of history.
+MIN_COMMITS = 20
+
+
+def _writer_snapshots(table: Table) -> list[Any]:
+    """The main branch's snapshots still in the metadata, oldest first, back to the first missing parent."""
+    chain = []
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        chain.append(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
+    chain.reverse()
+    return chain
+
+
+def _is_replace(snapshot: Any) -> bool:
+    return snapshot.summary is not None and snapshot.summary.operation.value == "replace"
+
+
+def table_history(table: Table, max_commits: int = MAX_COMMITS) -> list[Write]:
+    """The table's writer commits as simulator writes: seconds since the first, and the size of every
+    data file each added to each partition (removals by writers are left out). REPLACE commits (ours,
+    or any compaction) are not writes."""
+    writers = [s for s in _writer_snapshots(table) if not _is_replace(s)][-max_commits:]
+    writes: list[Write] = []
+    start = writers[0].timestamp_ms if writers else 0
+    for snapshot in writers:
+        try:
+            diff = snapshot_diff(table, snapshot)
+        except HistoryGap:  # a snapshot whose manifests disagree with its summary: replay what it holds
+            continue
+        files = tuple(((spec_id, key), size) for (spec_id, key), d in sorted(diff.partitions.items())
+                      for size in d.added)
+        if files:
+            writes.append(Write((snapshot.timestamp_ms - start) / 1000, files))
+    return writes
+
+
+def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
+    """The tuning the table runs with now: its own where set, else the service's defaults."""
+    target = table_target or (row.target_file_size if row else settings.default_target_file_size)
+    tolerance = min(row.tolerance if row else settings.tolerance_default, target)
+    fan_in = row.merge_fan_in if row is not None and row.merge_fan_in is not None else settings.merge_fan_in
+    cold = (row.cold_after_seconds if row is not None and row.cold_after_seconds is not None
+            else settings.cold_after_seconds)
+    return PolicyTuning(target, fan_in, settings.settle_seconds, max(cold, settings.settle_seconds),
+                        (row.leave_alone_below or 0) if row is not None else 0, tolerance)
+
+
+def suggestion_dict(s: Suggestion, commits: int, seconds: float) -> dict[str, Any]:
+    return {**s.as_dict(), "commits": commits, "history_seconds": seconds}
+
+
+def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: bool | None = None,
+            min_commits: int = MIN_COMMITS, cold_after: Sequence[float] = SUGGEST_COLD_AFTER,
+            latency: float = LATENCY_SECONDS) -> dict[str, Any]:
+    """The suggested tuning for ``identifier`` from its own history, with predicted, baseline and
+    current-tuning figures. ``record``: store it on the tracked table. ``apply``: set it as the table's
+    tuning (None: only when the table allows auto-tuning). ``cold_after``: the cold-after times tried;
+    ``latency``: seconds from a decision to its commit in the replay. Raises InvalidArgument when the
+    history is shorter than ``min_commits`` writer commits."""
+    table = load_table(settings, identifier)
+    writes = table_history(table)
+    if len(writes) < min_commits:
+        raise InvalidArgument(f"table {identifier!r} has {len(writes)} writer commit(s) in its metadata; a "
+                              f"suggestion replays at least {min_commits}")
+    with session_scope(settings) as session:
+        row = tracked_table(session, settings.catalog, identifier)
+        current = default_tuning(settings, row)
+        auto = bool(row is not None and row.auto_tune)
+    leave = sorted({0, min(current.target // 8, 1 << 20)})
+    result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
+                            latency=latency)
+    out = suggestion_dict(result, len(writes), writes[-1].at)
+    out["table"] = identifier
+    applied = False
+    if record or apply:
+        with session_scope(settings) as session:
+            row = tracked_table(session, settings.catalog, identifier)
+            if row is None:
+                if apply:
+                    raise InvalidArgument(f"table {identifier!r} is not tracked; track it before applying a tuning")
+            else:
+                row.suggested_tuning = out
+                row.suggested_at = now()
+                if apply or (apply is None and auto):
+                    t = result.tuning
+                    row.merge_fan_in, row.cold_after_seconds = t.fan_in, t.cold_after_seconds
+                    row.leave_alone_below = t.leave_alone_below or None
+                    applied = True
+                    audit(session, "table.auto_tuned", table_id=row.id, identifier=identifier, tuning=t.as_dict(),
+                          predicted=result.predicted.as_dict())
+    out["applied"] = applied
+    return out
+
+
+def realised_since(table: Table, since_ms: int | None = None) -> dict[str, Any]:
+    """What the table did from its snapshot summaries since ``since_ms`` (all history when None): writer
+    commits, mean live data files after each writer commit, bytes written by writers and rewritten by
+    REPLACE commits, and write amplification."""
+    commits = 0
+    files: list[int] = []
+    written = rewritten = 0
+    for snapshot in _writer_snapshots(table):
+        if since_ms is not None and snapshot.timestamp_ms < since_ms:
+            continue
+        summary = snapshot.summary
+        if summary is None:
+            continue
+        if _is_replace(snapshot):
+            rewritten += int(summary.get("removed-files-size") or 0)
+            continue
+        commits += 1
+        written += int(summary.get("added-files-size") or 0)
+        total = summary.get("total-data-files")
+        if total is not None:
+            files.append(int(total))
+    return {"commits": commits, "mean_live_files": sum(files) / len(files) if files else None,
+            "bytes_written": written, "bytes_rewritten": rewritten,
+            "write_amplification": rewritten / written if written else None}
+
+
+def reevaluate(settings: Settings) -> dict[str, str]:
+    """Beat's pass: a fresh suggestion for every enabled tracked table with enough history, applied where
+    the owner allowed it. Returns each table's outcome (``applied``, ``recorded`` or why not)."""
+    with session_scope(settings) as session:
+        names = [t.identifier for t in tracked_tables(session, settings.catalog) if t.enabled]
+    outcome: dict[str, str] = {}
+    for name in names:
+        try:
+            out = suggest(settings, name)
+            outcome[name] = "applied" if out["applied"] else "recorded"
+        except InvalidArgument as exc:
+            outcome[name] = f"skipped: {exc}"
+        except Exception as exc:  # one table must not stop the others
+            log.warning("autotune of %s failed (%s: %s)", name, type(exc).__name__, exc)
+            outcome[name] = f"failed: {type(exc).__name__}"
+    return outcome

@@ -1,0 +1,174 @@
+"""One Spark job per action: every group of the action is one task of one job, run on the executors.
+
+The service's worker hands the job a :class:`TableContext` (the table's metadata without its snapshot
+history, and the FileIO properties: endpoint, keys, region) and one call per group: a module-level
+function of ours and its arguments. The job is ``spark.range(n, numPartitions=n)`` (exactly one row,
+so one task, per group) followed by ``mapInArrow``; each task rebuilds the table object from the
+context in memory (no metadata file is read), runs its call, and sends back one pickled, small result
+(paths, DataFiles built from the footers, rows, digests, timings, which executor ran it) or the error it
+raised. Spark schedules the tasks over every executor core, retries a task whose executor died, and
+stops them all when the action's tag is interrupted (``spark.interruptTag``).
+
+Our code reaches the executors as a session artifact (:mod:`spark_actors.artifacts`), so an executor
+needs only the libraries listed in docs/engines.md, not this package.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import pickle
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autooptimize.errors import VerificationFailed
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class TableContext:
+    """What a task needs to act on the table: its metadata (schemas, specs, sort orders, properties; no
+    snapshots) and the FileIO properties."""
+
+    metadata: TableMetadata
+    metadata_location: str
+    io_properties: dict[str, str]
+
+    @classmethod
+    def of(cls, table: Table) -> TableContext:
+        from autooptimize.iceberg.fileio import io_properties
+
+        # the snapshot history can be large and no task needs it: the groups name their files
+        metadata = table.metadata.model_copy(update={
+            "snapshots": [], "snapshot_log": [], "metadata_log": [], "refs": {}, "current_snapshot_id": None,
+            "statistics": [], "partition_statistics": []})
+        return cls(metadata, table.metadata_location, io_properties(table.io))
+
+    def table(self) -> Table:
+        """The table as a task sees it (built in memory; reads nothing)."""
+        from pyiceberg.catalog.noop import NoopCatalog
+        from pyiceberg.io import load_file_io
+        from pyiceberg.table import StaticTable
+
+        io = load_file_io(properties=self.io_properties, location=self.metadata_location)
+        return StaticTable(identifier=("autooptimize-task", self.metadata_location), metadata=self.metadata,
+                           metadata_location=self.metadata_location, io=io, catalog=NoopCatalog("autooptimize"))
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What one task sent back: its call's result (or None), the error it raised (or None), the executor
+    that ran it (host and JVM pid), its Spark attempt number and its wall time."""
+
+    index: int
+    value: Any
+    error: BaseException | None
+    executor: str
+    attempt: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    outcomes: tuple[TaskOutcome, ...]
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def executors(self) -> set[str]:
+        return {o.executor for o in self.outcomes}
+
+    def values(self) -> list[Any]:
+        """Every task's value in call order; the first task's error is raised (after all tasks ended)."""
+        for outcome in self.outcomes:
+            if outcome.error is not None:
+                raise outcome.error
+        return [o.value for o in self.outcomes]
+
+
+Call = tuple[Callable[..., Any], tuple[Any, ...]]
+
+
+def _executor() -> str:
+    """``host:pid`` of the JVM that runs this Python worker (its nearest ``java`` ancestor)."""
+    pid = os.getpid()
+    for _ in range(6):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            if comm == "java":
+                return f"{socket.gethostname()}:{pid}"
+            pid = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError):
+            break
+    return f"{socket.gethostname()}:{os.getppid()}"
+
+
+def run_task(context: TableContext, index: int, call: Call) -> bytes:
+    """Runs in an executor's Python worker: ``call`` on the table, its outcome pickled."""
+    from pyspark import TaskContext
+
+    started = time.monotonic()
+    task = TaskContext.get()
+    attempt = task.attemptNumber() if task is not None else 0
+    function, args = call
+    try:
+        value, error = function(context.table(), *args, attempt=attempt), None
+    except Exception as exc:  # sent back whole: the action maps it as if it ran in the worker
+        value, error = None, exc
+    outcome = TaskOutcome(index, value, error, _executor(), attempt, time.monotonic() - started)
+    try:
+        return pickle.dumps(outcome)
+    except Exception as exc:  # an unpicklable error still reaches the action, as text
+        return pickle.dumps(TaskOutcome(index, None, VerificationFailed(f"{type(exc).__name__}: {error or exc}"),
+                                        outcome.executor, attempt, outcome.seconds))
+
+
+def run_action_job(spark: SparkSession, context: TableContext, calls: Sequence[Call],
+                   tag: str | None = None) -> JobOutcome:
+    """Run ``calls`` as the tasks of one Spark job (one task each), tagged ``tag``; every outcome in call
+    order. A call is ``(function, args)``: ``function(table, *args, attempt=n)`` a module-level function
+    of ours, ``args`` picklable."""
+    import pyarrow as pa
+
+    from spark_actors.artifacts import ship_code
+
+    started = time.monotonic()
+    ship_code(spark)
+    shipped = time.monotonic()
+    calls = list(calls)
+    if not calls:
+        return JobOutcome((), 0.0)
+    packed = base64.b64encode(pickle.dumps((context, calls))).decode("ascii")
+
+    def run(batches: Any) -> Any:
+        from spark_actors.action_job import run_task
+
+        ctx, todo = pickle.loads(base64.b64decode(packed))  # noqa: S301 - our own job's payload
+        for batch in batches:
+            for index in batch.column("id").to_pylist():
+                yield pa.RecordBatch.from_pylist([{"id": index, "outcome": run_task(ctx, index, todo[index])}],
+                                                 schema=pa.schema([("id", pa.int64()), ("outcome", pa.binary())]))
+
+    frame = spark.range(0, len(calls), 1, len(calls)).mapInArrow(run, "id long, outcome binary")
+    if tag is not None:
+        spark.addTag(tag)
+    try:
+        rows = frame.collect()
+    finally:
+        if tag is not None:
+            spark.removeTag(tag)
+    by_index = {int(r["id"]): pickle.loads(r["outcome"]) for r in rows}  # noqa: S301 - our own tasks' results
+    if sorted(by_index) != list(range(len(calls))):
+        raise VerificationFailed(f"the action's Spark job returned outcomes for tasks {sorted(by_index)}, "
+                                 f"expected 0..{len(calls) - 1}")
+    return JobOutcome(tuple(by_index[i] for i in range(len(calls))), time.monotonic() - started,
+                      {"ship_code": shipped - started, "job": time.monotonic() - shipped})

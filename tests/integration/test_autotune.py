@@ -1,0 +1,146 @@
+"""AutoAnalyze (issue 25): ``whatif --suggest`` replays a table's own 200+ commits through the policy
+simulator and prints a tuning with its predicted figures; the same history replayed live into a second
+table with that tuning (the service's decide, its recheck of cold partitions and real merges, each landing
+the simulator's latency after it was decided) realises write amplification and mean live files within 15 %
+of the prediction."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+from sqlalchemy import func, select
+
+from autooptimize.domain.simulate import LATENCY_SECONDS
+from autooptimize.services import actions, tracking
+from autooptimize.services.autotune import realised_since, table_history
+from autooptimize.services.observe.roll import observe_table
+from autooptimize.services.submit_decided import on_attention_handler, settled_partitions
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.models import Action
+from tests.fakes import RecordingDispatch
+from tests.integration.tables import ARROW, SCHEMA, SPEC, identifier
+
+COMMITS = 210
+PACE = 0.25  # seconds between the history's commits
+PER_DAY = 50  # commits per day partition
+COLD_AFTER = 5.0
+BASE = dt.date(2026, 2, 1)
+
+
+def _rows(i: int, rows: int, day: dt.date, first: int) -> pa.Table:
+    # random payloads: merged files weigh what their inputs did, as the simulator's output model assumes
+    # (rows that compress better together make merged files smaller, and the simulator then over-predicts
+    # bytes rewritten: docs/policy.md)
+    rng = random.Random(first)
+    return pa.table({"id": list(range(first, first + rows)), "day": [day] * rows,
+                     "v": [rng.randbytes(24).hex() for _ in range(rows)],
+                     "x": [rng.random() for _ in range(rows)]}, schema=ARROW)
+
+
+def _commits(seed: int = 25) -> list[pa.Table]:
+    """Each commit: rows into the current day, and now and then late rows into the day before."""
+    rng = random.Random(seed)
+    out, first = [], 0
+    for i in range(COMMITS):
+        day = BASE + dt.timedelta(days=i // PER_DAY)
+        n = rng.randint(800, 2400)
+        parts = [_rows(i, n, day, first)]
+        first += n
+        if i >= PER_DAY and rng.random() < 0.3:
+            late = rng.randint(200, 600)
+            parts.append(_rows(i, late, day - dt.timedelta(days=1), first))
+            first += late
+        out.append(pa.concat_tables(parts))
+    return out
+
+
+def _write_paced(table, commits: list[pa.Table], offsets: list[float], between=None) -> None:
+    """Commit ``commits[i]`` at ``offsets[i]`` seconds from the start; ``between`` runs while waiting."""
+    start = time.monotonic()
+    for at, data in zip(offsets, commits, strict=True):
+        while True:
+            left = start + at - time.monotonic()
+            if left <= 0:
+                break
+            if between is None:
+                time.sleep(left)
+            else:
+                between(start + at)
+        table.append(data)
+        if between is not None:
+            between(None)
+
+
+def test_suggest_from_history_then_replay_live_within_15_percent(settings, catalog):
+    commits = _commits()
+    history = catalog.create_table(f"test.autotune_history_{os.getpid()}", schema=SCHEMA, partition_spec=SPEC)
+    _write_paced(history, commits, [i * PACE for i in range(COMMITS)])
+    name = identifier(history)
+    tracking.track(settings, name, target_file_size="8MiB")
+    offsets = [w.at for w in table_history(history.refresh())]  # when the history's commits really landed
+    assert len(offsets) == COMMITS
+
+    run = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest", "--cold-after",
+                          str(COLD_AFTER)], capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert f"{COMMITS} writer commits" in run.stdout and "suggested: fan-in" in run.stdout
+    assert "write amplification" in run.stdout and "mean live files" in run.stdout
+    shown = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest", "--cold-after",
+                            str(COLD_AFTER), "--json"], capture_output=True, text=True, env=dict(os.environ),
+                           timeout=300)
+    out = json.loads(shown.stdout)
+    tuning, predicted = out["tuning"], out["predicted"]
+    assert out["commits"] == COMMITS and predicted["bytes_rewritten"] > 0 and out["applied"] is False
+
+    # the same history, live, into a table tracked with the suggested tuning
+    replay = catalog.create_table(f"test.autotune_replay_{os.getpid()}", schema=SCHEMA, partition_spec=SPEC)
+    ident = identifier(replay)
+    live = settings.model_copy(update={"merge_policy": "tiered", "rewrite_engine": "local"})
+    tracking.track(live, ident, target_file_size="8MiB", merge_fan_in=tuning["fan_in"],
+                   cold_after_seconds=tuning["cold_after_seconds"],
+                   leave_alone_below=tuning["leave_alone_below"] or None)
+    table_id = tracking.ensure_tracked(live, ident)
+    port = RecordingDispatch()
+    handler = on_attention_handler(live, port)
+    pending: list[tuple[float, str]] = []
+    seen = 0
+
+    def step(until: float | None) -> None:
+        """Observe, hand cold partitions back (the listener's recheck), run merges that are due."""
+        nonlocal seen
+        observe_table(live, ident, on_attention=handler)
+        for t, spec, key in settled_partitions(live):
+            handler(t, spec, key)
+        while seen < len(port.tickets):
+            pending.append((time.monotonic() + LATENCY_SECONDS, port.tickets[seen].action_id))
+            seen += 1
+        for item in sorted(p for p in pending if p[0] <= time.monotonic()):
+            pending.remove(item)
+            assert actions.execute(live, item[1], spark=None)["state"] in ("succeeded", "skipped"), item
+        if until is not None:
+            time.sleep(max(0.0, min(0.2, until - time.monotonic())))
+
+    _write_paced(replay, commits, offsets, between=step)
+    quiet_until = time.monotonic() + tuning["cold_after_seconds"] + LATENCY_SECONDS + 3
+    while time.monotonic() < quiet_until or pending:
+        step(time.monotonic() + 0.2)
+        if pending:
+            quiet_until = max(quiet_until, max(p[0] for p in pending) + 1)
+
+    realised = realised_since(replay.refresh())
+    assert realised["commits"] == COMMITS
+    with session_scope(live) as session:
+        done = session.execute(select(Action.state, func.count()).where(Action.table_id == table_id)
+                               .group_by(Action.state)).all()
+    realised["actions"] = dict(done)
+    realised["end_files"] = len(replay.inspect.files())
+    assert realised["end_files"] == predicted["end_files"], (realised, predicted)
+    for key in ("write_amplification", "mean_live_files"):
+        assert abs(realised[key] - predicted[key]) <= 0.15 * predicted[key], (key, realised, predicted, tuning)

@@ -1,0 +1,120 @@
+"""The policy simulator and the trace family: bytes are conserved, the cold rule ends every partition at
+the bin-pack's layout, the suggestion keeps the defaults unless a tuning does better, traces are seeded."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autooptimize.domain.entropy import EntropyStats, excess_needs_attention
+from autooptimize.domain.policy import PolicyTuning, capped_bytes
+from autooptimize.domain.simulate import (
+    Write,
+    _Table,
+    shortfall,
+    simulate_baseline,
+    simulate_policy,
+    suggest_tuning,
+)
+from benchmarks.trace_family import FAMILY, LATE_P, MiB, make_commits, member
+
+FAST = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+TARGET = 1000
+
+writes_st = st.lists(
+    st.tuples(st.floats(0.0, 3.0), st.lists(st.tuples(st.integers(0, 3), st.integers(1, 900)), min_size=1, max_size=3)),
+    min_size=1, max_size=60,
+)
+
+
+def _writes(raw: list[tuple[float, list[tuple[int, int]]]]) -> list[Write]:
+    at, out = 0.0, []
+    for gap, files in raw:
+        at += gap
+        out.append(Write(at, tuple(files)))
+    return out
+
+
+@FAST
+@given(writes_st, st.integers(2, 16), st.sampled_from([0.0, 1.0, 5.0]))
+def test_the_policy_loses_no_byte_and_ends_every_partition_at_the_bin_packs_layout(raw, fan_in, cold):
+    writes = _writes(raw)
+    tuning = PolicyTuning(TARGET, fan_in, min(1.0, cold), cold)
+    captured: list[_Table] = []
+    original = _Table.figures
+
+    def keep(self, *a, **k):  # the table as the run left it
+        captured.append(self)
+        return original(self, *a, **k)
+
+    _Table.figures = keep  # type: ignore[method-assign]
+    try:
+        fig = simulate_policy(writes, tuning, latency=0.5)
+    finally:
+        _Table.figures = original  # type: ignore[method-assign]
+    table = captured[-1]
+    written = sum(s for w in writes for _, s in w.files)
+    assert fig.bytes_written == written
+    assert sum(sum(files.values()) for files in table.parts.values()) == written  # merges keep every byte
+    assert fig.end_files == sum(map(len, table.parts.values()))
+    for files in table.parts.values():  # cold: within the excess rule, or at most one file under 3/4 target
+        sizes = list(files.values())
+        stats = EntropyStats.from_sizes(sizes, TARGET)
+        quiet = not excess_needs_attention(stats.sse, stats.n, capped_bytes(sizes, TARGET), TARGET, TARGET // 4)
+        assert quiet or sum(1 for s in sizes if s < TARGET * 3 // 4) <= 1, sizes
+
+
+@FAST
+@given(writes_st)
+def test_the_baseline_loses_no_byte_and_its_figures_add_up(raw):
+    writes = _writes(raw)
+    fig = simulate_baseline(writes, TARGET, every=5)
+    assert fig.bytes_written == sum(s for w in writes for _, s in w.files)
+    assert fig.write_amplification == pytest.approx(fig.bytes_rewritten / fig.bytes_written)
+    assert len(writes) and fig.max_live_files >= fig.mean_live_files > 0
+
+
+def test_the_suggestion_keeps_the_defaults_unless_a_tuning_does_better():
+    writes = [Write(i * 0.5, ((i // 40, 9_000 + 37 * (i % 13)),)) for i in range(160)]
+    default = PolicyTuning(8 * MiB, 12, 3.0, 60.0)
+    alone = suggest_tuning(writes, default, [default])
+    assert alone.tuning == default and alone.tried == 1 and alone.predicted == alone.defaults
+    wider = suggest_tuning(writes, default)
+    assert wider.tried > 1
+    if wider.meets_goal:
+        assert wider.predicted.bytes_rewritten <= min(
+            [alone.defaults.bytes_rewritten] if alone.meets_goal else [wider.predicted.bytes_rewritten])
+    else:
+        assert shortfall(wider.predicted, wider.baseline) <= shortfall(wider.defaults, wider.baseline)
+    with pytest.raises(ValueError, match="at least one write"):
+        suggest_tuning([], default)
+
+
+def test_the_family_covers_the_axes_and_is_seeded():
+    assert {m.target // MiB for m in FAMILY} == {8, 32, 128, 512}
+    assert {m.grain for m in FAMILY} == {"hour", "day"}
+    assert {m.late_share for m in FAMILY} == {0.0, 0.10, 0.35}
+    assert min(m.rate for m in FAMILY) == 0.2 and max(m.rate for m in FAMILY) == 5.0
+    assert min(m.bytes_per_hour for m in FAMILY) == 1_000_000 and max(m.bytes_per_hour for m in FAMILY) == 2 * 10**9
+    assert any(m.burst_p for m in FAMILY) and any(not m.burst_p for m in FAMILY)
+    m = member("m00")
+    assert make_commits(m) == make_commits(m)
+    assert make_commits(m) != make_commits(member("m01"))  # other seed, other draws
+
+
+def test_a_members_bytes_and_late_share_are_what_it_says():
+    m = member("m07")  # 50 MB per partition-hour, 35 % late, bursts
+    commits = make_commits(m)
+    hours = {}
+    late = 0
+    for c in commits:
+        now = int(c.at // 60)
+        for part, size in c.files:
+            hours[part] = hours.get(part, 0) + size
+            late += size if part != now else 0
+    full = [hours[h] for h in range(3, m.hours)]  # hours that got all their on-time and late data
+    total = sum(hours.values())
+    assert 0.2 < late / total < 0.45  # 35 % late, less the hours whose late data is after the run
+    assert all(30e6 < b < 120e6 for b in full), full  # 50 MB an hour, bursts on top
+    assert len(LATE_P) == 3
