@@ -13,6 +13,8 @@ import pytest
 
 from autooptimize.services import actions, tracking
 from autooptimize.services.explain import explain
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.repositories import get_action
 from tests.integration.java_engine import content
 
 pytestmark = [pytest.mark.java, pytest.mark.spark]
@@ -111,6 +113,11 @@ V3_ENGINES = pytest.mark.parametrize("engine", [{}, {"engine": "local"}, {"engin
                                      ids=["spark", "local", "spark_sql"])
 
 
+def _engines_used(settings, out: dict) -> set[str]:
+    with session_scope(settings) as s:
+        return {g["engine"] for g in get_action(s, out["id"]).checkpoint["groups"]}
+
+
 @V3_ENGINES
 def test_v3_deletion_vectors_written_by_java_are_folded_keeping_row_lineage(settings, spark, catalog, iceberg_java,
                                                                            engine):
@@ -128,6 +135,8 @@ def test_v3_deletion_vectors_written_by_java_are_folded_keeping_row_lineage(sett
     assert {p["action"] for p in explained["partitions"]} == {"compact_deletes"}, explained
     out = _run(settings, spark, name, kind="compact_deletes", partition=None, options=engine)
     assert out["state"] == "succeeded", out
+    # spark_sql carries no lineage: asking for it runs the executor task (spark)
+    assert _engines_used(settings, out) == {"local" if engine.get("engine") == "local" else "spark"}
     table.refresh()
     assert not [r for r in table.inspect.files().to_pylist() if r["content"] != 0]
     assert _state(iceberg_java, name) == before
@@ -152,6 +161,7 @@ def test_v3_merge_folds_deletion_vectors_of_its_inputs_and_keeps_row_lineage(set
     out = _run(settings, spark, name, kind="merge", partition=None, options=engine)
     assert out["state"] == "succeeded", out
     assert not out.get("skipped"), out
+    assert _engines_used(settings, out) == {"local" if engine.get("engine") == "local" else "spark"}
     table.refresh()
     files = table.inspect.files().to_pylist()
     assert not [r for r in files if r["content"] != 0], "the DVs went with their data files"
