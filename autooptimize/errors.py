@@ -35,6 +35,11 @@ class ActionRefused(AutoOptimizeError):
         self.reason = reason
 
 
+class TableRefused(ActionRefused):
+    """The table as a whole is something this version cannot rewrite faithfully (an unknown format version,
+    delete file kind or type): it is left untouched, and the reason names what was found."""
+
+
 class ConflictAbort(AutoOptimizeError):
     """A concurrent change made the action's output invalid (e.g. an input file was deleted)."""
 

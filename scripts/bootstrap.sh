@@ -65,3 +65,7 @@ fi
 if [ -n "$needed" ]; then
   "$VENV/bin/python" scripts/embedded_services.py start
 fi
+
+# Iceberg's Java library for the `java` tests (another engine writes their inputs and reads the results
+# back): pyspark 3.5 with Iceberg's Spark runtime in a virtualenv of its own, and a JDBC driver
+bash scripts/iceberg_java.sh

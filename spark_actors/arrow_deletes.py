@@ -34,6 +34,8 @@ from pyiceberg.table import Table
 from autooptimize.domain.cancel import raise_if_stopped
 from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.errors import ActionRefused, VerificationFailed
+from autooptimize.iceberg.v3 import LAST_UPDATED, ROW_ID, MalformedDeleteFile, vector_positions
+from spark_actors.arrow_lineage import lineage_columns, with_lineage
 from spark_actors.arrow_rewrite import _write_rolling, _Writers, check_outputs, check_writable, scan_files
 from spark_actors.deletes import _SCHEME, CompactionOutput, SequencedFile, equality_fields, normalise_path
 
@@ -108,8 +110,16 @@ def _position_deletes(table: Table, deletes: list[SequencedFile]) -> pa.Table:
     """(file key, pos, sequence number) of every position delete; keys normalised as :func:`normalise_path`."""
     parts = []
     for d in deletes:
-        with table.io.new_input(d.path).open() as stream:
-            data = pq.read_table(stream, columns=["file_path", "pos"])
+        if d.content_offset is not None:  # a deletion vector: one blob of a Puffin file (Iceberg v3)
+            try:
+                referenced, found = vector_positions(table.io, d.path, d.content_offset)
+            except MalformedDeleteFile as exc:
+                raise ActionRefused("malformed_delete_file", str(exc)) from None
+            data = pa.table({"file_path": pa.array([referenced] * len(found), pa.string()),
+                             "pos": pa.array(found, pa.int64())})
+        else:
+            with table.io.new_input(d.path).open() as stream:
+                data = pq.read_table(stream, columns=["file_path", "pos"])
         if data.column("file_path").null_count or data.column("pos").null_count:
             raise ActionRefused("malformed_delete_file", f"position delete file {d.path} has null values")
         key = pc.replace_substring_regex(data.column("file_path"), pattern=_SCHEME, replacement="/")
@@ -149,7 +159,11 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
     ``files_out`` files under ``output_dir`` (which must not exist), in the inputs' ``partition``."""
     schema = check_writable(table, output_dir)
     assert partition is not None
-    arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
+    # a v3 table's rows keep their lineage: both columns materialised into the outputs (arrow_lineage)
+    lineage = table.metadata.format_version >= 3
+    data_names = [f.name for f in schema.fields]
+    written_schema = with_lineage(schema) if lineage else schema
+    arrow_schema = schema_to_pyarrow(written_schema, include_field_ids=True)
     types = {f.name: f.type for f in schema_to_pyarrow(schema, include_field_ids=False)}
     positions = _position_deletes(table, [d for d in deletes if d.equality_ids is None])
     by_ids: dict[tuple[int, ...], list[SequencedFile]] = {}
@@ -159,17 +173,23 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
     equality = [_equality_deletes(table, ids, group, types) for ids, group in sorted(by_ids.items())]
     rows_in = sum(int(f.record_count) for f, _ in data_files)
     rows_per_file = max(1, math.ceil(rows_in / max(1, files_out)))
-    writers = _Writers(table, arrow_schema, codec)
+    writers = _Writers(table, arrow_schema, codec, iceberg_schema=written_schema)
     kept = DigestAccumulator()
+    kept_lineage = DigestAccumulator()
     rows_read = 0
     try:
         read = scan_files(table, [f for f, _ in data_files])  # read ahead across files, each in file order
         for (data_file, seq), (_, batches) in zip(data_files, read, strict=True):
             raise_if_stopped(output_dir)
             gone = _deleted_positions(positions, SequencedFile(str(data_file.file_path), seq))
+            if lineage:
+                row_ids, updated = lineage_columns(table.io, data_file, seq)
             offset = 0
             for batch in batches:
                 piece = pa.Table.from_batches([batch])
+                if lineage:
+                    piece = piece.append_column(ROW_ID, row_ids.slice(offset, batch.num_rows)).append_column(
+                        LAST_UPDATED, updated.slice(offset, batch.num_rows))
                 if len(gone):
                     index = np.arange(offset, offset + batch.num_rows, dtype=np.int64)
                     piece = piece.filter(pa.array(~np.isin(index, gone, assume_unique=True)))
@@ -178,7 +198,9 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
                     piece = _drop_equal(piece, eq, seq)
                 for chunk in piece.to_batches():
                     if chunk.num_rows:
-                        kept.add(chunk)
+                        kept.add(chunk.select(data_names) if lineage else chunk)
+                        if lineage:
+                            kept_lineage.add(chunk)
                         _write_rolling(writers, output_dir, chunk, rows_per_file, partition)
             if offset != int(data_file.record_count):
                 raise VerificationFailed(f"read {offset} rows of {data_file.file_path}, whose metadata says "
@@ -187,5 +209,6 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
     finally:
         written = writers.close()
     paths = [w.path for w in written]
-    check_outputs(table, paths)
-    return CompactionOutput(paths=tuple(paths), rows_read=rows_read, digest_kept=kept.digest)
+    check_outputs(table, paths, written_schema)
+    return CompactionOutput(paths=tuple(paths), rows_read=rows_read, digest_kept=kept.digest,
+                            lineage_kept=kept_lineage.digest if lineage else None)

@@ -164,6 +164,7 @@ class _Writers:
     codec: str
     open: dict[str, _Writer] = field(default_factory=dict)
     done: list[_Writer] = field(default_factory=list)
+    iceberg_schema: Any = None  # what the files hold when not the table's schema (v3: with row lineage)
 
     def get(self, directory: str, partition: tuple[int, Record]) -> _Writer:
         current = self.open.get(directory)
@@ -172,7 +173,7 @@ class _Writers:
             stream = self.table.io.new_output(path).create(overwrite=False)
             kwargs = _get_parquet_writer_kwargs(self.table.properties) | {"compression": self.codec}
             limit = int(self.table.properties.get("write.parquet.row-group-limit", ROW_GROUP_ROWS))
-            current = _Writer(path, stream, self.schema, kwargs, partition, self.table.schema(),
+            current = _Writer(path, stream, self.schema, kwargs, partition, self.iceberg_schema or self.table.schema(),
                               row_group_rows=max(1, limit))
             self.open[directory] = current
         return current
@@ -350,10 +351,11 @@ def rewrite_group_arrow(
     )
 
 
-def check_outputs(table: Table, paths: list[str]) -> None:
-    """VerificationFailed unless every output holds the table's schema with its field ids and types."""
+def check_outputs(table: Table, paths: list[str], schema: Any = None) -> None:
+    """VerificationFailed unless every output holds the table's schema (or ``schema``) with its field ids
+    and types."""
     for path in paths:
-        problem = output_schema_problem(table.schema(), path, table.io)
+        problem = output_schema_problem(schema or table.schema(), path, table.io)
         if problem is not None:
             raise VerificationFailed(problem)
 

@@ -46,6 +46,7 @@ class SequencedFile:
     path: str
     sequence_number: int
     equality_ids: tuple[int, ...] | None = None  # equality delete files only
+    content_offset: int | None = None  # a deletion vector (Iceberg v3): its blob's offset in the Puffin file
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class CompactionOutput:
     paths: tuple[str, ...]
     rows_read: int  # data rows read (each matched to its input file)
     digest_kept: ContentDigest  # the delete-applied input, observed while writing (the caller reads the outputs back)
+    lineage_kept: ContentDigest | None = None  # the same with _row_id and _last_updated_sequence_number (v3)
 
     @property
     def rows_deleted(self) -> int:

@@ -36,6 +36,9 @@ class GroupWritten:
     checksum_out: str
     rows_deleted: int | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    # v3: (rows, checksum) with _row_id and _last_updated_sequence_number, as kept and as read back
+    lineage_in: tuple[int, str] | None = None
+    lineage_out: tuple[int, str] | None = None
 
 
 #: Beside a group's directory while a task writes it (``<directory>.writing``): a fenced attempt's output is
@@ -126,9 +129,18 @@ def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes:
     kept = [f for f in files if int(f.record_count) > 0]
     if not kept:
         delete_tree(table.location(), directory, table.io)
+    lineage_in = lineage_out = None
+    if written.lineage_kept is not None:  # a v3 table: the rows' lineage read back too (by field id)
+        from autooptimize.iceberg.checksum import parquet_digest
+        from autooptimize.iceberg.v3 import with_lineage
+
+        found = parquet_digest(with_lineage(table.schema()), [str(f.file_path) for f in kept], table.io)
+        lineage_in = (written.lineage_kept.rows, written.lineage_kept.checksum)
+        lineage_out = (found.rows, found.checksum)
     return GroupWritten(tuple(str(f.file_path) for f in kept), tuple(partition for _ in kept), tuple(kept),
                         written.rows_read, written.digest_kept.checksum, digest.rows, digest.checksum,
-                        rows_deleted=written.rows_deleted, seconds=seconds)
+                        rows_deleted=written.rows_deleted, seconds=seconds, lineage_in=lineage_in,
+                        lineage_out=lineage_out)
 
 
 def warm(table: Table, *, attempt: int = 0) -> int:

@@ -142,6 +142,19 @@ def s3_catalog(s3_settings):
 
 
 @pytest.fixture(scope="session")
+def iceberg_java(settings, catalog):
+    """Iceberg's Java library (1.10.2 on Spark 3.5) in a driver process sharing the catalog: tables it
+    creates are the service's tables (tests/integration/java_engine.py)."""
+    from tests.integration.java_engine import JavaEngine, ensure_installed
+
+    python = ensure_installed()
+    engine = JavaEngine(python, settings.catalog, settings.database_url, settings.warehouse_dir.as_uri(),
+                        python.parent.parent / "driver.log")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
 def spark_cluster(settings):
     """A Spark standalone master and two workers on 127.0.0.1 (one core, 1 GiB each) and a Spark Connect
     server whose master is that cluster (tests/integration/cluster.py). Yields (settings, session, cluster,

@@ -81,6 +81,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, default=str))
         return 0
+    if args.table and result.get("refused"):
+        print(f"{result['table']} is refused ({result['refused']['reason']}): {result['refused']['message']}")
+        return 0
     if args.table:
         print(f"{result['table']}: {result['files']} files in {len(result['partitions'])} partitions "
               f"(snapshot {result['snapshot_id']})")
@@ -121,6 +124,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
                      spark=None if args.no_calibrate else spark)
     if args.json:
         print(json.dumps(result, default=str))
+        return 0
+    if result.get("refused"):
+        print(f"{result['table']} is refused ({result['refused']['reason']}): {result['refused']['message']}")
         return 0
     print(f"{result['table']} at snapshot {result['snapshot_id']} (target {result['target_file_size']} bytes)")
     for p in result["partitions"]:

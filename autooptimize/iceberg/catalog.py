@@ -14,13 +14,15 @@ import re
 import threading
 from typing import Any
 
+from pydantic import ValidationError as PydanticValidationError
 from pyiceberg.catalog import Catalog, infer_catalog_type, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, NotInstalledError
+from pyiceberg.exceptions import ValidationError as PyIcebergValidationError
 from pyiceberg.table import Table
 from pyiceberg.utils.config import Config
 
 from autooptimize.config import Settings
-from autooptimize.errors import ConfigError, InvalidArgument, ServiceUnavailable, TableNotFound
+from autooptimize.errors import ConfigError, InvalidArgument, ServiceUnavailable, TableNotFound, TableRefused
 from autooptimize.failures import is_transient
 from autooptimize.redact import redact
 
@@ -204,8 +206,26 @@ def load_table(settings: Settings, identifier: str) -> Table:
             f"table {identifier!r} does not exist in catalog {_described(settings)}; "
             "list tables with pyiceberg or check AO_CATALOG"
         ) from None
+    except (PyIcebergValidationError, PydanticValidationError) as exc:
+        raise unreadable_metadata(identifier, exc) from None
     except Exception as exc:
         if not is_transient(exc):
             raise
         raise ServiceUnavailable(f"catalog {_described(settings)} did not answer loading {identifier!r}: "
                                  f"{type(exc).__name__}") from None
+
+
+_FORMAT_TAG = re.compile(r"Input tag '([^']*)' found using 'format_version'")
+
+
+def unreadable_metadata(identifier: str, exc: BaseException) -> TableRefused:
+    """Why the table's metadata cannot be read: a format version this version does not know (pyiceberg
+    0.12 reads 1 to 3), or the validation error's first line."""
+    text = str(exc)
+    version = _FORMAT_TAG.search(text)
+    if version:
+        return TableRefused("unsupported_format_version",
+                            f"table {identifier!r} is format version {version.group(1)}; autooptimize reads "
+                            "format versions 1 to 3 and leaves this table untouched")
+    first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), text.strip())
+    return TableRefused("unreadable_metadata", f"the metadata of table {identifier!r} cannot be read: {first[:300]}")

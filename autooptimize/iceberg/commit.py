@@ -32,6 +32,7 @@ from pyiceberg.table.snapshots import Snapshot
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.commits import CommitStats, apply_with_retry
 from autooptimize.iceberg.staging import StagedReplace
+from autooptimize.iceberg.v3 import ROW_ID_FIELD_ID, with_lineage
 
 ACTION_ID_PROPERTY = "autooptimize.action-id"
 ACTION_KIND_PROPERTY = "autooptimize.action-kind"
@@ -130,6 +131,8 @@ def data_file_from_footer(table: Table, path: str, spec_id: int, partition: Any,
     missing_ids = [f.name for f in arrow_schema if not f.metadata or b"PARQUET:field_id" not in f.metadata]
     if missing_ids:
         raise VerificationFailed(f"output {path} has columns without Parquet field ids: {missing_ids}")
+    if str(ROW_ID_FIELD_ID).encode() in {f.metadata[b"PARQUET:field_id"] for f in arrow_schema}:
+        schema = with_lineage(schema)  # a v3 rewrite's output carries its rows' lineage
     statistics = data_file_statistics_from_parquet_metadata(
         parquet_metadata=metadata,
         stats_columns=compute_statistics_plan(schema, table.metadata.properties),

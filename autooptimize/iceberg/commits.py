@@ -50,6 +50,7 @@ from autooptimize.domain import fencing
 from autooptimize.errors import CommitOutcomeUnknown, ConflictAbort, Retry
 from autooptimize.failures import FailureKind, classify, failure_text
 from autooptimize.iceberg.staging import StagedAppend, StagedReplace, avro_codec, metadata_path, remove_files
+from autooptimize.iceberg.v3 import ManifestListWriterV3
 
 __all__ = ["CommitPolicy", "CommitStats", "Staged", "StagedAppend", "StagedReplace", "apply_with_retry", "remove_files"]
 
@@ -181,13 +182,16 @@ def _attempt(table: Table, staged: Staged, properties: dict[str, str], branch: s
     staged.validate(metadata, table)
     head = metadata.snapshot_by_name(branch)
     parent_id = head.snapshot_id if head else None
+    manifest_list, first_row_id, added_rows = _write_manifest_list(table, metadata, staged, head, attempt, lists)
     snapshot = Snapshot(
         snapshot_id=staged.snapshot_id,
         parent_snapshot_id=parent_id,
         sequence_number=metadata.next_sequence_number(),
-        manifest_list=_write_manifest_list(table, metadata, staged, head, attempt, lists),
+        manifest_list=manifest_list,
         summary=_summary(staged, head, properties),
         schema_id=metadata.current_schema_id,
+        first_row_id=first_row_id,
+        added_rows=added_rows,
     )
     updates = (AddSnapshotUpdate(snapshot=snapshot),
                SetSnapshotRefUpdate(snapshot_id=staged.snapshot_id, parent_snapshot_id=parent_id, ref_name=branch,
@@ -226,13 +230,21 @@ def _summary(staged: Staged, head: Snapshot | None, properties: dict[str, str]) 
 
 
 def _write_manifest_list(table: Table, metadata: TableMetadata, staged: Staged, head: Snapshot | None,
-                         attempt: int, lists: list[str]) -> str:
+                         attempt: int, lists: list[str]) -> tuple[str, int | None, int | None]:
+    """The manifest list's path, and on v3 the snapshot's first-row-id and added-rows (its row id space)."""
     path = metadata_path(table, f"snap-{staged.snapshot_id}-{attempt}-{uuid.uuid4()}.avro")
     lists.append(path)
+    if metadata.format_version >= 3:  # pyiceberg 0.12 writes no v3 manifest list
+        first_row_id = int(getattr(metadata, "next_row_id", None) or 0)
+        with ManifestListWriterV3(table.io.new_output(path), staged.snapshot_id,
+                                  head.snapshot_id if head else None, metadata.next_sequence_number(),
+                                  first_row_id, avro_codec(metadata)) as v3_writer:
+            v3_writer.add_manifests(staged.manifests(metadata, table))
+        return path, first_row_id, v3_writer.added_rows
     with write_manifest_list(format_version=metadata.format_version, output_file=table.io.new_output(path),
                              snapshot_id=staged.snapshot_id,
                              parent_snapshot_id=head.snapshot_id if head else None,
                              sequence_number=metadata.next_sequence_number(),
                              avro_compression=avro_codec(metadata)) as writer:
         writer.add_manifests(staged.manifests(metadata, table))
-    return path
+    return path, None, None

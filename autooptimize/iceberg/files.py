@@ -17,6 +17,7 @@ from autooptimize.domain.partitions import PartitionRef, format_human
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.manifest_cache import live_entries_of
 from autooptimize.iceberg.partitions import human_values, parse_human, ref_of
+from autooptimize.iceberg.v3 import file_key, manifests_of
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,12 @@ class LiveFile:
 
     @property
     def path(self) -> str:
+        """The file's identity: its path (for a deletion vector, path and blob offset; see v3.file_key)."""
+        return file_key(self.data_file)
+
+    @property
+    def location(self) -> str:
+        """Where the file is (a deletion vector shares its Puffin file with others)."""
         return str(self.data_file.file_path)
 
     @property
@@ -129,7 +136,7 @@ def partition_dir(path: str) -> str:
 def live_entries(table: Table, snapshot: Snapshot | None) -> Iterable[ManifestEntry]:
     if snapshot is None:
         return
-    for manifest in snapshot.manifests(table.io):
+    for manifest in manifests_of(table.io, snapshot):
         yield from live_entries_of(manifest, table.io)
 
 

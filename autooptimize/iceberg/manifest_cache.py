@@ -15,6 +15,8 @@ from collections import OrderedDict
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestEntry, ManifestFile
 
+from autooptimize.iceberg.v3 import manifest_first_row_id, read_entries
+
 MAX_ENTRIES = 50_000
 
 _lock = threading.Lock()
@@ -23,15 +25,16 @@ _size = 0
 
 
 def live_entries_of(manifest: ManifestFile, io: FileIO) -> list[ManifestEntry]:
-    """``manifest.fetch_manifest_entry(io, discard_deleted=True)``, read once per process."""
+    """``manifest.fetch_manifest_entry(io, discard_deleted=True)`` with the v3 fields kept and row ids
+    inherited (autooptimize.iceberg.v3.read_entries), read once per process."""
     global _size
-    path = manifest.manifest_path
+    path = f"{manifest.manifest_path}@{manifest_first_row_id(manifest)}"  # row ids inherit from the list
     with _lock:
         cached = _cache.get(path)
         if cached is not None:
             _cache.move_to_end(path)
             return cached
-    entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
+    entries = read_entries(manifest, io, discard_deleted=True)
     if len(entries) > MAX_ENTRIES // 4:  # one huge manifest would push out everything else
         return entries
     with _lock:

@@ -8,8 +8,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import (
+    DEFAULT_READ_VERSION,
     DataFile,
     DataFileContent,
     ManifestContent,
@@ -29,6 +31,13 @@ from autooptimize.domain import fencing
 from autooptimize.errors import ConflictAbort, VerificationFailed
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.manifest_cache import live_entries_of
+from autooptimize.iceberg.v3 import (
+    DeleteManifestWriterV3,
+    ManifestWriterV3,
+    file_key,
+    manifests_of,
+    with_int_equality_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +56,13 @@ class DeleteManifestWriter(ManifestWriterV2):
     def _meta(self) -> dict[str, str]:
         return {**super()._meta, "content": "deletes"}
 
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file, file_schema=with_int_equality_ids(self._with_partition(2)),
+            record_schema=with_int_equality_ids(self._with_partition(DEFAULT_READ_VERSION)),
+            schema_name="manifest_entry", metadata=self._meta,
+        )
+
 
 class ManifestFactory:
     """Writes the manifests of one snapshot id (data or delete content, any spec)."""
@@ -64,6 +80,9 @@ class ManifestFactory:
         self.count += 1
         self.paths.append(path)
         output = self.table.io.new_output(path)
+        if metadata.format_version >= 3:  # pyiceberg 0.12 writes no v3 manifest
+            writer_class = ManifestWriterV3 if content == ManifestContent.DATA else DeleteManifestWriterV3
+            return writer_class(spec, metadata.schema(), output, self.snapshot_id, avro_codec(metadata))
         if content == ManifestContent.DATA:
             return write_manifest(format_version=metadata.format_version, spec=spec, schema=metadata.schema(),
                                   output_file=output, snapshot_id=self.snapshot_id,
@@ -127,7 +146,7 @@ class StagedAppend:
 
     def manifests(self, head: TableMetadata, table: Table) -> list[ManifestFile]:
         snapshot = head.snapshot_by_name(MAIN_BRANCH)
-        return self._added + (snapshot.manifests(table.io) if snapshot is not None else [])
+        return self._added + manifests_of(table.io, snapshot)
 
     def summary(self) -> dict[str, str]:
         return dict(self._summary)
@@ -150,7 +169,7 @@ class StagedReplace:
                  allowed_deletes: frozenset[str] = frozenset()) -> None:
         self.snapshot_id = table.metadata.new_snapshot_id()
         self._table = table
-        self._removed = {str(f.file_path): f for f in removed}
+        self._removed = {file_key(f): f for f in removed}  # a deletion vector by its blob, not its Puffin file
         self._allowed_deletes = allowed_deletes
         self._factory = ManifestFactory(table, self.snapshot_id)
         self._added = self._factory.added(added)
@@ -167,7 +186,7 @@ class StagedReplace:
     def _rewrite_against(self, metadata: TableMetadata, first: bool = False) -> None:
         """(Re)write the manifests that hold the inputs in ``metadata``'s head; ConflictAbort on a missing one."""
         head = metadata.snapshot_by_name(MAIN_BRANCH)
-        manifests = head.manifests(self._table.io) if head is not None else []
+        manifests = manifests_of(self._table.io, head)
         specs = metadata.specs()
         wanted = set(self._removed)
         found: set[str] = set()
@@ -176,10 +195,10 @@ class StagedReplace:
             if not _may_hold(manifest, specs, metadata, self._removed.values()):
                 continue
             entries = live_entries_of(manifest, self._table.io)
-            hits = [e for e in entries if str(e.data_file.file_path) in wanted]
+            hits = [e for e in entries if file_key(e.data_file) in wanted]
             if not hits:
                 continue
-            found.update(str(e.data_file.file_path) for e in hits)
+            found.update(file_key(e.data_file) for e in hits)
             holding.setdefault((manifest.partition_spec_id, manifest.content), []).append((manifest, entries))
         # the manifests that held inputs are written again as one per spec and content (as Iceberg's
         # manifest merging would): one file to write instead of one per appended snapshot
@@ -188,7 +207,7 @@ class StagedReplace:
             with self._factory.writer(specs[spec_id], content) as writer:
                 for _, entries in held:
                     for entry in entries:
-                        gone = str(entry.data_file.file_path) in wanted
+                        gone = file_key(entry.data_file) in wanted
                         writer.add_entry(ManifestEntry.from_args(
                             status=ManifestEntryStatus.DELETED if gone else ManifestEntryStatus.EXISTING,
                             snapshot_id=self.snapshot_id if gone else entry.snapshot_id,
@@ -209,7 +228,7 @@ class StagedReplace:
 
     def validate(self, head: TableMetadata, table: Table) -> None:
         snapshot = head.snapshot_by_name(MAIN_BRANCH)
-        listed = {m.manifest_path: m for m in snapshot.manifests(table.io)} if snapshot is not None else {}
+        listed = {m.manifest_path: m for m in manifests_of(table.io, snapshot)}
         if not all(path in listed for path in self._replaced):
             # someone rewrote the manifests that held the inputs: find them again (no data rewritten)
             self._rewrite_against(head)
@@ -226,15 +245,14 @@ class StagedReplace:
                 continue
             for entry in live_entries_of(manifest, table.io):
                 df = entry.data_file
-                if str(df.file_path) in self._allowed_deletes:
+                if file_key(df) in self._allowed_deletes:
                     continue
                 if (df.spec_id, df.partition) in self._removed_partitions or not specs[df.spec_id].fields:
                     raise ConflictAbort(f"a delete file now applies to the rewritten partition: {df.file_path}")
 
     def manifests(self, head: TableMetadata, table: Table) -> list[ManifestFile]:
         snapshot = head.snapshot_by_name(MAIN_BRANCH)
-        kept = [m for m in (snapshot.manifests(table.io) if snapshot is not None else [])
-                if m.manifest_path not in self._replaced]
+        kept = [m for m in manifests_of(table.io, snapshot) if m.manifest_path not in self._replaced]
         rewrites = list({m.manifest_path: m for m in self._replaced.values()}.values())  # several → one
         return self._added + rewrites + kept
 

@@ -18,12 +18,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.manifest import DataFileContent
+from pyiceberg.manifest import DataFileContent, FileFormat
 from pyiceberg.table import Table
 
 from autooptimize.errors import ActionRefused
 from autooptimize.iceberg.deletes import POS_FILE_PATH_ID
 from autooptimize.iceberg.files import LiveFile, PartitionFiles
+from autooptimize.iceberg.v3 import (
+    MalformedDeleteFile,
+    content_offset,
+    is_deletion_vector,
+    referenced_data_file,
+    vector_positions,
+)
 
 KIND = "compact_deletes"
 BROADCAST_DELETE_ROWS = 1_000_000
@@ -41,7 +48,21 @@ def is_position(f: LiveFile) -> bool:
 
 
 def _read_position_deletes(table: Table, delete_file: LiveFile) -> pa.Table:
-    with table.io.new_input(delete_file.path).open() as stream:
+    """``(file_path, pos)`` of a position delete file or a deletion vector (Iceberg v3)."""
+    df = delete_file.data_file
+    if is_deletion_vector(df):
+        try:
+            referenced, positions = vector_positions(table.io, delete_file.location, content_offset(df),
+                                                     referenced_data_file(df))
+        except MalformedDeleteFile as exc:
+            raise ActionRefused("malformed_delete_file", str(exc)) from None
+        return pa.table({"file_path": pa.array([referenced] * len(positions), pa.string()),
+                         "pos": pa.array(positions, pa.int64())})
+    if df.file_format != FileFormat.PARQUET:
+        raise ActionRefused("unsupported_delete_format",
+                            f"position delete file {delete_file.location} is {df.file_format.value}; "
+                            "only Parquet delete files and Puffin deletion vectors are read")
+    with table.io.new_input(delete_file.location).open() as stream:
         data = pq.read_table(stream, columns=["file_path", "pos"])
     if data.column("file_path").null_count or data.column("pos").null_count:
         raise ActionRefused("malformed_delete_file", f"position delete file {delete_file.path} has null values")
@@ -123,6 +144,8 @@ def scope_deletes(parts: dict[tuple[int, str], PartitionFiles], pf: PartitionFil
 
 def _may_name(delete_file: LiveFile, paths: set[str]) -> bool:
     """Whether a position delete file's ``file_path`` bounds (possibly truncated) admit one of ``paths``."""
+    if is_deletion_vector(delete_file.data_file):
+        return referenced_data_file(delete_file.data_file) in paths
     lower = (delete_file.data_file.lower_bounds or {}).get(POS_FILE_PATH_ID)
     upper = (delete_file.data_file.upper_bounds or {}).get(POS_FILE_PATH_ID)
     if lower is None or upper is None:

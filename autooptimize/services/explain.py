@@ -10,10 +10,12 @@ from typing import Any
 
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import EntropyStats
+from autooptimize.errors import TableRefused
 from autooptimize.iceberg.catalog import load_table
-from autooptimize.iceberg.files import parse_partition
+from autooptimize.iceberg.files import live_partitions, parse_partition
 from autooptimize.services.choose import choose, planning_request
 from autooptimize.services.rewrite.merge import calibrated, plan_to_dict, select_partitions
+from autooptimize.services.table_refusals import note_refused, refused_view
 from autooptimize.services.tracking import DEFAULT_ACTIONS, size_arg, tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
@@ -33,7 +35,11 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     is written under a directory of its own and removed. Without it the plan is on raw bytes and
     ``sizing.source`` says ``none``."""
     target_override = size_arg("target_file_size", target_file_size) if target_file_size is not None else None
-    table = load_table(settings, identifier)
+    try:
+        table = load_table(settings, identifier)
+        live_partitions(table)  # a manifest listing a file kind this version does not know refuses here
+    except TableRefused as refused:
+        return refused_view(identifier, note_refused(settings, identifier, refused))
     key = parse_partition(table, partition).key if partition is not None else None
     with session_scope(settings) as session:
         tracked = tracked_table(session, settings.catalog, identifier)

@@ -7,9 +7,11 @@ from typing import Any
 
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import EntropyStats, partition_needs_attention
+from autooptimize.errors import TableRefused
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.services.actions import outcome_of
+from autooptimize.services.table_refusals import note_refused, refused_view
 from autooptimize.services.tracking import tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import decision_failures, recent_actions, tracked_table, tracked_tables
@@ -18,7 +20,12 @@ from autooptimize.storage.repositories import decision_failures, recent_actions,
 def table_status(settings: Settings, identifier: str, *, with_sizes: bool = False) -> dict[str, Any]:
     """Partitions ranked by MSE (worst first) with N, SSE, bytes, small files and last action; with
     ``with_sizes`` each partition also lists its live data files' sizes (``sizes``)."""
-    table = load_table(settings, identifier)
+    try:
+        table = load_table(settings, identifier)
+        found = live_partitions(table)
+    except TableRefused as refused:
+        return {**refused_view(identifier, note_refused(settings, identifier, refused)),
+                "tracked": _is_tracked(settings, identifier), "files": 0, "recent_actions": []}
     with session_scope(settings) as session:
         row = tracked_table(session, settings.catalog, identifier)
         tuning = tuning_of(row).as_dict() if row else None
@@ -30,7 +37,7 @@ def table_status(settings: Settings, identifier: str, *, with_sizes: bool = Fals
     for a in actions:  # newest first
         last_by_partition.setdefault(a["partition_key"], a)
     partitions: list[dict[str, Any]] = []
-    for pf in live_partitions(table).values():
+    for pf in found.values():
         sizes = [f.size for f in pf.data_files]
         stats = EntropyStats.from_sizes(sizes, target)
         last = last_by_partition.get(pf.key) or last_by_partition.get(None)
@@ -66,6 +73,11 @@ def table_status(settings: Settings, identifier: str, *, with_sizes: bool = Fals
         "recent_actions": [{k: a[k] for k in ("id", "state", "reason", "partition", "files_in", "files_out",
                                               "snapshot_id", "created_at")} for a in actions[:10]],
     }
+
+
+def _is_tracked(settings: Settings, identifier: str) -> bool:
+    with session_scope(settings) as session:
+        return tracked_table(session, settings.catalog, identifier) is not None
 
 
 def all_status(settings: Settings) -> list[dict[str, Any]]:

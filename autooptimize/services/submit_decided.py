@@ -14,7 +14,7 @@ from sqlalchemy import case, func, select, update
 
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
-from autooptimize.errors import AutoOptimizeError
+from autooptimize.errors import AutoOptimizeError, TableRefused
 from autooptimize.services import actions
 from autooptimize.services.ports import Dispatch
 from autooptimize.services.sizing import REWRITE_KINDS
@@ -146,6 +146,15 @@ def record_decision_failure(settings: Settings, table_id: int, spec_id: int, par
     """A partition decide or submit could not handle: an audit record ``decision.failed`` with the reason
     (status shows the count and the last reason per table), and an ERROR log line once per table and
     cause in this process, not once per snapshot."""
+    if isinstance(exc, TableRefused):  # the whole table: audited once per cause, not per partition or snapshot
+        from autooptimize.services.table_refusals import note_refused
+        from autooptimize.storage.models import TrackedTable
+
+        with session_scope(settings) as session:
+            row = session.get(TrackedTable, table_id)
+            identifier = row.identifier if row is not None else str(table_id)
+        note_refused(settings, identifier, exc)
+        return
     reason = f"{type(exc).__name__}: {exc}"
     cause = type(exc).__name__ if not isinstance(exc, AutoOptimizeError) else f"{type(exc).__name__}:{str(exc)[:80]}"
     try:

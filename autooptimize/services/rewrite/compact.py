@@ -28,6 +28,7 @@ from autooptimize.iceberg.commit import (
 from autooptimize.iceberg.commits import CommitStats
 from autooptimize.iceberg.fileio import is_local
 from autooptimize.iceberg.files import live_partitions
+from autooptimize.iceberg.v3 import content_offset, is_deletion_vector
 from autooptimize.services.compact import (
     BROADCAST_DELETE_ROWS,
     KIND,
@@ -38,6 +39,7 @@ from autooptimize.services.compact import (
     sequence_number,
 )
 from autooptimize.services.evolution import has_field_ids, may_hold_files_without_ids
+from autooptimize.services.rewrite import lineage
 from autooptimize.services.rewrite.engine import choose_engine
 from autooptimize.services.rewrite.kind import (
     CheckpointWriter,
@@ -125,7 +127,11 @@ class CompactKind:
 
         plan: CompactionPlan = unit.work
         deletes = _deletes(plan)
-        engine = choose_engine(request, spark_can=is_local(table))
+        # Spark SQL's job reads Parquet delete files only and writes no row lineage: deletion vectors and v3
+        # tables take the pyarrow path (on the executors, or here)
+        spark_can = is_local(table) and not lineage.keeps_lineage(table) and not any(
+            d.content_offset is not None for d in deletes)
+        engine = choose_engine(request, spark_can=spark_can)
         if engine == Engine.SPARK:
             return self.rewrite_action(spark, table, [unit], [directory], codec, hooks, request)[0]
         if engine == Engine.SPARK_SQL:
@@ -149,6 +155,8 @@ class CompactKind:
                 paths.delete_tree(table.location(), directory, table.io)
             return sum(int(o.record_count) for o in outputs)
 
+        if lineage.keeps_lineage(table):
+            lineage.verify_lineage(table, directory, list(result.paths), result.lineage_kept)
         return _verified(plan, deletes, directory, "Spark" if engine == Engine.SPARK_SQL else "pyarrow",
                          result.rows_read, result.rows_deleted, as_digest(result.digest_kept), digest_out,
                          footer_rows, outputs, engine)
@@ -172,6 +180,8 @@ class CompactKind:
             if outcome.error is not None:
                 raise outcome.error
             written = outcome.value
+            if lineage.keeps_lineage(table):
+                lineage.written_lineage(table, directory, written, hooks)
             digest_out = Digest(int(written.rows_out), str(written.checksum_out))
             if hooks.after_write:  # a test touched the outputs after the executor read them: read them again
                 digest_out = read_back_digest(hooks, list(written.paths),
@@ -244,8 +254,9 @@ def _deletes(plan: CompactionPlan) -> list[Any]:
     """The plan's delete files with their data sequence numbers (ActionRefused for a malformed one)."""
     from spark_actors.deletes import SequencedFile
 
-    deletes = [
-        SequencedFile(d.path, sequence_number(d), None if is_position(d) else tuple(d.data_file.equality_ids or ()))
+    deletes = [  # read from its location: a deletion vector is a blob of a Puffin file (its offset)
+        SequencedFile(d.location, sequence_number(d), None if is_position(d) else tuple(d.data_file.equality_ids or ()),
+                      content_offset(d.data_file) if is_deletion_vector(d.data_file) else None)
         for d in plan.deletes
     ]
     if any(d.equality_ids == () for d in deletes):

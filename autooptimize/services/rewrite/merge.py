@@ -35,6 +35,7 @@ from autooptimize.iceberg.commits import CommitStats
 from autooptimize.iceberg.fileio import is_local
 from autooptimize.iceberg.files import PartitionFiles, live_partitions
 from autooptimize.services import evolution
+from autooptimize.services.rewrite import lineage
 from autooptimize.services.rewrite.evolution import evolution_data_files
 from autooptimize.services.rewrite.kind import (
     CheckpointWriter,
@@ -94,7 +95,7 @@ def select_partitions(table: Table, spec_id: int | None, key: str | None) -> lis
 
 def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
     """Why this partition cannot be merged safely by this version, or None."""
-    if pf.delete_files:
+    if pf.delete_files and not lineage.merges_with_vectors(table, pf):
         return ActionRefused(
             "has_delete_files",
             f"partition {pf.human or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
@@ -295,7 +296,9 @@ class MergeKind:
         """One REPLACE snapshot of ``groups`` (whole groups); ``part``/``parts`` mark a partial-progress part."""
         with phase("commit.reload"):
             table.refresh()
-            live = {f.path: f for pf in live_partitions(table).values() for f in pf.data_files}
+            parts = live_partitions(table)
+            live = {f.path: f for pf in parts.values() for f in pf.data_files}
+            live_deletes = {f.path: f for pf in parts.values() for f in pf.delete_files}
         inputs = [p for g in groups for p in g.inputs]
         gone = [p for p in inputs if p not in live]
         if gone:
@@ -308,7 +311,9 @@ class MergeKind:
         if parts is not None:
             properties[ACTION_PARTS_PROPERTY] = str(parts)
         stats = CommitStats()
-        snapshot = commit_replace(table, [live[p].data_file for p in inputs], added, properties, stats=stats)
+        vectors = lineage.vectors_removed(groups, live_deletes)  # v3: a data file's DV goes with it
+        snapshot = commit_replace(table, [live[p].data_file for p in inputs] + vectors, added, properties,
+                                  allowed_deletes=frozenset(p for g in groups for p in g.deletes or ()), stats=stats)
         return Committed(snapshot.snapshot_id, commit_facts(stats))
 
 

@@ -17,6 +17,7 @@ from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.fileio import is_local
 from autooptimize.services import evolution
 from autooptimize.services.evolution import encode_partition
+from autooptimize.services.rewrite import lineage
 from autooptimize.services.rewrite.engine import choose_engine
 from autooptimize.services.rewrite.evolution import local_rewrite
 from autooptimize.services.rewrite.kind import Unit, group_result
@@ -73,6 +74,9 @@ def prepare_group(table: Table, unit: Unit, directory: str, request: MergeReques
     # a z-order's z-value is a Spark expression (spark_actors/zorder.py) or numpy (spark_actors/zorder_arrow.py)
     arrow_sortable = zorder is not None or sortable([f.name for f in table.schema().fields], keys)
     zkeys = group_keys(table, [by_path[p].data_file for p in inputs], zorder) if zorder else None
+    if lineage.keeps_lineage(table):  # v3: only the delete-applying pyarrow rewrite carries row lineage
+        lineage.refuse_unkept(request, ordered=ordered, respec=respec)
+        spark_can = False
     engine = choose_engine(request, spark_can=spark_can, ordered=ordered, arrow_sortable=arrow_sortable)
     if engine == Engine.SPARK_SQL and not spark_can and ordered:
         raise ActionRefused(f"{request.kind}_not_supported",
@@ -99,6 +103,9 @@ def rewrite_in_one_job(spark: Any, table: Table, units: list[Unit], directories:
     if on_job:
         calls = []
         for g in on_job:
+            if lineage.keeps_lineage(table):  # v3: its deletion vectors applied, its row lineage kept
+                calls.append((group_tasks.compact_group, lineage.job_args(g, codec)[0]))
+                continue
             pf = g.unit.partition
             spec_id = table.spec().spec_id if g.respec else None
             calls.append((group_tasks.rewrite_group,
@@ -113,7 +120,9 @@ def rewrite_in_one_job(spark: Any, table: Table, units: list[Unit], directories:
         for g, outcome in zip(on_job, job.outcomes, strict=True):
             if outcome.error is not None:
                 raise outcome.error
-            results[id(g)] = verify_written(table, g, outcome.value, hooks, outcome.executor)
+            results[id(g)] = (lineage.verify_written(table, g, outcome.value, hooks, outcome.executor, codec)
+                              if lineage.keeps_lineage(table)
+                              else verify_written(table, g, outcome.value, hooks, outcome.executor))
     for g in prepared:
         if id(g) not in results:
             results[id(g)] = rewrite_one(spark, table, g, codec, hooks)
@@ -148,6 +157,8 @@ def rewrite_one(spark: Any, table: Table, g: MergeGroup, codec: str, hooks: Hook
     from spark_actors.rewrite import rewrite_group
 
     pf, group, inputs, by_path, directory = g.unit.partition, g.unit.work, g.inputs, g.by_path, g.directory
+    if g.engine == Engine.LOCAL and lineage.keeps_lineage(table):
+        return lineage.rewrite_local(table, g, codec, hooks)
     if g.engine == Engine.LOCAL:
         return local_rewrite(table, pf, inputs, directory, group.files_out, codec, by_path, hooks, g.respec,
                              sort=g.keys, sort_order_id=g.sort_order_id, zorder=g.zkeys,
