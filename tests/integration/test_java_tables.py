@@ -271,3 +271,24 @@ def test_compacting_one_partition_keeps_the_other_dvs_of_a_shared_puffin_file(se
     assert len(left) == len([r for r in dvs if str(r["partition"]["day"]) == "2026-01-02"])
     assert _state(iceberg_java, name) == before
     assert _lineage(iceberg_java, name) == lineage
+
+
+def test_files_without_field_ids_added_by_java_under_a_name_mapping(settings, spark, catalog, iceberg_java, tmp_path):
+    """Java's add_files brings plain Parquet (no field ids) in under a name mapping; merge reads them by
+    name and writes them back with field ids, on v2 and v3."""
+    for version in (2, 3):
+        name = _name()
+        source = tmp_path / f"plain{version}"
+        iceberg_java.run(
+            f"CREATE TABLE {name} (id bigint, s string) USING iceberg "
+            f"TBLPROPERTIES ('format-version'='{version}')",
+            *[f"INSERT INTO {name} SELECT id, concat('r', CAST(id AS string)) FROM range({i * 10}, {i * 10 + 10})"
+              for i in range(3)],
+            f"CREATE TABLE plain_src_{version} USING parquet LOCATION '{source}' AS "
+            "SELECT id, concat('p', CAST(id AS string)) AS s FROM range(100, 130)",
+            f"CALL system.add_files(table => '{name}', source_table => '`parquet`.`{source}`')",
+        )
+        table = catalog.load_table(name)
+        assert "schema.name-mapping.default" in table.properties
+        done = _optimized_as_decided(settings, spark, iceberg_java, name, v3=version == 3, also=("merge",))
+        assert done["outcomes"]["merge"]["state"] == "succeeded", done
