@@ -17,6 +17,7 @@ from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, Part
 from autooptimize.domain.planning import Plan
 from autooptimize.errors import ActionRefused, InvalidArgument
 from autooptimize.iceberg.files import PartitionFiles
+from autooptimize.services.rewrite.lineage import keeps_lineage
 from autooptimize.services.rewrite.merge import plan_files, plan_partition, plan_partition_with_rule, refusal
 from autooptimize.services.rewrite.sort import sort_spec
 
@@ -141,7 +142,8 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
                            merge_plan.mse_before, merge_plan.mse_after, limited)
     sort_plan = None
     sort = None
-    if "sort" in allowed and not pf.delete_files and problem is None:
+    # sort and z-order do not carry row lineage yet: never chosen on a v3 table (see rewrite/lineage.py)
+    if "sort" in allowed and not pf.delete_files and problem is None and not keeps_lineage(table):
         try:
             order = sort_spec(table, dataclasses.replace(request, kind="sort"))
         except (ActionRefused, InvalidArgument):
@@ -180,7 +182,8 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
 def _zorder_facts(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: frozenset[str],
                   problem: ActionRefused | None) -> tuple[Plan | None, SortFacts | None]:
     """The zorder plan and facts, when the table names z-order columns and zorder may rewrite ``pf``."""
-    if "zorder" not in allowed or pf.delete_files or problem is not None or not request.zorder_columns:
+    if ("zorder" not in allowed or pf.delete_files or problem is not None or not request.zorder_columns
+            or keeps_lineage(table)):
         return None, None
     from autooptimize.services import zorder
 

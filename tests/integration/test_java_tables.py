@@ -27,13 +27,14 @@ def _name() -> str:
 
 
 def _create(java, name: str, version: int, *, extra: str = "") -> None:
-    """A table partitioned by day with merge-on-read deletes and updates, 40 small files of 10 rows."""
+    """A table partitioned by day with merge-on-read deletes and updates, 32 small files of 10 rows (each
+    INSERT writes one file per day)."""
     java.run(
         f"CREATE TABLE {name} (id bigint, day date, v double, s string) USING iceberg PARTITIONED BY (day) "
         f"TBLPROPERTIES ('format-version'='{version}', 'write.delete.mode'='merge-on-read', "
         f"'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read'{extra})",
         *[f"INSERT INTO {name} SELECT id, date_add(DATE'2026-01-01', CAST(id % 2 AS int)), id * 1.5, "
-          f"concat('r', CAST(id AS string)) FROM range({i * 10}, {i * 10 + 10})" for i in range(40)],
+          f"concat('r', CAST(id AS string)) FROM range({i * 20}, {i * 20 + 20})" for i in range(16)],
     )
 
 
@@ -282,3 +283,48 @@ def test_equality_deletes_are_folded_on_v2_and_v3(settings, spark, catalog, iceb
             assert _lineage(iceberg_java, name) == lineage
         _java_maintenance_still_works(iceberg_java, name)
         assert _state(iceberg_java, name) == content(expected)
+
+
+def test_compacting_one_partition_keeps_the_other_dvs_of_a_shared_puffin_file(settings, spark, catalog, iceberg_java):
+    """One Java DELETE writes the DVs of many data files into one Puffin file, each its own manifest entry:
+    folding one partition removes its DVs and none of the others in that file."""
+    name = _name()
+    _create(iceberg_java, name, 3)
+    iceberg_java.run(f"DELETE FROM {name} WHERE id % 7 = 0")
+    before, lineage = _state(iceberg_java, name), _lineage(iceberg_java, name)
+    table = catalog.load_table(name)
+    dvs = [r for r in table.inspect.files().to_pylist() if r["content"] == 1]
+    by_file: dict[str, list] = {}
+    for r in dvs:
+        by_file.setdefault(r["file_path"], []).append(r)
+    assert max(len(v) for v in by_file.values()) > 1, "Java shares a Puffin file between DVs"
+
+    out = _run(settings, spark, name, kind="compact_deletes", partition="day=2026-01-01")
+    assert out["state"] == "succeeded", out
+    table.refresh()
+    left = [r for r in table.inspect.files().to_pylist() if r["content"] == 1]
+    assert left and all(str(r["partition"]["day"]) == "2026-01-02" for r in left)
+    assert len(left) == len([r for r in dvs if str(r["partition"]["day"]) == "2026-01-02"])
+    assert _state(iceberg_java, name) == before
+    assert _lineage(iceberg_java, name) == lineage
+
+
+def test_files_without_field_ids_added_by_java_under_a_name_mapping(settings, spark, catalog, iceberg_java, tmp_path):
+    """Java's add_files brings plain Parquet (no field ids) in under a name mapping; merge reads them by
+    name and writes them back with field ids, on v2 and v3."""
+    for version in (2, 3):
+        name = _name()
+        source = tmp_path / f"plain{version}"
+        iceberg_java.run(
+            f"CREATE TABLE {name} (id bigint, s string) USING iceberg "
+            f"TBLPROPERTIES ('format-version'='{version}')",
+            *[f"INSERT INTO {name} SELECT id, concat('r', CAST(id AS string)) FROM range({i * 10}, {i * 10 + 10})"
+              for i in range(3)],
+            f"CREATE TABLE plain_src_{version} USING parquet LOCATION '{source}' AS "
+            "SELECT id, concat('p', CAST(id AS string)) AS s FROM range(100, 130)",
+            f"CALL system.add_files(table => '{name}', source_table => '`parquet`.`{source}`')",
+        )
+        table = catalog.load_table(name)
+        assert "schema.name-mapping.default" in table.properties
+        done = _optimized_as_decided(settings, spark, iceberg_java, name, v3=version == 3, also=("merge",))
+        assert done["outcomes"]["merge"]["state"] == "succeeded", done

@@ -296,9 +296,9 @@ class MergeKind:
         """One REPLACE snapshot of ``groups`` (whole groups); ``part``/``parts`` mark a partial-progress part."""
         with phase("commit.reload"):
             table.refresh()
-            parts = live_partitions(table)
-            live = {f.path: f for pf in parts.values() for f in pf.data_files}
-            live_deletes = {f.path: f for pf in parts.values() for f in pf.delete_files}
+            partitions = live_partitions(table)  # not ``parts``: that is the parameter (parts of the action)
+            live = {f.path: f for pf in partitions.values() for f in pf.data_files}
+            live_deletes = {f.path: f for pf in partitions.values() for f in pf.delete_files}
         inputs = [p for g in groups for p in g.inputs]
         gone = [p for p in inputs if p not in live]
         if gone:
