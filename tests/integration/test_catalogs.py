@@ -176,7 +176,8 @@ def test_forced_polling_lists_every_tracked_table_and_the_listener_sees_a_writer
 def _your_lake() -> str:
     text = (REPO / "docs" / "catalogs.md").read_text()
     start = text.index("\n## Your lake\n")
-    return text[start: text.index("\n## ", start + 1)]
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
 
 
 def _snippets(lang: str) -> list[tuple[str, str]]:
