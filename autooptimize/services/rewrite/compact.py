@@ -49,21 +49,8 @@ from autooptimize.services.rewrite.kind import (
     group_result,
 )
 from autooptimize.services.rewrite.lifecycle import run_rewrite
+from autooptimize.services.rewrite.lineage import verify_lineage
 from autooptimize.services.rewrite.verify import as_digest, output_digest, read_back_digest, verify_group
-
-
-def verify_lineage(table: Table, where: str, paths: list[str], expected: Any) -> None:
-    """VerificationFailed unless the outputs, read back by field id with their row lineage columns, hold
-    exactly the (row, _row_id, _last_updated_sequence_number) triples the rewrite observed."""
-    from autooptimize.iceberg.checksum import parquet_digest
-    from autooptimize.iceberg.v3 import with_lineage
-
-    if expected is None:
-        raise VerificationFailed(f"the rewrite of {where} on a v3 table did not carry row lineage")
-    found = parquet_digest(with_lineage(table.schema()), paths, table.io)
-    if (found.rows, found.checksum) != (expected.rows, expected.checksum):
-        raise VerificationFailed(f"row lineage of {where} changed: {expected.rows} rows {expected.checksum} → "
-                                 f"{found.rows} rows {found.checksum}")
 
 
 def _mse(sizes: list[int], target: int) -> float:

@@ -18,10 +18,11 @@ from pyiceberg.table import Table
 
 from autooptimize.domain.actions import Engine, GroupResult, Hooks, MergeRequest
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.iceberg.checksum import parquet_digest
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.fileio import is_local
 from autooptimize.iceberg.files import LiveFile, PartitionFiles
-from autooptimize.iceberg.v3 import content_offset, is_deletion_vector, referenced_data_file
+from autooptimize.iceberg.v3 import content_offset, is_deletion_vector, referenced_data_file, with_lineage
 from autooptimize.services.compact import sequence_number
 from autooptimize.services.rewrite.kind import group_result
 from autooptimize.services.rewrite.verify import as_digest, output_digest, read_back_digest, verify_group
@@ -70,8 +71,6 @@ def rewrite_v3_group(spark: Any, table: Table, pf: PartitionFiles, inputs: list[
     engine = Engine.ARROW if is_local(table) else Engine.ARROW_ON_SPARK
     result = (compact_group_arrow(table, *job_args) if engine == Engine.ARROW
               else run_on_spark(spark, table, compact_group_arrow, *job_args))
-    from autooptimize.services.rewrite.compact import verify_lineage
-
     verify_lineage(table, directory, list(result.paths), result.lineage_kept)
     digest_out = read_back_digest(hooks, list(result.paths), lambda: output_digest(table, list(result.paths)))
     rows_in = sum(f.record_count for f in files)
@@ -89,6 +88,17 @@ def rewrite_v3_group(spark: Any, table: Table, pf: PartitionFiles, inputs: list[
     return group_result(pf, inputs, sum(f.size for f in files), list(result.paths), outputs, rows_in,
                         result.digest_kept.checksum, digest_out, engine=engine.value,
                         deletes=tuple(d.path for d in vectors), rows_deleted=result.rows_deleted)
+
+
+def verify_lineage(table: Table, where: str, paths: list[str], expected: Any) -> None:
+    """VerificationFailed unless the outputs, read back by field id with their row lineage columns, hold
+    exactly the (row, _row_id, _last_updated_sequence_number) triples the rewrite observed."""
+    if expected is None:
+        raise VerificationFailed(f"the rewrite of {where} on a v3 table did not carry row lineage")
+    found = parquet_digest(with_lineage(table.schema()), paths, table.io)
+    if (found.rows, found.checksum) != (expected.rows, expected.checksum):
+        raise VerificationFailed(f"row lineage of {where} changed: {expected.rows} rows {expected.checksum} → "
+                                 f"{found.rows} rows {found.checksum}")
 
 
 def vectors_removed(groups: list[GroupResult], live_deletes: dict[str, LiveFile]) -> list[Any]:
