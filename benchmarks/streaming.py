@@ -481,6 +481,7 @@ def service_env(settings: Settings, args: argparse.Namespace) -> dict[str, str]:
         **({"AO_WORKER_CONCURRENCY": str(args.worker_concurrency), "AO_DISPATCH_SLOTS": str(args.worker_concurrency)}
            if args.worker_concurrency else {}),
         "AO_SPARK_PORT": str(_free_port()),
+        "AO_CONSOLE_PORT": str(_free_port()),  # another service on this host may hold the default 8765
         "PYTHONPATH": str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
         "PYTHONUNBUFFERED": "1",
     })

@@ -85,7 +85,9 @@ def test_concurrent_groups_commit_one_snapshot_with_every_row(settings, spark, c
         threads.add(threading.current_thread().name)
         both_in_flight.wait()
 
-    action_id = _submit(settings, table)
+    # groups in flight at once is the local and spark_sql engines' concurrency (the default engine's
+    # groups are the tasks of one Spark job)
+    action_id = _submit(settings, table, options={"engine": "local"})
     assert settings.rewrite_concurrency == 2
     out = actions.execute(settings, action_id, spark=spark, hooks=Hooks(after_write=meet))
 
