@@ -84,11 +84,13 @@ __all__ = [
 ]
 
 #: Files of similar size that gather before a merge while the partition is written to. Bigger trades
-#: live files for bytes rewritten. Over the 12 members of benchmarks.trace_family (policy_sim; fan-in,
-#: TINY_FAN_IN, TINY_DIVISOR and LIVE_LARGE_DIVISOR searched over 120 combinations): fan-in 8 gave mean
-#: write amplification 2.19 at a mean 1.06× the bin-pack's live files, 12 gave 1.89 at 1.11×, 16 gave
-#: 1.77 at 1.21×; 12 with 4 and 8 below was within 0.6 of the best summed shortfall of any combination,
-#: and no combination met WA ≤ 1.5 with live ≤ 1.05× on 8 of the 12 members (docs/policy.md).
+#: live files for bytes rewritten. Over the 12 members of benchmarks.trace_family (policy_sim, against the
+#: bin-pack every 20 writes): fan-in 8 gave mean write amplification 1.99 at a mean 0.92× the bin-pack's
+#: live files, 12 gave 1.75 at 0.98×, 16 gave 1.63 at 1.12×; 12 had the least summed shortfall from the
+#: goals (domain.simulate.shortfall: 7.0; 8: 8.5; 6, 16 and 20 leave one member's end layout far off).
+#: A search of 120 combinations with TINY_FAN_IN, TINY_DIVISOR and LIVE_LARGE_DIVISOR (in the simulator
+#: before a merge planned when it runs) found none meeting WA ≤ 1.5 with live files ≤ 1.05× on 8 of the
+#: 12 members (docs/policy.md).
 DEFAULT_FAN_IN = 12
 #: A tier merges at this many files while its files weigh under ``scale // TINY_DIVISOR`` together.
 TINY_FAN_IN = 4
