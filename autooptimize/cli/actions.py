@@ -167,7 +167,7 @@ def _suggest(args: argparse.Namespace) -> int:
         raise InvalidArgument("--suggest keeps the table's target size; leave out --target-size")
     from autooptimize.domain.simulate import SUGGEST_COLD_AFTER
 
-    cold = SUGGEST_COLD_AFTER
+    cold: tuple[float, ...] = SUGGEST_COLD_AFTER
     if args.cold_after:
         try:
             cold = tuple(float(x) for x in args.cold_after.split(",") if x.strip())

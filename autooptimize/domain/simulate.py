@@ -27,6 +27,7 @@ import itertools
 import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from autooptimize.domain.entropy import best_layout
 from autooptimize.domain.planning import PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
@@ -66,7 +67,7 @@ class Figures:
     def write_amplification(self) -> float:
         return self.bytes_rewritten / self.bytes_written if self.bytes_written else 0.0
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, Any]:
         return {"mean_live_files": self.mean_live_files, "max_live_files": self.max_live_files,
                 "files_replaced": self.files_replaced, "bytes_rewritten": self.bytes_rewritten,
                 "bytes_written": self.bytes_written,

@@ -72,7 +72,7 @@ def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
 
 
 def partition_history(settings: Any, table_id: int | None, spec_id: int | None = None,
-                      partition_key: str | None = None) -> dict[str, int | None]:
+                      partition_key: str | None = None) -> dict[str, Any]:
     """What the listener knows that the partition's files do not say: the bytes a partition of the table
     is expected to hold (the median over its other partitions; the policy cuts its tiers against it) and,
     for one partition, when a writer last added a file to it (a merge's outputs carry no write time, so
@@ -164,10 +164,10 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
     from autooptimize.domain.entropy import EntropyStats
 
     sizes = [f.size for f in pf.data_files]
-    stats = EntropyStats.from_sizes(sizes, request.target_file_size)
-    facts = PartitionFacts(files=len(pf.data_files), bytes=pf.bytes, mse=stats.mse, tolerance=request.tolerance,
+    entropy = EntropyStats.from_sizes(sizes, request.target_file_size)
+    facts = PartitionFacts(files=len(pf.data_files), bytes=pf.bytes, mse=entropy.mse, tolerance=request.tolerance,
                            merge=merge, deletes=deletes, sort=sort, zorder=zorder, allowed=allowed,
-                           max_bytes=request.max_bytes, sse=stats.sse,
+                           max_bytes=request.max_bytes, sse=entropy.sse,
                            capped_bytes=sum(min(s, request.target_file_size) for s in sizes),
                            target=request.target_file_size)
     decision = decide(facts)
