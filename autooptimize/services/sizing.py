@@ -73,17 +73,11 @@ def calibration_sample(sizes_and_paths: list[tuple[int, str]], target: int) -> l
 
 def calibrate_arrow(table: Any, inputs: list[Any], directory: str, codec: str, partition: Any) -> Sizing:
     """Write the DataFiles ``inputs`` as one file with the pyarrow path under ``directory`` (removed
-    afterwards) and measure."""
-    from autooptimize.iceberg.paths import delete_tree
-    from spark_actors.arrow_rewrite import rewrite_group_arrow
+    afterwards) and measure: the same sample an executor writes (spark_actors.group_tasks.calibrate)."""
+    from spark_actors.group_tasks import calibrate as write_sample
 
-    delete_tree(table.location(), directory, table.io)
-    try:
-        out = rewrite_group_arrow(table, inputs, directory, 1, codec, input_partition=partition)
-        size = sum(len(table.io.new_input(p)) for p in out.paths)
-    finally:
-        delete_tree(table.location(), directory, table.io)
-    return Sizing(size / out.rows_in, "calibration") if out.rows_in else NO_SIZING
+    rows, size = write_sample(table, inputs, directory, codec, partition)
+    return Sizing(size / rows, "calibration") if rows else NO_SIZING
 
 
 def calibrate(spark: Any, table: Any, paths: list[str], directory: str, codec: str) -> Sizing:
