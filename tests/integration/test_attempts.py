@@ -83,6 +83,10 @@ def _action(settings, catalog, files: int = 4, rows: int = 50):
 
 @pytest.mark.spark
 def test_an_attempt_past_the_action_timeout_stops_removes_its_output_and_is_retried(settings, spark, catalog):
+    # the session's first Spark action starts the executors' Python workers and compiles the digest kernels
+    # (seconds): warm them, so that the 2 s timeout below falls in the before_commit pause, as meant
+    _, warm_up = _action(settings, catalog)
+    assert actions.execute(settings, warm_up, spark=spark)["state"] == "succeeded"
     table, action_id = _action(settings, catalog)
     before = set(live_files(table))
     snapshot = table.current_snapshot().snapshot_id

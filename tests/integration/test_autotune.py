@@ -16,6 +16,7 @@ import threading
 import time
 
 import pyarrow as pa
+import pytest
 from sqlalchemy import func, select
 
 from autooptimize.domain.policy import PolicyTuning
@@ -80,6 +81,7 @@ def _write_paced(table, commits: list[pa.Table], offsets: list[float], between=N
             between(None)
 
 
+@pytest.mark.live
 def test_suggest_from_history_then_replay_live_within_15_percent(settings, catalog):
     commits = _commits()
     history = catalog.create_table(f"test.autotune_history_{os.getpid()}", schema=SCHEMA, partition_spec=SPEC)
