@@ -11,6 +11,7 @@ measured in the same pass; the caller reads the outputs back with another reader
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pyarrow as pa
@@ -48,6 +49,17 @@ def _values(record: Record) -> tuple[Any, ...]:
     return tuple(record[i] for i in range(len(record)))
 
 
+def _directory(output_dir: str, path: str, record: Record, claimed: dict[str, tuple[Any, ...]]) -> str:
+    """The partition's directory under ``output_dir``. Iceberg's partition path can stand for two
+    partitions (a null and the string "null" are both ``v=null``), and files are assigned to their partition
+    by directory: a partition whose path another one holds gets a ``key-<hash of its values>`` level."""
+    directory, values = f"{output_dir}/{path}", _values(record)
+    if claimed.setdefault(directory, values) != values:
+        directory = f"{directory}/key-{hashlib.sha256(repr(values).encode()).hexdigest()[:12]}"
+        claimed[directory] = values
+    return directory
+
+
 def consolidate_files_arrow(table: Table, spec: PartitionSpec, groups: list[list[str]], output_dir: str,
                             rows_per_file: int, codec: str = "zstd") -> ConsolidateOutput:
     """Write ``groups`` (lists of buffered files) under ``output_dir`` (which must not exist), one
@@ -70,7 +82,9 @@ def consolidate_files_arrow(table: Table, spec: PartitionSpec, groups: list[list
     by_dir: dict[str, tuple[tuple[Any, ...], list[str]]] = {}
     try:
         parts = _determine_partitions(spec, schema, data) if spec.fields else None
-        pieces = ([(f"{output_dir}/{p.partition_key.to_path()}", p.partition_key.partition, p.arrow_table_partition)
+        claimed: dict[str, tuple[Any, ...]] = {}
+        pieces = ([(_directory(output_dir, p.partition_key.to_path(), p.partition_key.partition, claimed),
+                    p.partition_key.partition, p.arrow_table_partition)
                    for p in parts] if parts is not None else [(output_dir, Record(), data)])
         for directory, record, piece in pieces:
             for batch in piece.to_batches():
