@@ -11,29 +11,27 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
 from autooptimize.domain.sizes import MAX_BYTES, MiB, parse_size
 from autooptimize.domain.urls import CONTROL_CHARACTERS, HOST, check_url
-from autooptimize.domain.weights import parse_weights
+from autooptimize.config_fleet import FleetSettings
 from autooptimize.errors import ConfigError, InvalidArgument
 from autooptimize.redact import redact, remember_secrets
 
 #: The largest value of an integer setting that is not a size (PostgreSQL integer, seconds, counts).
 MAX_INT = 2**31 - 1
-DISPATCH_MODES = ("direct", "rpq")
-DEFAULT_PRIORITY_WEIGHTS = "high=6,normal=3,low=1"
 _SECRET_FIELDS = ("spark_token", "flower_password")
 _SIZE_FIELDS = ("default_target_file_size", "default_tolerance", "max_group_bytes", "buffer_min_bytes",
                 "buffer_max_bytes")
 
 
-class Settings(BaseSettings):
+class Settings(FleetSettings):
     """Service configuration, from ``AO_*`` environment variables."""
 
     model_config = SettingsConfigDict(env_prefix="AO_", extra="ignore", frozen=True, allow_inf_nan=False)
@@ -57,16 +55,10 @@ class Settings(BaseSettings):
     spark_token: SecretStr | None = None
 
     # tracking: fnmatch patterns of identifiers tracked automatically with default tuning
-    auto_track: str = ""
-    # how often the listener lists the catalog for new tables matching AO_AUTO_TRACK
-    auto_track_seconds: float = Field(default=2.0, gt=0)
-    # beat's safety sweep: a table the listener has not observed for this long gets a scan
-    rescan_after_seconds: int = Field(default=86400, ge=60)
 
     # Celery worker: actions of independent partitions run side by side (each process has its own Spark
     # Connect session on the shared server)
     worker_concurrency: int = Field(default=2, ge=1)
-    priority_classes: Annotated[tuple[str, ...], NoDecode] = ("high", "normal", "low")
 
     # defaults for newly tracked tables
     default_target_file_size: int = Field(default=128 * MiB, gt=0)
@@ -109,14 +101,6 @@ class Settings(BaseSettings):
     # how often beat re-evaluates every tracked table's suggested tuning (AutoAnalyze, services/autotune.py)
     autotune_seconds: int = Field(default=3600, ge=60)
 
-    # dispatch to the actors: "direct" sends each action to Celery at once; "rpq" keeps the backlog in the
-    # reliable priority queue and a dispatcher feeds the actors only while they have free slots
-    dispatch: str = "rpq"
-    # leases in flight at once; unset: what the actor workers can run (AO_WORKER_CONCURRENCY per worker)
-    dispatch_slots: int | None = Field(default=None, ge=1)
-    dispatch_per_table: int = Field(default=1, ge=1)
-    lease_seconds: int = Field(default=300, ge=10)
-    priority_weights: str = DEFAULT_PRIORITY_WEIGHTS
 
     # table hygiene (rewrite_manifests, expire_snapshots, remove_orphans); an action's options override
     hygiene_sweep_seconds: int = Field(default=3600, ge=60)  # how often beat decides hygiene per table
@@ -146,9 +130,6 @@ class Settings(BaseSettings):
     buffer_tick_seconds: float = Field(default=30.0, gt=0)
     buffer_settle_seconds: float = Field(default=5.0, ge=0)
 
-    # the listener finds changed tables by polling each tracked table, as it must for every catalog but
-    # SQL, even on a SqlCatalog it could query (tests exercise the REST/Glue/Hive path this way)
-    force_polling: bool = False
     # web console and /metrics (autooptimize console, started by autooptimize up); basic auth always on,
     # the password generated into AO_HOME when unset
     console_user: str = "admin"
@@ -280,17 +261,6 @@ class Settings(BaseSettings):
             raise ValueError("must be 'tiered' or 'binpack'")
         return value
 
-    @field_validator("auto_track")
-    @classmethod
-    def _patterns(cls, value: str) -> str:
-        for pattern in (p.strip() for p in value.split(",") if p.strip()):
-            if not re.fullmatch(r"[A-Za-z0-9_\-*?\[\]]+(\.[A-Za-z0-9_\-*?\[\]]+)+", pattern):
-                raise ValueError(f"pattern {pattern!r} is not namespace.table with * or ? wildcards, e.g. analytics.*")
-        return value
-
-    @property
-    def auto_track_patterns(self) -> tuple[str, ...]:
-        return tuple(p.strip() for p in self.auto_track.split(",") if p.strip())
 
     @field_validator(*_SIZE_FIELDS, mode="before")
     @classmethod
@@ -313,42 +283,6 @@ class Settings(BaseSettings):
         found += re.findall(r"token=([^;&]+)", self.spark_remote)
         return [s for s in found if s]
 
-    @field_validator("priority_classes", mode="before")
-    @classmethod
-    def _classes(cls, value: object) -> object:
-        if isinstance(value, str):
-            value = tuple(p.strip() for p in value.split(",") if p.strip())
-        names = tuple(value) if isinstance(value, list | tuple) else ()
-        if not names or not all(isinstance(p, str) and re.fullmatch(r"[a-z][a-z0-9_]*", p) for p in names):
-            raise ValueError("must be comma-separated lower-case names such as high,normal,low")
-        repeated = sorted({p for p in names if names.count(p) > 1})
-        if repeated:
-            raise ValueError(f"must name each class once ({', '.join(repeated)} given more than once), "
-                             "such as high,normal,low")
-        return names
-
-    @field_validator("dispatch")
-    @classmethod
-    def _dispatch(cls, value: str) -> str:
-        if value not in DISPATCH_MODES:
-            raise ValueError(f"must be one of {', '.join(DISPATCH_MODES)} (got {value!r})")
-        return value
-
-    @field_validator("priority_weights")
-    @classmethod
-    def _weights(cls, value: str, info: ValidationInfo) -> str:
-        classes = info.data.get("priority_classes", ())
-        unknown = sorted(set(parse_weights(value)) - set(classes))
-        # the default names high/normal/low; other classes then weigh 1 rather than fail
-        if unknown and value != DEFAULT_PRIORITY_WEIGHTS:
-            raise ValueError(f"names {', '.join(unknown)}, not among AO_PRIORITY_CLASSES ({', '.join(classes)})")
-        return value
-
-    @property
-    def class_weights(self) -> dict[str, float]:
-        """Weight of every priority class (1 for a class AO_PRIORITY_WEIGHTS does not name)."""
-        named = parse_weights(self.priority_weights)
-        return {name: named.get(name, 1.0) for name in self.priority_classes}
 
     @property
     def slots(self) -> int:

@@ -1,0 +1,96 @@
+"""Settings of the control plane across the estate: tracking and observing tables, dispatch and fairness.
+
+Part of :class:`autooptimize.config.Settings` (which inherits them); kept apart so that neither module
+outgrows its size. Read only through ``Settings``; the same ``AO_*`` variables and validation rules.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from autooptimize.domain.weights import parse_weights
+
+DISPATCH_MODES = ("direct", "rpq")
+DEFAULT_PRIORITY_WEIGHTS = "high=6,normal=3,low=1"
+
+
+class FleetSettings(BaseSettings):
+    """Tracking, observing and dispatch settings, from ``AO_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="AO_", extra="ignore", frozen=True, allow_inf_nan=False)
+
+    # tracking: fnmatch patterns of identifiers tracked automatically with default tuning
+    auto_track: str = ""
+    # how often the listener lists the catalog for new tables matching AO_AUTO_TRACK
+    auto_track_seconds: float = Field(default=2.0, gt=0)
+    # beat's safety sweep: a table the listener has not observed for this long gets a scan
+    rescan_after_seconds: int = Field(default=86400, ge=60)
+
+    # the listener finds changed tables by polling each tracked table, as it must for every catalog but
+    # SQL, even on a SqlCatalog it could query (tests exercise the REST/Glue/Hive path this way)
+    force_polling: bool = False
+
+    # priority classes of actions, highest first
+    priority_classes: Annotated[tuple[str, ...], NoDecode] = ("high", "normal", "low")
+
+    # dispatch to the actors: "direct" sends each action to Celery at once; "rpq" keeps the backlog in the
+    # reliable priority queue and a dispatcher feeds the actors only while they have free slots
+    dispatch: str = "rpq"
+    # leases in flight at once; unset: what the actor workers can run (AO_WORKER_CONCURRENCY per worker)
+    dispatch_slots: int | None = Field(default=None, ge=1)
+    dispatch_per_table: int = Field(default=1, ge=1)
+    lease_seconds: int = Field(default=300, ge=10)
+    priority_weights: str = DEFAULT_PRIORITY_WEIGHTS
+
+    @field_validator("auto_track")
+    @classmethod
+    def _patterns(cls, value: str) -> str:
+        for pattern in (p.strip() for p in value.split(",") if p.strip()):
+            if not re.fullmatch(r"[A-Za-z0-9_\-*?\[\]]+(\.[A-Za-z0-9_\-*?\[\]]+)+", pattern):
+                raise ValueError(f"pattern {pattern!r} is not namespace.table with * or ? wildcards, e.g. analytics.*")
+        return value
+
+    @property
+    def auto_track_patterns(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.auto_track.split(",") if p.strip())
+
+    @field_validator("priority_classes", mode="before")
+    @classmethod
+    def _classes(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(p.strip() for p in value.split(",") if p.strip())
+        names = tuple(value) if isinstance(value, list | tuple) else ()
+        if not names or not all(isinstance(p, str) and re.fullmatch(r"[a-z][a-z0-9_]*", p) for p in names):
+            raise ValueError("must be comma-separated lower-case names such as high,normal,low")
+        repeated = sorted({p for p in names if names.count(p) > 1})
+        if repeated:
+            raise ValueError(f"must name each class once ({', '.join(repeated)} given more than once), "
+                             "such as high,normal,low")
+        return names
+
+    @field_validator("dispatch")
+    @classmethod
+    def _dispatch(cls, value: str) -> str:
+        if value not in DISPATCH_MODES:
+            raise ValueError(f"must be one of {', '.join(DISPATCH_MODES)} (got {value!r})")
+        return value
+
+    @field_validator("priority_weights")
+    @classmethod
+    def _weights(cls, value: str, info: ValidationInfo) -> str:
+        classes = info.data.get("priority_classes", ())
+        unknown = sorted(set(parse_weights(value)) - set(classes))
+        # the default names high/normal/low; other classes then weigh 1 rather than fail
+        if unknown and value != DEFAULT_PRIORITY_WEIGHTS:
+            raise ValueError(f"names {', '.join(unknown)}, not among AO_PRIORITY_CLASSES ({', '.join(classes)})")
+        return value
+
+    @property
+    def class_weights(self) -> dict[str, float]:
+        """Weight of every priority class (1 for a class AO_PRIORITY_WEIGHTS does not name)."""
+        named = parse_weights(self.priority_weights)
+        return {name: named.get(name, 1.0) for name in self.priority_classes}
