@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--target-size")
     ex.add_argument("--no-calibrate", action="store_true",
                     help="before the table's first rewrite, plan on raw bytes instead of calibrating output "
-                         "sizes with a Spark sample as the action will")
+                         "sizes from a sample written on an executor, as the action will")
     ex.add_argument("--json", action="store_true")
     ex.set_defaults(func=actions.cmd_explain)
 

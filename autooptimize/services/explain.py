@@ -28,8 +28,9 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     rewritten, files replaced, MSE before and after, and every candidate's value and cost; ``engine``
     names the path the groups would be rewritten on (services/rewrite/engine.py).
 
-    Before a table's first rewrite there is no measured output size, and a merge calibrates one with
-    a Spark sample before it plans (:func:`~autooptimize.services.rewrite.merge.calibrated`). Given
+    Before a table's first rewrite there is no measured output size, and a merge calibrates one before it
+    plans, by writing a sample of its inputs on an executor
+    (:func:`~autooptimize.services.rewrite.merge.calibrated`). Given
     ``spark`` (a function returning a Spark session, called only then), explain calibrates the same
     way, on the same deterministic sample, so it shows the groups the action will replace; the sample
     is written under a directory of its own and removed. Without it the plan is on raw bytes and
