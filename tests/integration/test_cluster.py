@@ -5,8 +5,16 @@ package installed, and the process that runs the action reads next to none of th
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -52,11 +60,17 @@ def make_table(catalog, partitions: int, files: int, file_bytes: int, name: str,
     return table
 
 
-def measured(run):
-    """``run()`` and the bytes this process read meanwhile (rchar: files and sockets alike)."""
-    before = io_counters()
+def measured(run, meter: Path | None = None):
+    """``run()`` and the bytes this process read meanwhile: rchar (files; read() on sockets) plus, with an
+    S3 store, what the S3 server sent to this process through the relay (HTTP clients read with recv(),
+    which rchar does not count)."""
+    before, sent = io_counters(), _sent(meter)
     out = run()
-    return out, io_counters()["rchar"] - before["rchar"]
+    return out, io_counters()["rchar"] - before["rchar"] + _sent(meter) - sent
+
+
+def _sent(meter: Path | None) -> int:
+    return json.loads(meter.read_text())["to_watched"] if meter is not None else 0
 
 
 def assert_moved_no_data(read: int, groups: list[dict], what: str) -> None:
@@ -152,8 +166,29 @@ def _executors(groups: list[dict]) -> set[str]:
     return {g["executor"] for g in groups}
 
 
-def test_sort_and_zorder_run_on_the_executors(settings, spark_cluster, catalog):
-    session = spark_cluster.session
+@dataclass
+class Store:
+    """Where a test's tables live: the session's file:// catalog, or an s3:// one behind the meter."""
+
+    name: str
+    settings: Any
+    catalog: Any
+    meter: Path | None = None
+
+    def measured(self, run):
+        return measured(run, self.meter)
+
+
+@pytest.fixture(params=["file", "s3"])
+def store(request, settings, catalog) -> Store:
+    if request.param == "file":
+        return Store("file", settings, catalog)
+    s3 = request.getfixturevalue("s3_apart")
+    return Store("s3", s3.settings, s3.catalog, s3.meter)
+
+
+def test_sort_and_zorder_run_on_the_executors(store, spark_cluster):
+    settings, catalog, session = store.settings, store.catalog, spark_cluster.session
     for kind, options in (("sort", None), ("zorder", {"zorder_columns": "id,k"})):
         # the first action of a kind imports its modules (rchar counts those reads): a small one goes first
         for file_bytes, target in ((64 << 10, "64KiB"), (2 << 20, "2MiB")):
@@ -163,16 +198,15 @@ def test_sort_and_zorder_run_on_the_executors(settings, spark_cluster, catalog):
             tracking.track(settings, ident, target_file_size=target, sort_order="id" if kind == "sort" else None)
             rows_before, checksum_before = second_reader_checksum(table)
             action_id = actions.submit(settings, ident, kind=kind, dispatch=False, options=options)
-            out, read = measured(lambda a=action_id: actions.execute(settings, a, spark=session))
+            out, read = store.measured(lambda a=action_id: actions.execute(settings, a, spark=session))
             assert out["state"] == "succeeded", out
             assert second_reader_checksum(table) == (rows_before, checksum_before)
             groups = _groups(settings, action_id)
             assert len(groups) >= 2 and len(_executors(groups)) >= 1
-        assert_moved_no_data(read, groups, kind)
+        assert_moved_no_data(read, groups, f"{kind} on {store.name}")
 
 
-def test_delete_compaction_with_position_and_equality_deletes_runs_on_the_executors(settings, spark_cluster,
-                                                                                     catalog):
+def test_delete_compaction_with_position_and_equality_deletes_runs_on_the_executors(store, spark_cluster):
     from tests.integration.deletes import (
         data_files,
         delete_equal,
@@ -181,7 +215,7 @@ def test_delete_compaction_with_position_and_equality_deletes_runs_on_the_execut
         reference_checksum,
     )
 
-    session = spark_cluster.session
+    settings, catalog, session = store.settings, store.catalog, spark_cluster.session
     for file_bytes in (64 << 10, 2 << 20):  # a small one first: the first action of a kind imports its modules
         table = make_table(catalog, partitions=2, files=3, file_bytes=file_bytes, name="cluster_deletes")
         p0, p1 = data_files(table, "part=p0"), data_files(table, "part=p1")
@@ -192,24 +226,24 @@ def test_delete_compaction_with_position_and_equality_deletes_runs_on_the_execut
         ident = identifier(table)
         tracking.track(settings, ident, target_file_size="8MiB")
         action_id = actions.submit(settings, ident, kind="compact_deletes", dispatch=False)
-        out, read = measured(lambda a=action_id: actions.execute(settings, a, spark=session))
+        out, read = store.measured(lambda a=action_id: actions.execute(settings, a, spark=session))
         assert out["state"] == "succeeded", out
         assert delete_files(table) == []
         assert table_checksum(table) == expected
         groups = _groups(settings, action_id)
         assert len(groups) == 2 and all(g["rows_deleted"] > 0 for g in groups), groups
         _executors(groups)
-    assert_moved_no_data(read, groups, "compact_deletes")
+    assert_moved_no_data(read, groups, f"compact_deletes on {store.name}")
 
 
-def test_consolidation_of_buffered_files_runs_on_an_executor(settings, spark_cluster, catalog, tmp_path):
+def test_consolidation_of_buffered_files_runs_on_an_executor(store, spark_cluster, tmp_path):
     import pyarrow.parquet as pq
 
     from autooptimize.services.buffer import landing
     from autooptimize.services.buffer.consolidate import consolidate_table
     from tasks.send import CeleryDispatch
 
-    session = spark_cluster.session
+    settings, catalog, session = store.settings, store.catalog, spark_cluster.session
     for rows in (50, 2000):  # a small one first: the first consolidation imports its modules
         table = catalog.create_table(f"test.cluster_buffer_{next(_names)}", schema=SCHEMA, partition_spec=SPEC)
         ident = identifier(table)
@@ -222,33 +256,45 @@ def test_consolidation_of_buffered_files_runs_on_an_executor(settings, spark_clu
         landed = landing.land(settings, ident, files, dispatch=CeleryDispatch(settings))
         assert len(landed["landed"]) == 6
         size = sum(p.stat().st_size for p in files)
-        out, read = measured(lambda i=ident: consolidate_table(settings, i, dispatch=CeleryDispatch(settings),
-                                                               spark=session, flush=True))
+        out, read = store.measured(lambda i=ident: consolidate_table(settings, i, dispatch=CeleryDispatch(settings),
+                                                                     spark=session, flush=True))
         assert [b["state"] for b in out["batches"]] == ["done"], out
         b = out["batches"][0]
         assert b["rows_in"] == b["rows_out"] == 6 * rows and b["checksum_in"] == b["checksum_out"]
-    assert_moved_no_data(read, [{"bytes_in": size}], "consolidation")
+    assert_moved_no_data(read, [{"bytes_in": size}], f"consolidation on {store.name}")
+
+
+@dataclass
+class S3Apart:
+    settings: Any
+    catalog: Any
+    meter: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
-def s3_apart(settings):
-    """An S3-protocol server (moto) in a process of its own, so the bytes it serves the executors are not
-    counted as this process's reads; yields the service's settings with a catalog on ``s3://``."""
-    import socket
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
+def s3_apart(settings, tmp_path_factory):
+    """An S3-protocol server (moto) in a process of its own, reached through the byte meter
+    (tests/integration/socket_meter.py) that counts what it serves this process; yields the service's
+    settings with a catalog on ``s3://``, that catalog, and the meter's counts file."""
     import boto3
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    from autooptimize.iceberg.catalog import get_catalog
+
+    port, relay = _free_port(), _free_port()
+    counts = tmp_path_factory.mktemp("meter") / "counts.json"
     server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    meter = subprocess.Popen([sys.executable, "-m", "tests.integration.socket_meter", str(relay), str(port),
+                              str(os.getpid()), str(counts)], cwd=Path(__file__).resolve().parents[2])
     try:
-        props = {"s3.endpoint": f"http://127.0.0.1:{port}", "s3.access-key-id": "cluster-test",
+        props = {"s3.endpoint": f"http://127.0.0.1:{relay}", "s3.access-key-id": "cluster-test",
                  "s3.secret-access-key": "cluster-test-secret", "s3.region": "us-east-1",
                  "s3.path-style-access": "true"}
         client = boto3.client("s3", endpoint_url=props["s3.endpoint"], aws_access_key_id="cluster-test",
@@ -259,42 +305,44 @@ def s3_apart(settings):
                 client.create_bucket(Bucket="clusterlake")
                 break
             except Exception:
-                assert time.monotonic() < deadline, "moto_server did not start"
+                assert time.monotonic() < deadline, "moto_server or the meter did not start"
                 time.sleep(0.3)
+        assert json.loads(counts.read_text())["to_watched"] > 0, "the meter counted none of this process's bytes"
         env = {"TYPE": "sql", "URI": settings.database_url, "WAREHOUSE": "s3://clusterlake/wh"}
         env.update({key.replace(".", "__").upper(): value for key, value in props.items()})
         for key, value in env.items():
             os.environ[f"PYICEBERG_CATALOG__S3CLUSTER__{key}"] = value
-        yield settings.model_copy(update={"catalog": "s3cluster"})
+        s3_settings = settings.model_copy(update={"catalog": "s3cluster"})
+        catalog = get_catalog(s3_settings)
+        try:
+            catalog.create_namespace("test")
+        except NamespaceAlreadyExistsError:
+            pass
+        yield S3Apart(s3_settings, catalog, counts)
     finally:
-        server.kill()
-        server.wait(10)
+        for process in (meter, server):
+            process.kill()
+            process.wait(10)
 
 
 def test_merge_on_s3_runs_on_the_executors(s3_apart, spark_cluster):
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError
-
-    from autooptimize.iceberg.catalog import get_catalog
-
-    catalog = get_catalog(s3_apart)
-    try:
-        catalog.create_namespace("test")
-    except NamespaceAlreadyExistsError:
-        pass
+    settings, catalog = s3_apart.settings, s3_apart.catalog
     for file_bytes in (64 << 10, 2 << 20):  # a small one first: the first action on s3 imports its modules
         table = make_table(catalog, partitions=4, files=3, file_bytes=file_bytes, name="cluster_s3")
         assert table.location().startswith("s3://")
         rows_before, checksum_before = second_reader_checksum(table)
         ident = identifier(table)
-        tracking.track(s3_apart, ident, target_file_size="1GiB")
-        action_id = actions.submit(s3_apart, ident, dispatch=False)
-        out, read = measured(lambda a=action_id: actions.execute(s3_apart, a, spark=spark_cluster.session))
+        tracking.track(settings, ident, target_file_size="1GiB")
+        action_id = actions.submit(settings, ident, dispatch=False)
+        others = json.loads(s3_apart.meter.read_text())["to_others"]
+        out, read = measured(lambda a=action_id: actions.execute(settings, a, spark=spark_cluster.session),
+                             s3_apart.meter)
         assert out["state"] == "succeeded", out
         assert second_reader_checksum(table) == (rows_before, checksum_before)
-        groups = _groups(s3_apart, action_id)
+        groups = _groups(settings, action_id)
         assert len(groups) == 4
     assert len(_executors(groups)) >= 2
-    # rchar counts read() and pread(), not a socket's recv(): here it shows that no file of the table was
-    # read through the local disk, not the bytes that crossed the network (the executors read and wrote
-    # every data byte: the groups' records name them)
-    print(f"\nmerge on s3: rewrote {sum(g['bytes_in'] for g in groups)} bytes; rchar {read}")
+    # the executors read every input byte through the same S3 server: the meter saw them
+    served_others = json.loads(s3_apart.meter.read_text())["to_others"] - others
+    assert served_others >= sum(g["bytes_in"] for g in groups), (served_others, groups)
+    assert_moved_no_data(read, groups, "merge on s3")
