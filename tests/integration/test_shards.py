@@ -299,3 +299,24 @@ def test_post_api_notify_is_authenticated_and_validated(own_catalog, monkeypatch
         row = tracked_table(session, own_catalog.catalog, name)
         assert session.execute(text("SELECT snapshot_id FROM ao_listener_notices WHERE table_id = :t"),
                                {"t": row.id}).scalar() == 42
+
+
+def test_the_notify_command(own_catalog, monkeypatch):
+    (name,) = _tables(own_catalog, 1)
+    monkeypatch.setenv("AO_CATALOG", own_catalog.catalog)
+
+    def run(*args: str) -> tuple[int, dict]:
+        done = subprocess.run([sys.executable, "-m", "autooptimize.cli", "notify", *args, "--json"], cwd=REPO,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=120)
+        return done.returncode, json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+    code, body = run(name, "123")
+    assert code == 0 and (body["table"], body["snapshot_id"], body["woken"]) == (name, 123, True)
+    code, body = run("s.untracked")
+    assert code == 2 and "s.untracked" in body["error"]["message"] and "track it first" in body["error"]["message"]
+    code, body = run(name, "12x")
+    assert code == 2 and "snapshot id '12x'" in body["error"]["message"]
+    with session_scope(own_catalog) as session:  # the refused ones changed nothing
+        row = tracked_table(session, own_catalog.catalog, name)
+        assert session.execute(text("SELECT snapshot_id FROM ao_listener_notices WHERE table_id = :t"),
+                               {"t": row.id}).scalar() == 123
