@@ -4,9 +4,11 @@ The tracked tables are split into AO_LISTENER_SHARDS shards (``domain/shards.py`
 seconds (a tenth of AO_LISTENER_LEASE_SECONDS, at most one second) this listener, in one transaction,
 heartbeats as a live member, renews the leases it holds, gives up shards over its fair share (a listener
 joined) and takes free ones up to it (a listener left, or died and its leases ran out). Renewals are
-written with a term of ``lease − check``: a listener killed right after renewing has its shards free
-``lease − check`` seconds later and taken within one more check, so a dead listener's shards move within
-AO_LISTENER_LEASE_SECONDS. A listener that stops cleanly releases its shards at once.
+written with a term of ``lease − 2·check``: a listener killed right after renewing has its shards free
+that long after, and taken within one more check (plus the round's own time, for which the second check
+is the margin), so a dead listener's shards move within AO_LISTENER_LEASE_SECONDS. A live listener
+renews every check, ten times per term, so a slow round or two costs it nothing. A listener that stops
+cleanly releases its shards at once.
 
 Every cursor write made while observing a table is fenced on the lease of the table's shard
 (:meth:`ShardOwnership.fence`, ``storage/shard_leases.py``): a listener that lost the shard meanwhile
@@ -43,7 +45,7 @@ class ShardOwnership:
         self.shards = settings.listener_shards
         self.lease_seconds = float(settings.listener_lease_seconds)
         self.check_seconds = min(1.0, self.lease_seconds / 10)
-        self.term_seconds = self.lease_seconds - self.check_seconds
+        self.term_seconds = self.lease_seconds - 2 * self.check_seconds
         # one process may run several listeners (tests, `up` restarting one): each is its own holder
         self.holder = json.dumps({**json.loads(holder_identity("listener")), "listener": uuid.uuid4().hex[:12]},
                                  sort_keys=True)
