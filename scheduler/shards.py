@@ -50,6 +50,7 @@ class ShardOwnership:
         self.holder = json.dumps({**json.loads(holder_identity("listener")), "listener": uuid.uuid4().hex[:12]},
                                  sort_keys=True)
         self._held: dict[int, int] = {}
+        self._rows_ensured = False
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -96,6 +97,10 @@ class ShardOwnership:
         """One round: heartbeat, renew, rebalance; returns the shards taken in it."""
         with self._mutex:
             held = dict(self._held)
+        if not self._rows_ensured:
+            with session_scope(self._settings) as session:
+                shard_leases.ensure_shards(session, self.catalog, self.shards)
+            self._rows_ensured = True
         with session_scope(self._settings) as session:
             members = shard_leases.heartbeat(session, self.catalog, self.holder, self.term_seconds)
             kept = shard_leases.renew(session, self.catalog, held, self.term_seconds)
@@ -120,9 +125,8 @@ class ShardOwnership:
         return taken
 
     def start(self) -> None:
-        """Create the shard rows, take a first share, and keep the leases on a daemon thread."""
-        with session_scope(self._settings) as session:
-            shard_leases.ensure_shards(session, self.catalog, self.shards)
+        """Take a first share (creating the shard rows where missing), and keep the leases on a daemon
+        thread; a database that cannot be reached yet is tried again every check."""
         self._safe_tick()
         self._thread = threading.Thread(target=self._run, name="ao-shard-leases", daemon=True)
         self._thread.start()

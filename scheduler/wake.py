@@ -74,6 +74,7 @@ class Wakeups:
             self._thread.join(10)
 
     def _run(self) -> None:
+        failures = 0
         while not self._stop.is_set():
             client = redis.Redis.from_url(self._settings.redis_url, socket_connect_timeout=3,
                                           health_check_interval=30)
@@ -81,14 +82,16 @@ class Wakeups:
             try:
                 pubsub.subscribe(channel(self._settings))
                 self.subscribed.set()
+                failures = 0
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=1.0)
                     if message is not None and self._mine(message.get("data")):
                         self._event.set()
             except (redis.RedisError, OSError) as exc:
                 self.subscribed.clear()
-                log.warning("notify subscription to Redis lost (%s); passes continue, reconnecting",
-                            type(exc).__name__)
+                failures += 1
+                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                        "notify subscription to Redis lost (%s); passes continue, reconnecting", type(exc).__name__)
                 self._stop.wait(_RECONNECT_SECONDS)
             finally:
                 try:
