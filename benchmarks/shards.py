@@ -2,12 +2,14 @@
 lease, while a writer commits throughout, and no snapshot is missed (issue 26, Done-when 2).
 
     python -m benchmarks.shards [--tables 1000] [--shards 16] [--lease 10] [--before 10] [--after 15]
-                                [--writers 2] [--workers 4] [--json]
+                                [--writers 2] [--rate 4] [--workers 4] [--json]
 
 Creates a throw-away PostgreSQL database and warehouse with ``--tables`` tracked tables (pyiceberg's
 SqlCatalog, two partitions each), starts two listeners as their own processes (``python -m
 scheduler.listener``, AO_LISTENER_SHARDS and AO_LISTENER_LEASE_SECONDS set), lets them observe every
-table once, then commits small appends to random tables from ``--writers`` threads. After ``--before``
+table once, then commits small appends to random tables from ``--writers`` threads, ``--rate`` commits a
+second in all (0: as fast as they go; the machine's writers, listeners and PostgreSQL share its CPUs, so a
+rate the listeners keep up with shows the hand-over's own delay). After ``--before``
 seconds the listener holding shard 0 (the catalog-wide chores too) is killed with SIGKILL; the writers go on
 for ``--after`` seconds. Reported, each beside its baseline from the same run:
 
@@ -110,14 +112,19 @@ def _wait(predicate: Any, timeout: float, what: str, step: float = 0.05) -> Any:
         time.sleep(step)
 
 
-def _write(settings: Settings, names: list[str], stop: threading.Event, seed: int,
+def _write(settings: Settings, names: list[str], stop: threading.Event, seed: int, rate: float,
            commits: list[tuple[str, int, float, float]]) -> None:
-    """Append to random tables of ``names`` until ``stop``; records (table, snapshot, wall, monotonic)."""
+    """Append to random tables of ``names`` at ``rate`` commits/s (0: flat out) until ``stop``; records
+    (table, snapshot, wall clock, monotonic clock) of each commit."""
     rng = random.Random(seed)
     catalog = get_catalog(settings)
     tables = {n: catalog.load_table(n) for n in names}
     next_id = 1_000_000_000 * (seed + 1)
+    started, sent = time.monotonic(), 0
     while not stop.is_set():
+        if rate and stop.wait(max(0.0, started + sent / rate - time.monotonic())):
+            break
+        sent += 1
         name = rng.choice(names)
         table = tables[name]
         table.append(_batch(next_id, 10, rng.choice(DAYS[:2])))
@@ -138,7 +145,7 @@ def _recorded(settings: Settings) -> dict[tuple[str, int], float]:
         }
 
 
-def measure(tables: int, shards: int, lease: float, before: float, after: float, writers: int,
+def measure(tables: int, shards: int, lease: float, before: float, after: float, writers: int, rate: float,
             workers: int) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="ao-bench-shards-"))
     db_name = f"ao_bench_shards_{uuid.uuid4().hex[:8]}"
@@ -161,7 +168,7 @@ def measure(tables: int, shards: int, lease: float, before: float, after: float,
         first_sight_seconds = time.monotonic() - started
 
         per_writer: list[list[tuple[str, int, float, float]]] = [[] for _ in range(writers)]
-        threads = [threading.Thread(target=_write, args=(settings, names[w::writers], stop, w, per_writer[w]),
+        threads = [threading.Thread(target=_write, args=(settings, names[w::writers], stop, w, rate / writers, per_writer[w]),
                                     daemon=True) for w in range(writers)]
         for t in threads:
             t.start()
@@ -198,7 +205,7 @@ def measure(tables: int, shards: int, lease: float, before: float, after: float,
         mismatches = stats_mismatches(settings, names, TARGET)
         check_seconds = time.monotonic() - started
         return {
-            "tables": tables, "shards": shards, "lease_seconds": lease, "writers": writers,
+            "tables": tables, "shards": shards, "lease_seconds": lease, "writers": writers, "rate": rate,
             "listener_workers": workers, "setup_seconds": round(setup_seconds, 1),
             "first_sight_seconds": round(first_sight_seconds, 1),
             "shards_moved": len(lost), "moved_tables": len(moved_tables),
@@ -209,6 +216,7 @@ def measure(tables: int, shards: int, lease: float, before: float, after: float,
             "moved_delay_max_seconds": round(max(after_kill), 2) if after_kill else None,
             "moved_delay_p95_seconds": round(_percentile(after_kill, 0.95), 2) if after_kill else None,
             "others_delay_p95_seconds": round(_percentile(others, 0.95), 2) if others else None,
+            "others_delay_p50_seconds": round(_percentile(others, 0.5), 2) if others else None,
             "catch_up_seconds": round(catch_up_seconds, 1),
             "commits_missed": len(missed), "missed_examples": missed[:3],
             "tables_differing": len(mismatches), "differing_examples": mismatches[:3],
@@ -255,7 +263,7 @@ def failures(rows: dict[str, Any]) -> list[str]:
 def report(rows: dict[str, Any]) -> str:
     return "\n".join([
         f"{rows['tables']} tables in {rows['shards']} shards, two listeners ({rows['listener_workers']} workers each), "
-        f"{rows['writers']} writer threads, {rows['cpus']} CPUs shared by all (set-up {rows['setup_seconds']} s, "
+        f"{rows['writers']} writer threads ({rows['rate'] or 'flat out'} commits/s), {rows['cpus']} CPUs shared by all (set-up {rows['setup_seconds']} s, "
         f"first observation of every table {rows['first_sight_seconds']} s)",
         f"kill -9 of the listener holding shard 0: its {rows['shards_moved']} shards ({rows['moved_tables']} tables) "
         f"held by the other {rows['moved_seconds']} s later vs the lease {rows['lease_seconds']} s "
@@ -263,7 +271,7 @@ def report(rows: dict[str, Any]) -> str:
         f"commit → stats delay on the moved tables after the kill: p95 {rows['moved_delay_p95_seconds']} s, "
         f"max {rows['moved_delay_max_seconds']} s ({rows['commits_to_moved_after_kill']} commits, "
         f"{rows['commits_during_hand_over']} during the hand-over) vs p95 {rows['others_delay_p95_seconds']} s "
-        f"on the other tables",
+        f"(p50 {rows['others_delay_p50_seconds']} s) on the other tables",
         f"{rows['commits']} commits, {rows['commits_missed']} missed; the survivor caught up "
         f"{rows['catch_up_seconds']} s after the writers stopped",
         f"tables whose rolling stats differ from a full recomputation: {rows['tables_differing']} of {rows['tables']} "
@@ -279,14 +287,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--before", type=float, default=10.0, help="seconds of writing before the kill (default 10)")
     parser.add_argument("--after", type=float, default=15.0, help="seconds of writing after the hand-over (default 15)")
     parser.add_argument("--writers", type=int, default=2, help="committing threads (default 2)")
+    parser.add_argument("--rate", type=float, default=4.0, help="commits a second in all, 0: flat out (default 4)")
     parser.add_argument("--workers", type=int, default=4, help="tables each listener observes at once (default 4)")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
     args = parser.parse_args(argv)
     if args.tables < 2 or args.shards < 2 or args.writers < 1 or args.workers < 1:
         parser.error("--tables and --shards must be ≥ 2, --writers and --workers ≥ 1")
-    if args.lease < 2 or args.before <= 0 or args.after <= 0:
-        parser.error("--lease must be ≥ 2 seconds, --before and --after > 0")
-    rows = measure(args.tables, args.shards, args.lease, args.before, args.after, args.writers, args.workers)
+    if args.lease < 2 or args.before <= 0 or args.after <= 0 or args.rate < 0:
+        parser.error("--lease must be ≥ 2 seconds, --before and --after > 0, --rate ≥ 0")
+    rows = measure(args.tables, args.shards, args.lease, args.before, args.after, args.writers, args.rate,
+                   args.workers)
     print(report(rows))
     if args.json:
         print(json.dumps(rows, sort_keys=True, default=str))
