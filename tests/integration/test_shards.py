@@ -212,6 +212,27 @@ def test_notify_wakes_the_listener_long_before_its_poll(own_catalog, tmp_path):
         listener.wait(30)
 
 
+def test_a_notice_whose_wake_up_was_lost_is_found_on_the_next_pass(own_catalog, tmp_path):
+    (name,) = _tables(own_catalog, 1)
+    # passes every second, but each table polled at most every 30 s: only the notice can be quick
+    listener = _listener(own_catalog, tmp_path / "listener.log", "--interval", "1", AO_FORCE_POLLING="true")
+    try:
+        _wait(lambda: set(_held_by_pid(own_catalog)) == {listener.pid}, 30, "the listener to take every shard")
+        time.sleep(3)  # its first poll of the table is over
+        table = get_catalog(own_catalog).load_table(name)
+        table.append(batch(300, 10, DAY2))
+        snapshot = table.current_snapshot().snapshot_id
+        time.sleep(3)
+        assert _cursor(own_catalog, name) != snapshot, "polling saw the commit: the test proves nothing"
+        sent = time.monotonic()
+        assert notify(own_catalog, name, snapshot)["woken"] is False  # no wake-up sent: Redis "dropped" it
+        _wait(lambda: _cursor(own_catalog, name) == snapshot, 30, "the notified snapshot")
+        assert time.monotonic() - sent < 10, "the notice waited for the poll"
+    finally:
+        listener.terminate()
+        listener.wait(30)
+
+
 def test_kill_9_moves_the_shards_within_the_lease_and_nothing_is_missed(own_catalog, tmp_path):
     names = _tables(own_catalog, 50)
     listeners = [_listener(own_catalog, tmp_path / f"listener{i}.log", "--interval", "0.1") for i in range(2)]
