@@ -67,8 +67,9 @@ class _Backoff:
 class Leadership:
     """A session-level advisory lock on a connection of its own; lost if that connection drops.
 
-    One process per ``role`` (the listener per catalog, the dispatcher per queue namespace) works;
-    the others stand by and take over when its connection, and so its lock, goes away.
+    One process per ``role`` (the dispatcher per queue namespace) works; the others stand by and take
+    over when its connection, and so its lock, goes away. (Listeners share the tables by shard leases
+    instead, ``scheduler/shards.py``; this stays here, where the dispatcher has always imported it.)
     """
 
     def __init__(self, settings: Settings, role: str | None = None) -> None:
