@@ -125,6 +125,18 @@ def status(table: str | None = None, *, settings: Settings | None = None) -> Any
     return _status.table_status(settings, _table(table)) if table is not None else _status.all_status(settings)
 
 
+def notify(table: str, snapshot_id: int | None = None, *, settings: Settings | None = None) -> dict[str, Any]:
+    """Say ``table`` (tracked) has a new snapshot, ``snapshot_id`` when known: the listener holding the
+    table's shard observes it at once rather than on its next poll. The notice is kept in PostgreSQL until
+    observed, so it survives a lost wake-up. Returns ``table``, ``snapshot_id``, ``shard``, ``notified_at``
+    and ``woken``; TableNotFound for an untracked table, InvalidArgument for a bad snapshot id."""
+    from autooptimize.services.notify import notify as notify_table
+    from scheduler.wake import publish
+
+    settings = _settings(settings)
+    return notify_table(settings, _table(table), snapshot_id, wake=lambda t, s: publish(settings, t, s))
+
+
 def queues(*, settings: Settings | None = None) -> dict[str, Any]:
     """The dispatch backlog per priority class and table, its trend, and a recommendation to add actors."""
     from scheduler.orient import queue_status

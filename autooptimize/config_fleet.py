@@ -34,6 +34,12 @@ class FleetSettings(BaseSettings):
     # SQL, even on a SqlCatalog it could query (tests exercise the REST/Glue/Hive path this way)
     force_polling: bool = False
 
+    # sharded listeners: tables are split into AO_LISTENER_SHARDS shards by a stable hash of their name; each
+    # listener holds leases on a fair share of the shards, renewed well within AO_LISTENER_LEASE_SECONDS, and
+    # a dead listener's shards are taken by the others within that time
+    listener_shards: int = Field(default=16, ge=1, le=4096)
+    listener_lease_seconds: float = Field(default=15.0, ge=2, le=3600)
+
     # priority classes of actions, highest first
     priority_classes: Annotated[tuple[str, ...], NoDecode] = ("high", "normal", "low")
 

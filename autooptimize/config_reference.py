@@ -108,6 +108,10 @@ DESCRIPTIONS: dict[str, str] = {
     "buffer_tick_seconds": "how often beat evaluates the buffer rules and the watched folder",
     "buffer_settle_seconds": "a watched file unmodified for this long is landed",
     "force_polling": "the listener polls every table, even on a SQL catalog it could query",
+    "listener_shards": "tables are split into this many shards (a stable hash of the table's name); each listener "
+                       "observes the tables of the shards it holds leases on, a fair share of them",
+    "listener_lease_seconds": "a listener that dies has its shards taken by the others within this time (its "
+                              "leases are renewed every tenth of it, at most every second)",
     "console_user": "the console's basic-auth user",
     "console_password": "the console's password; unset: generated once into AO_HOME (mode 0600)",
     "console_address": "the address the console and /metrics listen on",

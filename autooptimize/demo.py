@@ -116,8 +116,9 @@ def _spawn(settings: Settings, stop: StopSignals, started: list[subprocess.Popen
 
 
 def _ensure_service(settings: Settings, stop: StopSignals, started: list[subprocess.Popen[bytes]]) -> None:
-    """Start a worker when none answers, and a listener (a second one waits on standby if the service
-    already runs one), each appended to ``started`` as soon as it runs, so the caller stops them."""
+    """Start a worker when none answers, and a listener (beside a running service's listeners it takes a
+    share of the tables' shards, and hands them back when stopped), each appended to ``started`` as soon
+    as it runs, so the caller stops them."""
     from tasks.app import app
 
     _spawn(settings, stop, started, "listener", "listener")

@@ -1,10 +1,12 @@
 """The snapshot listener (Observe): finds tracked tables with new snapshots and rolls their stats forward.
 
 Run by ``autooptimize up`` or on its own (``autooptimize listener`` / ``python -m scheduler.listener``).
-Several listeners may run: one holds a PostgreSQL advisory lock and works, the others stand by and take
-over when its connection drops. A restart resumes from the per-table cursors in PostgreSQL, so it
-neither misses nor double-counts a snapshot. One failing table is logged and retried with backoff; it
-never stops the others.
+Several listeners may run: the tables are split into shards and each listener observes the tables of the
+shards it holds leases on, a fair share of them (``scheduler/shards.py``); a dead listener's shards move
+to the others within AO_LISTENER_LEASE_SECONDS. Every cursor write is fenced on the shard's lease, and a
+hand-over resumes from the per-table cursors in PostgreSQL, so it neither misses nor double-counts a
+snapshot. ``autooptimize notify`` wakes the listener of a table at once (``scheduler/wake.py``). One
+failing table is logged and retried with backoff; it never stops the others.
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from autooptimize.config import Settings
-from autooptimize.errors import AutoOptimizeError, InvalidArgument
+from autooptimize.errors import AutoOptimizeError, InvalidArgument, LeaseLost
 from autooptimize.services.observe.changes import PollSchedule, changed_tables
 from autooptimize.services.observe.common import ObserveReport, OnAttention
 from autooptimize.services.observe.roll import observe_table, record_observe_error
 from autooptimize.services.submit_decided import settled_partitions
 from autooptimize.services.tracking import auto_track
+from autooptimize.storage.db import session_scope
 from autooptimize.storage.locks import AdvisoryLock
+from autooptimize.storage.notices import Notice, clear_notice, pending_notices
+from autooptimize.storage.shard_leases import fenced_cursor_writes
 from scheduler import service_settings, stop_on_signals
+from scheduler.shards import ShardOwnership
+from scheduler.wake import Wakeups
 from tasks.retry import backoff_delay
 
 log = logging.getLogger("autooptimize.listener")
@@ -60,8 +67,9 @@ class _Backoff:
 class Leadership:
     """A session-level advisory lock on a connection of its own; lost if that connection drops.
 
-    One process per ``role`` (the listener per catalog, the dispatcher per queue namespace) works;
-    the others stand by and take over when its connection, and so its lock, goes away.
+    One process per ``role`` (the dispatcher per queue namespace) works; the others stand by and take
+    over when its connection, and so its lock, goes away. (Listeners share the tables by shard leases
+    instead, ``scheduler/shards.py``; this stays here, where the dispatcher has always imported it.)
     """
 
     def __init__(self, settings: Settings, role: str | None = None) -> None:
@@ -102,42 +110,65 @@ class Leadership:
             self._lock = None
 
 
-class _NotLeader(Exception):
-    """This listener lost its role during the pass: the table was left for the new leader."""
+class _NotOurs(Exception):
+    """This listener does not hold the table's shard (any more): the table was left to its holder."""
 
 
 def _observe_one(settings: Settings, name: str, on_attention: OnAttention | None,
-                 still_leader: Callable[[], bool] | None = None) -> ObserveReport | BaseException:
-    if still_leader is not None and not still_leader():
-        return _NotLeader(name)
+                 shards: ShardOwnership | None = None) -> ObserveReport | BaseException:
+    lease = shards.lease_of(name) if shards is not None else None
+    if shards is not None and lease is None:
+        return _NotOurs(name)
     try:
-        return observe_table(settings, name, on_attention=on_attention)
+        if shards is None or lease is None:
+            return observe_table(settings, name, on_attention=on_attention)
+        with fenced_cursor_writes(shards.fence(*lease)):
+            return observe_table(settings, name, on_attention=on_attention)
+    except LeaseLost:
+        return _NotOurs(name)
     except Exception as exc:  # reported by the caller, per table
         return exc
 
 
+def _notices(settings: Settings, owned: Callable[[str], bool]) -> dict[str, Notice]:
+    with session_scope(settings) as session:
+        return {n.identifier: n for n in pending_notices(session, settings.catalog) if owned(n.identifier)}
+
+
+def _clear(settings: Settings, notice: Notice) -> None:
+    try:
+        with session_scope(settings) as session:
+            clear_notice(session, notice)
+    except Exception as exc:  # kept: the table is observed once more on the next pass, which is harmless
+        log.warning("table %s: notice not cleared (%s)", notice.identifier, type(exc).__name__)
+
+
 def run_once(settings: Settings, *, on_attention: OnAttention | None = None, poll: PollSchedule | None = None,
              backoff: _Backoff | None = None, stop_event: threading.Event | None = None,
-             executor: ThreadPoolExecutor | None = None, still_leader: Callable[[], bool] | None = None) -> int:
-    """One pass over the changed tables; returns how many tables moved (snapshots applied or scanned).
+             executor: ThreadPoolExecutor | None = None, shards: ShardOwnership | None = None) -> int:
+    """One pass over the changed tables and the notified ones (``autooptimize notify``), notified first;
+    returns how many tables moved (snapshots applied or scanned).
 
     With an ``executor`` several tables are observed at once (one table is never observed twice at
     once: each pass lists a table once, and the table's lock serialises observers anyway). With
-    ``still_leader`` the role is re-checked before each table, and the tables after a lost role are left
-    to the new leader.
+    ``shards`` only the tables of the shards this listener holds are observed, each under its shard's
+    fence; a table whose shard was lost meanwhile is left to its new holder.
     """
     now = time.monotonic()
-    names = [n for n in changed_tables(settings, poll=poll) if backoff is None or backoff.ready(n, now)]
+    owned = shards.owns if shards is not None else (lambda _name: True)
+    notices = _notices(settings, owned)
+    listed = dict.fromkeys([*notices, *changed_tables(settings, poll=poll, only=owned)])
+    names = [n for n in listed if backoff is None or backoff.ready(n, now)]
     if executor is not None and len(names) > 1:
-        outcomes = executor.map(lambda n: (n, _observe_one(settings, n, on_attention, still_leader)), names)
+        outcomes = executor.map(lambda n: (n, _observe_one(settings, n, on_attention, shards)), names)
     else:
-        outcomes = ((n, _observe_one(settings, n, on_attention, still_leader)) for n in names)
+        outcomes = ((n, _observe_one(settings, n, on_attention, shards)) for n in names)
     moved = 0
     for name, outcome in outcomes:
         if stop_event is not None and stop_event.is_set() and executor is None:
             break
-        if isinstance(outcome, _NotLeader):
-            log.warning("table %s left to the new leader: this listener lost its lock", name)
+        if isinstance(outcome, _NotOurs):
+            log.info("table %s left to the holder of its shard: this listener no longer holds it", name)
             continue
         if isinstance(outcome, BaseException):
             delay = backoff.failed(name, time.monotonic()) if backoff is not None else 0.0
@@ -152,6 +183,8 @@ def run_once(settings: Settings, *, on_attention: OnAttention | None = None, pol
             continue
         if backoff is not None:
             backoff.succeeded(name)
+        if name in notices:
+            _clear(settings, notices[name])
         report = outcome
         if report.changed:
             moved += 1
@@ -228,44 +261,55 @@ class SettledRecheck:
 def run_listener(settings: Settings, stop_event: threading.Event, interval: float = 1.0,
                  on_attention: OnAttention | None = None, *, poll: PollSchedule | None = None,
                  workers: int = DEFAULT_WORKERS) -> None:
-    """Observe until ``stop_event`` is set: a pass over the changed tables (``workers`` at a time), then a
-    pause of ``interval`` seconds unless the pass found work (then the next pass starts at once).
-    ``on_attention`` may be called from several threads at once."""
+    """Observe until ``stop_event`` is set: a pass over the changed tables of this listener's shards
+    (``workers`` at a time), then a pause of ``interval`` seconds unless the pass found work (then the
+    next pass starts at once); a notify for one of its tables, or shards just taken, end the pause.
+    ``on_attention`` may be called from several threads at once. On stop the shards are released."""
     if interval <= 0:
         raise InvalidArgument(f"interval must be > 0 seconds, got {interval!r}")
     if workers < 1:
         raise InvalidArgument(f"workers must be ≥ 1, got {workers!r}")
     executor = ThreadPoolExecutor(workers, thread_name_prefix="ao-observe") if workers > 1 else None
-    leadership = Leadership(settings)
+    shards = ShardOwnership(settings)
+    wakeups = Wakeups(settings, shards.owns)
+    shards.on_taken = wakeups.wake
     backoff = _Backoff(base=max(interval, 1.0))
     poll = poll if poll is not None else PollSchedule(min_interval=max(interval, 30.0))
-    standing_by = False
     tracker = AutoTracker(settings)
     settled = SettledRecheck(settings)
     try:
+        wakeups.start()
+        shards.start()
         while not stop_event.is_set():
-            if not leadership.hold():
-                if not standing_by:
-                    log.info("another listener is active for catalog %s; standing by", settings.catalog)
-                    standing_by = True
-                stop_event.wait(max(interval, 1.0))
+            if not shards.held():
+                _pause(stop_event, wakeups, shards.check_seconds)
                 continue
-            standing_by = False
-            tracker.run_due()
-            settled.run_due(on_attention)
+            if shards.leads():  # the catalog-wide chores: one listener, the holder of shard 0
+                tracker.run_due()
+                settled.run_due(on_attention)
             try:
                 moved = run_once(settings, on_attention=on_attention, poll=poll, backoff=backoff,
-                                 stop_event=stop_event, executor=executor, still_leader=leadership.held)
+                                 stop_event=stop_event, executor=executor, shards=shards)
             except Exception as exc:  # catalog or database unreachable: keep trying
                 log.warning("listener pass failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, interval)
                 moved = 0
             if not moved:
-                stop_event.wait(interval)
+                _pause(stop_event, wakeups, interval)
     finally:
+        wakeups.stop()
         if executor is not None:
             executor.shutdown(wait=True)
-        leadership.release()
+        shards.stop()
         log.info("listener stopped")
+
+
+def _pause(stop_event: threading.Event, wakeups: Wakeups, seconds: float) -> None:
+    """Wait ``seconds`` unless woken (a notify, shards taken) or stopped first."""
+    deadline = time.monotonic() + seconds
+    while not stop_event.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0 or wakeups.wait(min(left, 0.25)):
+            return
 
 
 def main(argv: list[str] | None = None, on_attention: OnAttention | None = None) -> int:

@@ -223,3 +223,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ok = (result["files_after"] * 4 <= result["files_before"] and result["rows_after"] == result["rows_before"]
           and result["checksum_after"] == result["checksum_before"])
     return 0 if ok else 1
+
+
+def cmd_notify(args: argparse.Namespace) -> int:
+    from autooptimize.api import notify
+
+    print_result(notify(args.table, args.snapshot, settings=current_settings()), args.json)
+    return 0

@@ -134,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=actions.cmd_scan)
 
+    nt = sub.add_parser("notify", help="a tracked table has a new snapshot: wake the listener holding it at once")
+    nt.add_argument("table")
+    nt.add_argument("snapshot", nargs="?", help="the new snapshot's id, when known")
+    nt.add_argument("--json", action="store_true")
+    nt.set_defaults(func=actions.cmd_notify)
+
     bt = sub.add_parser("beat", help="run the periodic scheduler (Celery beat)")
     bt.add_argument("--loglevel", type=log_level, default="INFO")
     bt.set_defaults(func=up.cmd_beat)

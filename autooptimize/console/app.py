@@ -106,6 +106,14 @@ def api_router(settings: Settings) -> APIRouter:
     def progress(action_id: str) -> dict[str, Any]:
         return overview.action_progress(settings, action_id)
 
+    @api.post("/notify", response_model=schemas.NotifyResult,
+              summary="A tracked table has a new snapshot: wake the listener holding its shard at once")
+    def notify(body: schemas.NotifyRequest) -> dict[str, Any]:
+        from autooptimize.services.notify import notify as notify_table
+        from scheduler.wake import publish
+
+        return notify_table(settings, body.table, body.snapshot_id, wake=lambda t, s: publish(settings, t, s))
+
     @api.get("/queues", response_model=schemas.QueueStatus,
              summary="Backlog per priority class and table, its trend, and whether to add actors")
     def queues() -> dict[str, Any]:

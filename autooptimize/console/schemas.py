@@ -191,3 +191,21 @@ class Progress(Open):
     bytes_done: int
     partitions: int
     seconds: float | None = None
+
+
+class NotifyRequest(BaseModel):
+    """The body of POST /api/notify: only these two fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    table: str = Field(description="a tracked table, namespace.table")
+    snapshot_id: int | str | None = Field(
+        default=None, description="the new snapshot's id when known (an integer 0 … 2^63-1); 400 otherwise")
+
+
+class NotifyResult(Open):
+    table: str
+    snapshot_id: int | None = None
+    shard: int = Field(description="the table's shard: the listener holding it is woken")
+    notified_at: str = Field(description="when the notice was recorded (kept until the listener has observed it)")
+    woken: bool = Field(description="whether the wake-up was published (false: the listener's next pass finds it)")

@@ -24,6 +24,7 @@ from autooptimize.redact import redact
 from autooptimize.storage.models import EntropyHistory, PartitionStats
 from autooptimize.storage.observe_models import TableCursor
 from autooptimize.storage.repositories import now
+from autooptimize.storage.shard_leases import check_cursor_write
 
 PartitionId = tuple[int, str]  # (spec_id, partition_key)
 
@@ -131,6 +132,8 @@ def get_cursor(session: Session, table_id: int) -> Cursor | None:
 
 def _upsert_cursor(session: Session, table_id: int, values: dict[str, Any],
                    increments: dict[str, int] | None = None) -> None:
+    # a sharded listener's write is fenced on its shard's lease (the stats go in the same transaction)
+    check_cursor_write(session, table_id)
     increments = {k: v for k, v in (increments or {}).items() if v}
     # A cursor first created by something other than an observation (an error, a scan request) has
     # no stats behind it: it asks for a scan.

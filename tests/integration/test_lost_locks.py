@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
+from autooptimize.domain.shards import shard_of
 from autooptimize.services import tracking
 from autooptimize.services.buffer import landing
 from autooptimize.services.buffer.batch_commit import BATCH_ID_PROPERTY
@@ -23,6 +24,7 @@ from autooptimize.services.buffer.hooks import Hooks as BufferHooks
 from autooptimize.storage.buffer_models import BufferBatch
 from autooptimize.storage.db import get_engine, session_scope
 from autooptimize.storage.locks import AdvisoryLock
+from autooptimize.storage.observe_models import TableCursor
 from scheduler.dispatcher import run_dispatcher
 from scheduler.listener import Leadership, run_listener
 from tasks.rpq import Lease, QueueItem, build_queue
@@ -77,18 +79,23 @@ def test_connections_carry_keepalives_both_ways_and_timeouts(settings):
         lock.release()
 
 
-def test_a_listener_that_loses_its_lock_mid_pass_observes_no_further_table(settings, catalog):
-    key = f"autooptimize.listener:{settings.catalog}"
+def test_a_listener_that_loses_its_shards_mid_pass_writes_no_further_table(settings, catalog):
     tables = [make_table(catalog, {DAY1: 4}, rows=20, name="lost") for _ in range(3)]
-    ids = {int(tracking.track(settings, identifier(t), target_file_size=64 * 1024 * 1024)["id"]) for t in tables}
+    names = [identifier(t) for t in tables]
+    ids = {int(tracking.track(settings, n, target_file_size=64 * 1024 * 1024)["id"]): n for n in names}
+    shards = sorted({shard_of(n, settings.listener_shards) for n in names})
     seen: list[int] = []
-    successor: list[Leadership] = []
+    stolen: list[int] = []
 
     def on_attention(table_id: int, spec_id: int, key_: str) -> None:
         seen.append(table_id)
-        if table_id in ids and not successor:  # the first of ours: PostgreSQL drops the listener's lock
-            assert _terminate_lock(settings, key) == 1
-            successor.append(_take_over(settings, "listener"))
+        if table_id in ids and not stolen:  # the first of ours: another holder takes our tables' shards
+            with session_scope(settings) as s:
+                stolen.extend(s.execute(text(
+                    "UPDATE ao_listener_shards SET token = nextval('ao_lease_tokens'), holder = 'thief', "
+                    "expires_at = clock_timestamp() + interval '1 hour', released_at = NULL "
+                    "WHERE catalog = :c AND shard = ANY(:s) RETURNING shard"),
+                    {"c": settings.catalog, "s": shards}).scalars())
 
     stop = threading.Event()
     thread = threading.Thread(target=run_listener, args=(settings, stop, 0.05, on_attention),
@@ -96,17 +103,20 @@ def test_a_listener_that_loses_its_lock_mid_pass_observes_no_further_table(setti
     thread.start()
     try:
         deadline = time.monotonic() + 60
-        while not successor:
+        while not stolen:
             assert time.monotonic() < deadline, "the listener never observed our tables"
             time.sleep(0.05)
-        time.sleep(3)  # passes the old listener would make
+        time.sleep(3)  # passes the old holder would make
     finally:
         stop.set()
         thread.join(30)
-        for lead in successor:
-            lead.release()
+        with session_scope(settings) as s:  # the thief goes: later listeners of this catalog take the shards
+            s.execute(text("UPDATE ao_listener_shards SET released_at = clock_timestamp() WHERE holder = 'thief'"))
     ours = [t for t in seen if t in ids]
-    assert len(set(ours)) == 1, f"the listener kept observing after losing its lock: {ours}"
+    assert len(set(ours)) == 1, f"the listener kept observing after losing the shards: {ours}"
+    with session_scope(settings) as s:
+        written = set(s.scalars(select(TableCursor.table_id).where(TableCursor.table_id.in_(list(ids)))))
+    assert written == set(ours), "a cursor was written under a lost shard lease"
 
 
 def test_a_dispatcher_that_loses_its_lock_hands_out_nothing_more(settings):

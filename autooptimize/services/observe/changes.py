@@ -55,14 +55,17 @@ def _same_database(a: Any, b: str) -> bool:
         ub.host or "localhost", ub.port or 5432, ub.database, ub.username)
 
 
-def changed_tables(settings: Settings, *, poll: PollSchedule | None = None, force_polling: bool = False) -> list[str]:
+def changed_tables(settings: Settings, *, poll: PollSchedule | None = None, force_polling: bool = False,
+                   only: Callable[[str], bool] | None = None) -> list[str]:
     """Tracked tables that may have new snapshots (or were never observed, or wait for a scan).
 
     With pyiceberg's SqlCatalog in our database: one query joining its ``iceberg_tables`` with the
     cursors. With a SqlCatalog elsewhere: one query there, one here. Other catalogs have no cheap table
     list, so every tracked table is polled at a bounded rate (``poll``); ``observe_table`` then finds out
-    whether anything changed. ``force_polling`` or AO_FORCE_POLLING polls on a SqlCatalog too.
+    whether anything changed. ``force_polling`` or AO_FORCE_POLLING polls on a SqlCatalog too. ``only``
+    keeps the tables it accepts (a sharded listener's own), before the poll schedule counts them.
     """
+    keep = only if only is not None else (lambda _name: True)
     from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
     from sqlalchemy import select
     from sqlalchemy.orm import Session
@@ -71,7 +74,7 @@ def changed_tables(settings: Settings, *, poll: PollSchedule | None = None, forc
     if isinstance(catalog, SqlCatalog) and not (force_polling or settings.force_polling):
         if _same_database(catalog.engine.url, settings.database_url):
             with session_scope(settings) as session:
-                return changed_tables_in_catalog_db(session, settings.catalog)
+                return [n for n in changed_tables_in_catalog_db(session, settings.catalog) if keep(n)]
         with Session(catalog.engine) as catalog_session:
             locations = {
                 f"{r.table_namespace}.{r.table_name}": r.metadata_location
@@ -81,9 +84,9 @@ def changed_tables(settings: Settings, *, poll: PollSchedule | None = None, forc
                 )
             }
         with session_scope(settings) as session:
-            return changed_tables_from_locations(session, settings.catalog, locations)
+            return [n for n in changed_tables_from_locations(session, settings.catalog, locations) if keep(n)]
     with session_scope(settings) as session:
-        names = [r.identifier for r in tracked_tables(session, settings.catalog)]
+        names = [r.identifier for r in tracked_tables(session, settings.catalog) if keep(r.identifier)]
     schedule = poll if poll is not None else _default_polls.setdefault(settings.catalog, PollSchedule())
     return schedule.due(names)
 
