@@ -169,8 +169,12 @@ def tick(settings: Settings, dispatch: Dispatch | None = None) -> dict[str, Any]
             return {"skipped": "another tick is running"}
         rows = list(session.scalars(select(BudgetDecision).where(BudgetDecision.verdict.in_(OPEN))
                                     .order_by(BudgetDecision.arrived_at, BudgetDecision.id)))
-        spent = spend(session, settings)
         when = now()
+        for r in rows:
+            if _done_since(session, r):  # another action (e.g. ad hoc) rewrote the partition since
+                r.verdict, r.reason, r.decided_at = SUPERSEDED, "done_since", when
+        rows = [r for r in rows if r.verdict in OPEN]
+        spent = spend(session, settings)
         if budget is None:
             verdicts = {r.id: (ADMIT, "no_budget") for r in rows}
         else:
@@ -193,6 +197,14 @@ def tick(settings: Settings, dispatch: Dispatch | None = None) -> dict[str, Any]
     submitted = sum(1 for row in to_submit if _submit(settings, *row, dispatch=dispatch))
     return {"candidates": len(rows), "admitted": admitted, "deferred": len(rows) - admitted,
             "submitted": submitted, "spent": spent, "budget": budget}
+
+
+def _done_since(session: Session, row: BudgetDecision) -> bool:
+    """True when a rewrite other than the candidate's own action succeeded on its partition since it arrived."""
+    return bool(session.scalar(select(Action.id).where(
+        Action.table_id == row.table_id, Action.spec_id == row.spec_id, Action.partition_key == row.partition_key,
+        Action.kind.in_(REWRITE_KINDS), Action.state == ActionState.SUCCEEDED.value,
+        Action.finished_at > row.arrived_at, Action.id != (row.action_id or "")).limit(1)))
 
 
 def _submit(settings: Settings, row_id: int, table_id: int, spec_id: int, key: str, kind: str, *,
