@@ -76,7 +76,7 @@ def cost_model(session: Session, settings: Settings, table_id: int | None) -> Co
         .where(Action.table_id == table_id, Action.state == ActionState.SUCCEEDED.value,
                Action.kind.in_(REWRITE_KINDS), Action.files_in > 0)
         .order_by(Action.finished_at.desc()).limit(HISTORY)).all()
-    samples = [Sample(int(files), int(bytes_ or 0), spent) for files, bytes_, timings in rows
+    samples = [Sample(int(files or 0), int(bytes_ or 0), spent) for files, bytes_, timings in rows
                if (spent := core_seconds(timings)) is not None]
     return CostModel.learn(prior_of(settings), samples)
 
@@ -94,12 +94,14 @@ def judge(settings: Settings, table_id: int, spec_id: int, partition_key: str, c
         return submit()
     with session_scope(settings) as session:
         cost = cost_model(session, settings, table_id).estimate(worth.files_in, worth.bytes_in)
+        waited = 0  # the deferrals of the candidate it replaces carry over (metrics, the console)
         for old in _open(session, table_id, spec_id, partition_key):
             old.verdict, old.reason, old.decided_at = SUPERSEDED, "newer_candidate", now()
+            waited = max(waited, old.deferrals)
         row = BudgetDecision(table_id=table_id, spec_id=spec_id, partition_key=partition_key, kind=kind,
                              mode=settings.budget_mode, files_removed=worth.files_removed,
                              distance_closed=worth.distance_closed, files_in=worth.files_in,
-                             bytes_in=worth.bytes_in, value=worth.value, cost=cost, verdict=PENDING, deferrals=0)
+                             bytes_in=worth.bytes_in, value=worth.value, cost=cost, verdict=PENDING, deferrals=waited)
         session.add(row)
         session.flush()
         row_id = row.id
