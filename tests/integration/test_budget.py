@@ -7,9 +7,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from autooptimize import api
+from autooptimize.console.metrics import metrics_text
 from autooptimize.services import actions, budget, tracking
 from autooptimize.services.explain import explain
 from autooptimize.services.observe.scan import scan_table
+from autooptimize.services.overview import table_detail
 from autooptimize.services.submit_decided import submit_for_partition
 from autooptimize.storage.budget_models import BudgetDecision
 from autooptimize.storage.db import session_scope
@@ -81,9 +84,17 @@ def test_enforce_defers_low_value_candidates_and_runs_them_once_the_budget_allow
         assert records[t]["value_per_cost"] < records[heavy]["value_per_cost"]
     assert _actions_of(tight, ids) == [heavy]  # nothing was done for the deferred ones
 
-    # explain shows the candidate's value, cost and the budget's verdict
+    # explain (service and Python API), the console's table page and /metrics show value, cost and verdict
     [row] = explain(tight, estate[1][0])["partitions"]
     assert row["budget"]["verdict"] == "defer" and row["budget"]["value"] > 0 and row["budget"]["cost_core_seconds"] > 0
+    assert api.explain(estate[0][0], settings=tight)["partitions"][0]["budget"]["verdict"] == "admit"
+    [shown] = table_detail(tight, estate[1][0])["budget"]["decisions"]
+    assert (shown["verdict"], shown["reason"], shown["deferrals"]) == ("defer", "over_budget", 1)
+    assert shown["cost_core_seconds"] == round(records[barely_a]["cost_core_seconds"], 3)
+    scraped = metrics_text(tight)[0].decode()
+    assert 'autooptimize_budget_spend_core_seconds{source="admitted"}' in scraped
+    assert 'autooptimize_budget_candidates{mode="enforce",verdict="defer"}' in scraped
+    assert "autooptimize_budget_deferrals_total" in scraped
 
     # deferred, not lost: ranked again at the next tick (the heavy one still counts at its estimate)
     still = budget.tick(tight, port)
