@@ -129,3 +129,27 @@ def test_ranking_never_overspends_and_admits_greedily_by_ratio(cands, remaining,
     # the order is by value per cost
     ratios = [by_key[v.key].value_per_cost for v in verdicts]
     assert ratios == sorted(ratios, reverse=True)
+
+
+def test_budget_settings_are_checked_naming_what_is_valid(tmp_path):
+    from pydantic import ValidationError
+
+    from autooptimize.config import Settings
+
+    with pytest.raises(ValidationError, match="must be one of enforce, shadow"):
+        Settings(home=tmp_path, budget_mode="dry")
+    with pytest.raises(ValidationError, match="budget_core_seconds_per_hour"):
+        Settings(home=tmp_path, budget_core_seconds_per_hour=0)
+    assert Settings(home=tmp_path).budget_core_seconds_per_hour is None  # no budget unless set
+
+
+def test_beat_ticks_the_budget_through_a_registered_control_task(tmp_path):
+    import tasks.control  # noqa: F401  (registers the control tasks)
+    from autooptimize.config import Settings
+    from scheduler.beat import beat_schedule
+    from tasks.app import app
+    from tasks.routing import CONTROL_QUEUE
+
+    entry = beat_schedule(Settings(home=tmp_path, budget_tick_seconds=12.5))["budget-tick"]
+    assert entry["task"] == "autooptimize.budget_tick" and entry["task"] in app.tasks
+    assert entry["schedule"] == 12.5 and entry["options"]["queue"] == CONTROL_QUEUE
