@@ -153,3 +153,11 @@ def test_beat_ticks_the_budget_through_a_registered_control_task(tmp_path):
     entry = beat_schedule(Settings(home=tmp_path, budget_tick_seconds=12.5))["budget-tick"]
     assert entry["task"] == "autooptimize.budget_tick" and entry["task"] in app.tasks
     assert entry["schedule"] == 12.5 and entry["options"]["queue"] == CONTROL_QUEUE
+
+
+def test_explain_line_names_value_cost_and_verdict():
+    from autooptimize.cli.actions import _budget_text
+
+    line = _budget_text({"value": 58.5, "cost_core_seconds": 0.25, "verdict": "defer", "reason": "over_budget"})
+    assert line == ", value 58.5, cost 0.25 core-s, budget: defer (over_budget)"
+    assert _budget_text({"verdict": "no_budget"}) == "" and _budget_text(None) == ""
