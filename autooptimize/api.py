@@ -137,6 +137,25 @@ def notify(table: str, snapshot_id: int | None = None, *, settings: Settings | N
     return notify_table(settings, _table(table), snapshot_id, wake=lambda t, s: publish(settings, t, s))
 
 
+def explain(table: str, partition: str | None = None, *, settings: Settings | None = None) -> dict[str, Any]:
+    """Per partition: the action decide would choose and why, its plan, and the budget's view of it
+    (``budget``: value, estimated core-seconds, value per cost, the latest verdict). Changes nothing;
+    plans on raw file sizes before the table's first rewrite (the CLI may calibrate with Spark)."""
+    from autooptimize.services.explain import explain as _explain
+
+    if partition is not None and not isinstance(partition, str):
+        raise InvalidArgument(f"partition must be a string such as 'day=2026-01-01' (got {partition!r})")
+    return _explain(_settings(settings), _table(table), partition)
+
+
+def budget(*, settings: Settings | None = None) -> dict[str, Any]:
+    """The budget now: AO_BUDGET_CORE_SECONDS_PER_HOUR, its mode, the rolling hour's spend (admitted
+    candidates, other actions), the candidates per verdict and the deferrals recorded."""
+    from autooptimize.services.budget import summary
+
+    return summary(_settings(settings))
+
+
 def queues(*, settings: Settings | None = None) -> dict[str, Any]:
     """The dispatch backlog per priority class and table, its trend, and a recommendation to add actors."""
     from scheduler.orient import queue_status

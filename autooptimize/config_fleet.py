@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from autooptimize.domain.weights import parse_weights
 
 DISPATCH_MODES = ("direct", "rpq")
+BUDGET_MODES = ("enforce", "shadow")
 DEFAULT_PRIORITY_WEIGHTS = "high=6,normal=3,low=1"
 
 
@@ -52,6 +53,16 @@ class FleetSettings(BaseSettings):
     lease_seconds: int = Field(default=300, ge=10)
     priority_weights: str = DEFAULT_PRIORITY_WEIGHTS
 
+    # the budget (services/budget.py): core-seconds automatic actions may spend per rolling hour (unset:
+    # no budget); "shadow" records what it would admit or defer and holds nothing back
+    budget_core_seconds_per_hour: float | None = Field(default=None, gt=0)
+    budget_mode: str = "enforce"
+    budget_tick_seconds: float = Field(default=30.0, gt=0)
+    # the cost model's prior (a table without finished actions): core-seconds per action, input file, GiB
+    budget_prior_seconds_per_action: float = Field(default=1.0, ge=0)
+    budget_prior_seconds_per_file: float = Field(default=0.02, ge=0)
+    budget_prior_seconds_per_gib: float = Field(default=40.0, ge=0)
+
     @field_validator("auto_track")
     @classmethod
     def _patterns(cls, value: str) -> str:
@@ -83,6 +94,13 @@ class FleetSettings(BaseSettings):
     def _dispatch(cls, value: str) -> str:
         if value not in DISPATCH_MODES:
             raise ValueError(f"must be one of {', '.join(DISPATCH_MODES)} (got {value!r})")
+        return value
+
+    @field_validator("budget_mode")
+    @classmethod
+    def _budget_mode(cls, value: str) -> str:
+        if value not in BUDGET_MODES:
+            raise ValueError(f"must be one of {', '.join(BUDGET_MODES)} (got {value!r})")
         return value
 
     @field_validator("priority_weights")

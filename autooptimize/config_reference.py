@@ -85,6 +85,15 @@ DESCRIPTIONS: dict[str, str] = {
     "dispatch_per_table": "actions of one table in flight at once",
     "lease_seconds": "visibility lease of a dispatched item in the priority queue",
     "priority_weights": "weights of the priority classes in the fair dispatch",
+    "budget_core_seconds_per_hour": "core-seconds automatic actions may spend per rolling hour; candidates go "
+                                    "in order of value per estimated core-second and the rest wait (ad-hoc "
+                                    "actions are never held back, and count). Unset: no budget",
+    "budget_mode": "`enforce` holds back what the budget defers; `shadow` records the same verdicts and holds "
+                   "nothing back",
+    "budget_tick_seconds": "how often beat ranks the candidates waiting for the budget (the admission window)",
+    "budget_prior_seconds_per_action": "cost model prior, core-seconds per action (until a table has history)",
+    "budget_prior_seconds_per_file": "cost model prior, core-seconds per input file",
+    "budget_prior_seconds_per_gib": "cost model prior, core-seconds per GiB read",
     "hygiene_sweep_seconds": "how often beat decides table hygiene per table",
     "manifest_threshold": "rewrite manifests when a snapshot has more data manifests than this",
     "snapshot_max_age_seconds": "expire snapshots older than this (a table's `history.expire.*` wins)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
+import autooptimize.storage.budget_models  # noqa: F401  (registers the budget record)
 import autooptimize.storage.buffer_models  # noqa: F401  (registers the buffer tables)
 import autooptimize.storage.listener_models  # noqa: F401  (registers the sharded listeners' tables)
 import autooptimize.storage.observe_models  # noqa: F401  (registers the observe tables)

@@ -43,6 +43,8 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         # Buffered writes: age rules, the watched folder, abandoned batches.
         "buffer-tick": _every("autooptimize.buffer_tick", settings.buffer_tick_seconds,
                               settings.buffer_tick_seconds),
+        # The budget's admission window: open candidates ranked by value per core-second (services/budget.py).
+        "budget-tick": _every("autooptimize.budget_tick", settings.budget_tick_seconds, settings.budget_tick_seconds),
     }
 
 

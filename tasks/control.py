@@ -54,3 +54,13 @@ def autotune() -> dict[str, str]:
     from autooptimize.services.autotune import reevaluate
 
     return reevaluate(get_settings())
+
+
+@app.task(name="autooptimize.budget_tick")
+def budget_tick() -> dict[str, object]:
+    """Rank the candidates waiting for the budget and submit those admitted (services/budget.py)."""
+    from autooptimize.services.budget import tick
+    from tasks.send import CeleryDispatch
+
+    settings = get_settings()
+    return tick(settings, CeleryDispatch(settings))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from autooptimize.cli.common import current_settings, print_result
 from autooptimize.errors import InvalidArgument
@@ -133,8 +134,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"  {p['partition'] or '(unpartitioned)':40} {p['action']:6} {p['reason']:18} "
               f"{(p.get('rule') or '-'):15} "
               f"files {p['files_replaced']} → {p['files_out']}, {p['bytes_rewritten']} bytes, "
-              f"rmse {int(p['mse_before'] ** 0.5)} → {int(p['mse_after'] ** 0.5)}")
+              f"rmse {int(p['mse_before'] ** 0.5)} → {int(p['mse_after'] ** 0.5)}{_budget_text(p.get('budget'))}")
     return 0
+
+
+def _budget_text(budget: dict[str, Any] | None) -> str:
+    """", value V, cost C core-s, budget: verdict (reason)" for explain's line (nothing without a value)."""
+    if not budget or "value" not in budget:
+        return ""
+    reason = f" ({budget['reason']})" if budget.get("reason") else ""
+    return (f", value {budget['value']:g}, cost {budget['cost_core_seconds']:g} core-s, "
+            f"budget: {budget['verdict']}{reason}")
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:

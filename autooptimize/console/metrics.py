@@ -105,6 +105,7 @@ class ServiceCollector:
             small.add_metric([t.identifier], t.small_files)
             size.add_metric([t.identifier], t.bytes)
         yield from (over, files, small, size)
+        yield from budget_metrics(self.settings)
 
     def _from_redis(self) -> Iterator[Metric]:
         depth, by_table, leased = queue_depths(self.settings)
@@ -120,6 +121,29 @@ class ServiceCollector:
         yield from (total, tables)
         yield GaugeMetricFamily("autooptimize_queue_in_flight", "Leases held by actors (reliable queue)",
                                 value=leased)
+
+
+def budget_metrics(settings: Settings) -> Iterator[Metric]:
+    """The budget: its hourly core-seconds, the rolling hour's spend by source, open candidates by
+    verdict, and the deferrals recorded (services/budget.py)."""
+    from autooptimize.services.budget import summary
+
+    now = summary(settings)
+    if now["budget"] is not None:
+        yield GaugeMetricFamily("autooptimize_budget_core_seconds_per_hour",
+                                "AO_BUDGET_CORE_SECONDS_PER_HOUR", value=now["budget"])
+    spent = GaugeMetricFamily("autooptimize_budget_spend_core_seconds", "Core-seconds spent in the rolling hour: "
+                              "candidates the budget admitted, and other actions (ad hoc, hygiene)",
+                              labels=["source"])
+    spent.add_metric(["admitted"], now["spent"]["admitted"])
+    spent.add_metric(["other"], now["spent"]["other"])
+    verdicts = GaugeMetricFamily("autooptimize_budget_candidates", "Candidates recorded by the budget, by verdict",
+                                 labels=["verdict", "mode"])
+    for verdict, n in sorted(now["verdicts"].items()):
+        verdicts.add_metric([verdict, now["mode"]], n)
+    yield from (spent, verdicts)
+    yield CounterMetricFamily("autooptimize_budget_deferrals", "Times a candidate was deferred by a budget tick",
+                              value=now["deferrals"])
 
 
 def queue_depths(settings: Settings) -> tuple[dict[str, int], dict[tuple[str, str], int], int]:

@@ -164,6 +164,9 @@ class TableDetail(Open):
     suggested_tuning: dict[str, Any] | None = Field(
         None, description="AutoAnalyze's last suggestion (whatif --suggest, beat): tuning, predicted, current "
                           "and bin-pack figures, whether it keeps the file goal, whether it was applied")
+    budget: dict[str, Any] | None = Field(
+        None, description="the budget (AO_BUDGET_CORE_SECONDS_PER_HOUR, mode) and its latest verdict per partition: "
+                          "value, estimated core-seconds, value per cost, admit or defer and why")
 
 
 class QueueClass(Open):

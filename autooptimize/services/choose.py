@@ -29,6 +29,7 @@ class Choice:
     sort_plan: Plan | None
     rule: str | None = None  # the merge planning rule (binpack, tiered, live_wait, cold_finish, …)
     zorder_plan: Plan | None = None
+    facts: PartitionFacts | None = None  # what decide weighed (the budget's value and cost read it)
 
     @property
     def plan(self) -> Plan | None:
@@ -176,7 +177,7 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
     elif decision.kind is None and rule == "live_wait":
         # left alone only because writers are still adding files: judged again once it settles
         decision = Decision(None, "live_wait", decision.candidates)
-    return Choice(decision, merge_plan, sort_plan, rule, zorder_plan)
+    return Choice(decision, merge_plan, sort_plan, rule, zorder_plan, facts)
 
 
 def _zorder_facts(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: frozenset[str],

@@ -154,6 +154,7 @@ def _run(settings: Settings, claimed: Claim, held: HeldLease, spark: Any, hooks:
                       error=f"action kind {request.kind!r} is no longer among the table's allowed actions "
                             f"({', '.join(claimed.allowed)}); nothing was done")
     started = time.monotonic()
+    cpu_started = time.process_time()  # the worker's core-seconds (threads included): the budget's measure
     profile = Profile()
     stop = threading.Event()  # pyarrow-path groups in this process ask it between batches (domain/cancel.py)
     try:
@@ -176,6 +177,7 @@ def _run(settings: Settings, claimed: Claim, held: HeldLease, spark: Any, hooks:
         return _failed(settings, dataclasses.replace(claimed, request=request), held, exc)
     outcome.timings.update(profile.seconds)  # the phases inside (domain/profile.py)
     outcome.timings["wall"] = time.monotonic() - started
+    outcome.timings["cpu"] = time.process_time() - cpu_started
     return finish(settings, request.action_id, ActionState(outcome.state), held=held, reason=outcome.reason,
                   outcome=outcome)
 

@@ -57,15 +57,19 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
         probe = dataclasses.replace(request, action_id=f"explain-{uuid.uuid4().hex[:12]}")
         request = dataclasses.replace(calibrated(spark(), table, partitions, probe), action_id=request.action_id)
     rows = []
-    for pf in partitions:
-        choice = choose(table, pf, request, allowed)
+    choices = [(pf, choose(table, pf, request, allowed)) for pf in partitions]
+    from autooptimize.services.budget import explain_view
+
+    budget = explain_view(settings, table_id, [(pf.spec_id, pf.key, c) for pf, c in choices])
+    for pf, choice in choices:
         decision = choice.decision
         mse = EntropyStats.from_sizes([f.size for f in pf.data_files], target).mse
         row: dict[str, Any] = {"partition": pf.human, "partition_key": pf.key, "action": decision.kind or "none", "reason": decision.reason,
                                "rule": choice.rule,
                                "groups": [], "bytes_rewritten": 0, "files_replaced": 0, "files_out": 0,
                                "mse_before": mse, "mse_after": mse,
-                               "candidates": [c.as_dict() for c in decision.candidates]}
+                               "candidates": [c.as_dict() for c in decision.candidates],
+                               "budget": budget[(pf.spec_id, pf.key)]}
         if choice.plan is not None:
             p = plan_to_dict(pf, choice.plan)
             row.update(groups=p["groups"], bytes_rewritten=p["bytes_rewritten"], files_replaced=p["files_in"],

@@ -94,8 +94,17 @@ def table_detail(settings: Settings, identifier: str, *, actions: int = 10) -> d
         "partitions_needing_attention": sum(1 for p in partitions if p["needs_attention"]),
         "decision_failures": status["decision_failures"],
         "histogram": whole.as_dict(), "partitions": partitions, "actions": history["actions"],
-        "suggested_tuning": suggestion,
+        "suggested_tuning": suggestion, "budget": _budget_of(settings, row.id if row is not None else None),
     }
+
+
+def _budget_of(settings: Settings, table_id: int | None) -> dict[str, Any]:
+    """The budget's latest verdict per partition of the table (value, estimated cost, verdict)."""
+    from autooptimize.services.budget import latest_decisions
+
+    decisions = list(latest_decisions(settings, table_id).values()) if table_id is not None else []
+    return {"core_seconds_per_hour": settings.budget_core_seconds_per_hour, "mode": settings.budget_mode,
+            "decisions": sorted(decisions, key=lambda d: -(d["value_per_cost"] or 0))}
 
 
 def action_list(settings: Settings, where: HistoryFilter) -> dict[str, Any]:

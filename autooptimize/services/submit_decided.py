@@ -15,7 +15,7 @@ from sqlalchemy import case, func, select, update
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
 from autooptimize.errors import AutoOptimizeError, TableRefused
-from autooptimize.services import actions
+from autooptimize.services import actions, budget
 from autooptimize.services.ports import Dispatch
 from autooptimize.services.sizing import REWRITE_KINDS
 from autooptimize.services.tracking import tuning_of
@@ -80,8 +80,9 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
               candidates=[c.as_dict() for c in decision.candidates])
     if decision.kind is None:
         return None
-    return actions.submit(settings, identifier, partition=partition, kind=decision.kind, trigger=trigger,
-                          dispatch=dispatch)
+    # the budget (services/budget.py) submits now, or records the candidate for its next tick
+    return budget.judge(settings, table_id, spec_id, partition_key, choice, trigger, lambda: actions.submit(
+        settings, identifier, partition=partition, kind=decision.kind, trigger=trigger, dispatch=dispatch))
 
 
 #: Verdicts that depend on time: a partition left alone because it was written to is judged again once cold.

@@ -204,6 +204,21 @@ async function tablePage(main) {
     ["last action", (p) => (p.last_action ? el("span", {}, actionLink(p.last_action.id, p.last_action.kind), " ", badge(p.last_action.state)) : "–")],
   ], t.partitions, "partitions", (p) => ({"data-partition": p.partition_key, class: "clickable", onclick: () => showPartition(p)})));
   if (t.partitions.length) showPartition(t.partitions[0]);
+  const b = t.budget;
+  if (b && (b.core_seconds_per_hour !== null || b.decisions.length)) {
+    const human = Object.fromEntries(t.partitions.map((p) => [p.partition_key, p.partition]));
+    main.append(el("h2", {}, `Budget: ${b.core_seconds_per_hour === null ? "none" : `${num(b.core_seconds_per_hour)} core-s per hour`} (${b.mode})`),
+      b.decisions.length ? grid([
+        ["partition", (d) => human[d.partition_key] || d.partition_key || "(unpartitioned)"],
+        ["kind", (d) => d.kind], ["value", (d) => d.value.toFixed(1), {num: true, key: "value"}],
+        ["files removed", (d) => num(d.files_removed), {num: true}],
+        ["cost (core-s)", (d) => d.cost_core_seconds.toFixed(2), {num: true, key: "cost"}],
+        ["value / cost", (d) => (d.value_per_cost === null ? "–" : d.value_per_cost.toFixed(2)), {num: true}],
+        ["verdict", (d) => badge(d.verdict), {key: "verdict"}], ["reason", (d) => d.reason || "–"],
+        ["deferrals", (d) => num(d.deferrals), {num: true}],
+        ["action", (d) => (d.action_id ? actionLink(d.action_id, d.kind) : "–")],
+      ], b.decisions, "budget") : el("p", {class: "muted"}, "No candidate judged by the budget yet."));
+  }
   const s = t.suggested_tuning;
   if (s) {
     const fig = (f) => `${f.mean_live_files.toFixed(1)} live files, WA ${f.write_amplification.toFixed(2)}`;
@@ -283,6 +298,9 @@ async function explainPage(main) {
       ["rule", (p) => p.rule || "–"], ["files", (p) => `${num(p.files_replaced)} → ${num(p.files_out)}`, {num: true}],
       ["bytes rewritten", (p) => bytes(p.bytes_rewritten), {num: true}],
       ["RMSE", (p) => `${bytes(Math.round(Math.sqrt(p.mse_before)))} → ${bytes(Math.round(Math.sqrt(p.mse_after)))}`, {num: true}],
+      ["value", (p) => (p.budget && p.budget.value !== undefined ? p.budget.value.toFixed(1) : "–"), {num: true, key: "value"}],
+      ["cost (core-s)", (p) => (p.budget && p.budget.cost_core_seconds !== undefined ? p.budget.cost_core_seconds.toFixed(2) : "–"), {num: true, key: "cost"}],
+      ["budget", (p) => (p.budget ? p.budget.verdict : "–"), {key: "verdict"}],
     ], e.partitions, "explain"));
 }
 
