@@ -45,6 +45,7 @@ from scheduler import service_settings, stop_on_signals
 from scheduler.tenants import ShareRecorder, Tenancy, in_flight_by_tenant, load_tenancy
 from tasks.rpq import (
     NAMESPACE,
+    Backlog,
     Lease,
     LeaseKeeper,
     LeaseTicket,
@@ -88,7 +89,7 @@ class Dispatcher:
     its table already has ``per_table`` leases or its tenant (by ``tenancy``, which the scheduler should
     share) has its cap of ``tenant_caps`` out, lease the head of the queue it picks, hand the lease to
     ``submit`` (e.g. a function that sends the Celery task; the actor acks or nacks the lease, and extends
-    it while it works), then to ``record`` (tenant, lease, pick, leases out before it). Nothing is dispatched while ``slots`` leases are out. One dispatcher
+    it while it works), then to ``record`` (tenant, lease, pick, the backlog it was chosen from, when that was read). Nothing is dispatched while ``slots`` leases are out. One dispatcher
     should run per namespace (the scheduler's state is in memory); running two is safe, only less fair.
     With ``still_active`` (the dispatcher's leadership) the role is re-checked before every lease.
     """
@@ -104,7 +105,7 @@ class Dispatcher:
         still_active: Callable[[], bool] | None = None,
         tenancy: Tenancy | None = None,
         tenant_caps: TenantCaps | None = None,
-        record: Callable[[str, Lease, Pick, int], None] | None = None,
+        record: Callable[[str, Lease, Pick, Backlog, float], None] | None = None,
     ) -> None:
         if operator.index(slots) < 1:
             raise InvalidArgument(f"slots must be a positive integer (actor capacity), got {slots!r}")
@@ -129,11 +130,13 @@ class Dispatcher:
 
         If ``submit`` raises, the item goes back to its queue at once and the error propagates.
         """
-        if self.still_active is not None and not self.still_active():
-            log.warning("dispatcher lost its lock; dispatching nothing more")
-            return None
+        read_at = time.time()
         backlog = self.queue.snapshot()
         if backlog.leased >= self.slots:
+            return None
+        # asked after the read (a wake then sees the backlog at once) and before anything is leased
+        if self.still_active is not None and not self.still_active():
+            log.warning("dispatcher lost its lock; dispatching nothing more")
             return None
         heads = []
         capped = self._tenants_at_cap(backlog)
@@ -143,9 +146,8 @@ class Dispatcher:
                     log.warning("queue holds items of priority class %r, which the scheduler does not know", cls)
                     self._warned.add(cls)
                 continue
-            blocked = backlog.in_flight.get(table, 0) >= self.per_table or (
-                bool(capped) and self.tenant_of(table) in capped)
-            heads.append(Head(cls, table, cost, blocked=blocked))
+            full = backlog.in_flight.get(table, 0) >= self.per_table
+            heads.append(Head(cls, table, cost, blocked=full or (bool(capped) and self.tenant_of(table) in capped)))
         pick = self.scheduler.pick(heads)
         if pick is None:
             return None
@@ -164,7 +166,7 @@ class Dispatcher:
             raise
         if self.record is not None:
             try:
-                self.record(self.tenant_of(pick.table), lease, pick, backlog.leased)
+                self.record(self.tenant_of(pick.table), lease, pick, backlog, read_at)
             except (ServiceUnavailable, redis.RedisError) as exc:  # the share figures miss one; dispatch goes on
                 log.warning("could not count the dispatch of %s: %s", lease.item.key, exc)
         return lease
@@ -271,11 +273,10 @@ def make_dispatcher(settings: Settings, *, namespace: str | None = None,
     def send(lease: Lease) -> None:
         send_leased_action(settings, LeaseTicket(lease, queue.namespace, queue.lease_seconds))
 
-    dispatcher = Dispatcher(queue, build_scheduler(settings, tenant_of=tenancy.tenant), submit or send,
-                            slots=settings.slots, per_table=settings.dispatch_per_table, still_active=still_active,
-                            tenancy=tenancy, tenant_caps=settings.tenant_caps,
-                            record=ShareRecorder(queue_client(settings), queue.namespace).record)
-    return dispatcher
+    return Dispatcher(queue, build_scheduler(settings, tenant_of=tenancy.tenant), submit or send,
+                      slots=settings.slots, per_table=settings.dispatch_per_table, still_active=still_active,
+                      tenancy=tenancy, tenant_caps=settings.tenant_caps,
+                      record=ShareRecorder(queue_client(settings), queue.namespace).record)
 
 
 def sweep_into(settings: Settings, queue: ReliablePriorityQueue) -> dict[str, list[str]]:
@@ -323,15 +324,19 @@ def run_dispatcher(settings: Settings, stop_event: threading.Event, *, namespace
 
 def _dispatch_loop(settings: Settings, stop_event: threading.Event, dispatcher: Any, leadership: Any, client: Any,
                    ns: str, rebuild_seconds: float, idle_seconds: float) -> None:
-    next_rebuild = 0.0
+    next_rebuild = confirmed = 0.0
     standing_by = False
     while not stop_event.is_set():
-        if not leadership.hold():
-            if not standing_by:
-                log.info("another dispatcher is active on %s; standing by", ns)
-                standing_by = True
-            stop_event.wait(max(idle_seconds, 1.0))
-            continue
+        # the role is asked of PostgreSQL before every lease (dispatch_once); here, to stand by or take
+        # over, at most once a second while active, so that a wake reaches the backlog without a round trip
+        if standing_by or time.monotonic() - confirmed >= 1.0:
+            if not leadership.hold():
+                if not standing_by:
+                    log.info("another dispatcher is active on %s; standing by", ns)
+                    standing_by = True
+                stop_event.wait(max(idle_seconds, 1.0))
+                continue
+            confirmed = time.monotonic()
         if standing_by:
             next_rebuild = 0.0  # taking over: start from PostgreSQL's view of the backlog
             standing_by = False

@@ -25,7 +25,7 @@ import redis
 from sqlalchemy import func, select
 
 from autooptimize.config import Settings
-from autooptimize.domain.fairness import Pick, default_tenant, tenant_of_table
+from autooptimize.domain.fairness import Pick, PickReason, default_tenant, tenant_of_table
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, TrackedTable
 from tasks.rpq import Backlog, Lease, build_queue, queue_client
@@ -77,13 +77,16 @@ class ShareRecorder:
     def __init__(self, client: redis.Redis, namespace: str, *, window_minutes: int = WINDOW_MINUTES) -> None:
         self._client, self._ns, self._ttl = client, namespace, (window_minutes + 2) * 60
 
-    def record(self, tenant: str, lease: Lease, pick: Pick, leased_before: int) -> None:
-        """Count one dispatch; ``leased_before`` is how many leases were out when it was chosen."""
+    def record(self, tenant: str, lease: Lease, pick: Pick, backlog: Backlog, read_at: float) -> None:
+        """Count one dispatch chosen from ``backlog``, read at ``read_at``. An urgent pick also logs the tables
+        in flight then (what it waited for can be checked against them)."""
         now = time.time()
         minute = f"{self._ns}:tenants:m:{int(now // 60)}"
         entry = {"at": now, "tenant": tenant, "table": lease.item.table, "class": lease.item.priority_class,
-                 "action_id": lease.item.action_id, "reason": str(pick.reason), "leased_before": leased_before,
-                 "delivery": lease.deliveries}
+                 "action_id": lease.item.action_id, "reason": str(pick.reason), "leased_before": backlog.leased, "read_at": read_at,
+                 "delivery": lease.deliveries, "enqueued_at": lease.item.enqueued_at}
+        if pick.reason is PickReason.URGENT:
+            entry["in_flight_tables"] = sorted(t for t, n in backlog.in_flight.items() if n > 0)
         pipe = self._client.pipeline(transaction=False)
         pipe.hincrby(f"{self._ns}:tenants:dispatched", tenant, 1)
         pipe.hincrby(minute, tenant, 1)

@@ -68,7 +68,7 @@ def _dispatcher(settings: Settings, queue: FakeQueue, tenancy: Tenancy, slots: i
     sent: list[Lease] = []
     recorded: list[tuple[str, str]] = []
 
-    def record(tenant: str, lease: Lease, pick: object, leased_before: int) -> None:
+    def record(tenant: str, lease: Lease, pick: object, backlog: Backlog, read_at: float) -> None:
         recorded.append((tenant, lease.item.priority_class))
 
     scheduler = build_scheduler(settings, tenant_of=tenancy.tenant)
