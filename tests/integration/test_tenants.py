@@ -5,6 +5,7 @@ after a few ms (the actor side is exercised by tests/integration/test_dispatch.p
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -157,3 +158,42 @@ def test_track_sets_the_tenant_and_an_empty_one_resets_it(settings, catalog) -> 
     with pytest.raises(Exception, match="tenant must be 1-63 letters"):
         tracking.track(settings, ident, tenant="no spaces")
     assert load_tenancy(settings).tenant(ident) == ident.split(".")[0]  # a refused change wrote nothing
+
+
+def test_console_and_metrics_show_shares_per_tenant_behind_auth(tenants_env, monkeypatch) -> None:
+    import uvicorn
+
+    import tasks.rpq as rpq_module
+    from autooptimize.console.app import create_app
+    from tests.integration.web import free_port, get, wait_until_answering
+
+    settings, ns, tables = tenants_env
+    a = tables[0].split(".")[0]
+    _fill(settings, ns, tables, per_table=10)
+    actors = Actors(settings, ns)
+    _dispatch_for(settings, ns, actors, 1.5)
+    monkeypatch.setattr(rpq_module, "NAMESPACE", ns)  # the console reads the service's namespace: this test's
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, "u", "p"), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_answering(f"{base}/api/tenants")
+        assert get(f"{base}/api/tenants")[0] == 401 and get(f"{base}/metrics")[0] == 401
+        status, raw = get(f"{base}/api/tenants", ("u", "p"))
+        assert status == 200, raw
+        status, metrics = get(f"{base}/metrics", ("u", "p"))
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    body = json.loads(raw)
+    rows = {row["tenant"]: row for row in body["tenants"]}
+    dispatched = Counter(actors.tenant_of(lease.item.table) for _, lease in actors.sent)
+    assert {t: rows[t]["dispatched"] for t in dispatched} == dict(dispatched) and sum(dispatched.values()) > 20
+    assert body["urgent_classes"] == ["urgent"] and rows[a]["weight"] == 1 and rows[a]["target_share"] == 1 / 8
+    text_ = metrics.decode()
+    assert f'autooptimize_tenant_dispatched_total{{tenant="{a}"}} {float(dispatched[a])}' in text_
+    assert f'autooptimize_tenant_target_share{{tenant="{a}"}} 0.125' in text_
+    assert "autooptimize_tenant_dispatch_share{" in text_
