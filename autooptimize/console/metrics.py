@@ -151,7 +151,7 @@ def tenant_metrics(settings: Settings) -> Iterator[Metric]:
 
     status = tenant_shares(settings)
     window = status["window_minutes"]
-    families = {
+    families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
         "dispatched_total": CounterMetricFamily("autooptimize_tenant_dispatched", "Actions dispatched per tenant",
                                                 labels=["tenant"]),
         "dispatch_share": GaugeMetricFamily("autooptimize_tenant_dispatch_share", f"Tenant's share of the "
