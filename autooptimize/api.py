@@ -83,7 +83,8 @@ def track(table: str, *, settings: Settings | None = None, **tuning: Any) -> dic
 
     A newly tracked table allows every action but the destructive hygiene; ``allow=["expire_snapshots",
     "remove_orphans"]`` (or ``"expire_snapshots,remove_orphans"``) turns that on, ``disallow`` turns
-    kinds off, ``allowed_actions`` sets the whole list."""
+    kinds off, ``allowed_actions`` sets the whole list. ``tenant="sales"`` names who the table is shared
+    under in the fair dispatch (default: the first level of its namespace; ``""`` resets to that)."""
     return _tracking.track(_settings(settings), _table(table), **tuning)
 
 

@@ -12,10 +12,12 @@ from typing import Annotated
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from autooptimize.domain.fairness.tenants import TenantCaps, parse_tenant_caps, parse_tenant_weights
 from autooptimize.domain.weights import parse_weights
 
 DISPATCH_MODES = ("direct", "rpq")
 BUDGET_MODES = ("enforce", "shadow")
+FAIRNESS_MODES = ("dwrr", "wrr")
 DEFAULT_PRIORITY_WEIGHTS = "high=6,normal=3,low=1"
 
 
@@ -62,6 +64,15 @@ class FleetSettings(BaseSettings):
     budget_prior_seconds_per_action: float = Field(default=1.0, ge=0)
     budget_prior_seconds_per_file: float = Field(default=0.02, ge=0)
     budget_prior_seconds_per_gib: float = Field(default=40.0, ge=0)
+    # tenants and fairness (docs/tenants.md): inside a class, tenants share by weight, then their tables;
+    # "dwrr" shares by cost (deficit weighted round robin), "wrr" by picks (smooth weighted round robin)
+    fairness: str = "dwrr"
+    # "a=1,b=2,c=5": tenants not named weigh 1 (a table's tenant: `track --tenant`, else its namespace)
+    tenant_weights: str = ""
+    # classes served first, fixed-priority: when a slot frees their head goes before any other class
+    urgent_classes: Annotated[tuple[str, ...], NoDecode] = ()
+    # leases in flight per tenant: "4" (every tenant), "a=2,b=3" or "4,a=2"; empty: no cap
+    tenant_max_concurrent: str = ""
 
     @field_validator("auto_track")
     @classmethod
@@ -112,6 +123,50 @@ class FleetSettings(BaseSettings):
         if unknown and value != DEFAULT_PRIORITY_WEIGHTS:
             raise ValueError(f"names {', '.join(unknown)}, not among AO_PRIORITY_CLASSES ({', '.join(classes)})")
         return value
+
+    @field_validator("fairness")
+    @classmethod
+    def _fairness(cls, value: str) -> str:
+        if value not in FAIRNESS_MODES:
+            raise ValueError(f"must be one of {', '.join(FAIRNESS_MODES)} (got {value!r})")
+        return value
+
+    @field_validator("tenant_weights")
+    @classmethod
+    def _tenant_weights(cls, value: str) -> str:
+        parse_tenant_weights(value)
+        return value
+
+    @field_validator("urgent_classes", mode="before")
+    @classmethod
+    def _urgent(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str):
+            value = tuple(p.strip() for p in value.split(",") if p.strip())
+        names = tuple(value) if isinstance(value, list | tuple) else None
+        classes = info.data.get("priority_classes", ())
+        if names is None or not all(isinstance(n, str) for n in names):
+            raise ValueError("must be comma-separated priority classes, such as urgent")
+        unknown = [n for n in names if n not in classes]
+        if unknown:
+            raise ValueError(f"names {', '.join(map(repr, unknown))}, not among AO_PRIORITY_CLASSES "
+                             f"({', '.join(classes)}); add the class there first")
+        return tuple(dict.fromkeys(names))
+
+    @field_validator("tenant_max_concurrent")
+    @classmethod
+    def _tenant_caps(cls, value: str) -> str:
+        parse_tenant_caps(value)
+        return value
+
+    @property
+    def tenant_weight_map(self) -> dict[str, float]:
+        """Weights of the tenants AO_TENANT_WEIGHTS names (every other tenant weighs 1)."""
+        return parse_tenant_weights(self.tenant_weights)
+
+    @property
+    def tenant_caps(self) -> TenantCaps:
+        """AO_TENANT_MAX_CONCURRENT: most leases in flight per tenant."""
+        return parse_tenant_caps(self.tenant_max_concurrent)
 
     @property
     def class_weights(self) -> dict[str, float]:

@@ -94,6 +94,14 @@ DESCRIPTIONS: dict[str, str] = {
     "budget_prior_seconds_per_action": "cost model prior, core-seconds per action (until a table has history)",
     "budget_prior_seconds_per_file": "cost model prior, core-seconds per input file",
     "budget_prior_seconds_per_gib": "cost model prior, core-seconds per GiB read",
+    "fairness": "how classes, tenants and tables share the dispatch: `dwrr` (deficit weighted round robin, by "
+                "cost) or `wrr` (smooth weighted round robin, by picks)",
+    "tenant_weights": "weights of tenants inside a class, e.g. `a=1,b=2,c=5`; tenants not named weigh 1 (a "
+                      "table's tenant: `track --tenant`, else the first level of its namespace)",
+    "urgent_classes": "priority classes served fixed-priority before all others when a slot frees, e.g. "
+                      "`urgent` (must be among AO_PRIORITY_CLASSES); running actions are never stopped",
+    "tenant_max_concurrent": "actions in flight per tenant: `4` (every tenant), `a=2,b=3` (those tenants) or "
+                             "`4,a=2`; empty: no cap",
     "hygiene_sweep_seconds": "how often beat decides table hygiene per table",
     "manifest_threshold": "rewrite manifests when a snapshot has more data manifests than this",
     "snapshot_max_age_seconds": "expire snapshots older than this (a table's `history.expire.*` wins)",
@@ -154,7 +162,7 @@ def _default(name: str, value: Any) -> str:
     if name in _SIZES and isinstance(value, int) and value and value % 1024**2 == 0:
         return f"`{value // 1024**3}GiB`" if value % 1024**3 == 0 else f"`{value // 1024**2}MiB`"
     if isinstance(value, tuple):
-        return "`" + ",".join(value) + "`"
+        return "`" + ",".join(value) + "`" if value else "–"
     if value == {}:
         return "`{}`"
     if isinstance(value, bool):

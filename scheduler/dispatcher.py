@@ -2,12 +2,16 @@
 
 With ``AO_DISPATCH=rpq`` a submitted action is recorded in PostgreSQL and enqueued in the reliable
 priority queue (namespace ``ao:rpq``) instead of being sent to Celery. One dispatcher process (``python -m
-scheduler.dispatcher``) leases items by weighted fair sharing (classes by ``AO_PRIORITY_WEIGHTS``, tables
-by their tracked ``weight``) while fewer than ``AO_DISPATCH_SLOTS`` leases are out and the table has fewer
-than ``AO_DISPATCH_PER_TABLE``, and sends each lease to its class's Celery actor queue. The actor extends
-the lease while it works and acks it when the action is terminal (freeing the slot) or nacks it with a
-delay on Retry; if the actor dies, the lease expires and the dispatcher sends the item again (the action
-id makes a second run harmless).
+scheduler.dispatcher``) leases items by weighted fair sharing (``AO_FAIRNESS``: DWRR or WRR; classes by
+``AO_PRIORITY_WEIGHTS``, inside a class tenants by ``AO_TENANT_WEIGHTS``, inside a tenant tables by their
+tracked ``weight``; classes in ``AO_URGENT_CLASSES`` first, fixed-priority) while fewer than
+``AO_DISPATCH_SLOTS`` leases are out, the table has fewer than ``AO_DISPATCH_PER_TABLE`` and its tenant fewer
+than ``AO_TENANT_MAX_CONCURRENT``, and sends each lease to its class's Celery actor queue. Urgent is
+preemptive only in the order of service: a running action is never stopped, so an urgent action waits for
+at most one running action to finish (the first slot that frees is its). Each dispatch is counted per
+tenant (scheduler/tenants.py). The actor extends the lease while it works and acks it when the action is
+terminal (freeing the slot) or nacks it with a delay on Retry; if the actor dies, the lease expires and
+the dispatcher sends the item again (the action id makes a second run harmless).
 
 PostgreSQL stays the source of truth: every action in state queued or running is re-enqueued
 (idempotently) when the dispatcher starts, every ``rebuild_seconds``, and at once when the queue's marker
@@ -31,16 +35,17 @@ import redis
 from sqlalchemy import select
 
 from autooptimize.config import Settings
-from autooptimize.domain.fairness import FairScheduler, Head, PriorityClass
+from autooptimize.domain.fairness import FairScheduler, Head, Pick, PriorityClass, TenantCaps, default_tenant
 from autooptimize.errors import InvalidArgument, ServiceUnavailable
 from autooptimize.services.ports import ActionTicket
 from autooptimize.services.sweeper import sweep_actions
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
-from autooptimize.storage.repositories import tracked_tables
 from scheduler import service_settings, stop_on_signals
+from scheduler.tenants import ShareRecorder, Tenancy, in_flight_by_tenant, load_tenancy
 from tasks.rpq import (
     NAMESPACE,
+    Backlog,
     Lease,
     LeaseKeeper,
     LeaseTicket,
@@ -81,9 +86,10 @@ class Dispatcher:
     """Moves items from the queue to actors, fairly, and only while actors have capacity.
 
     Each dispatch: read the backlog, offer the scheduler every (class, table) queue, marked blocked when
-    its table already has ``per_table`` leases, lease the head of the queue it picks, and hand the lease to
-    ``submit`` (e.g. a function that sends the Celery task; the actor acks or nacks the lease, and
-    extends it while it works). Nothing is dispatched while ``slots`` leases are out. One dispatcher
+    its table already has ``per_table`` leases or its tenant (by ``tenancy``, which the scheduler should
+    share) has its cap of ``tenant_caps`` out, lease the head of the queue it picks, hand the lease to
+    ``submit`` (e.g. a function that sends the Celery task; the actor acks or nacks the lease, and extends
+    it while it works), then to ``record`` (tenant, lease, pick, the backlog it was chosen from, when that was read). Nothing is dispatched while ``slots`` leases are out. One dispatcher
     should run per namespace (the scheduler's state is in memory); running two is safe, only less fair.
     With ``still_active`` (the dispatcher's leadership) the role is re-checked before every lease.
     """
@@ -97,6 +103,9 @@ class Dispatcher:
         slots: int,
         per_table: int = 1,
         still_active: Callable[[], bool] | None = None,
+        tenancy: Tenancy | None = None,
+        tenant_caps: TenantCaps | None = None,
+        record: Callable[[str, Lease, Pick, Backlog, float], None] | None = None,
     ) -> None:
         if operator.index(slots) < 1:
             raise InvalidArgument(f"slots must be a positive integer (actor capacity), got {slots!r}")
@@ -108,6 +117,10 @@ class Dispatcher:
         self.slots = int(slots)
         self.per_table = int(per_table)
         self.still_active = still_active
+        self.tenancy = tenancy if tenancy is not None else Tenancy()
+        self.tenant_of = self.tenancy.tenant
+        self.tenant_caps = tenant_caps or TenantCaps()
+        self.record = record
         self._known = {c.name for c in scheduler.classes}
         self._warned: set[str] = set()
 
@@ -117,20 +130,24 @@ class Dispatcher:
 
         If ``submit`` raises, the item goes back to its queue at once and the error propagates.
         """
-        if self.still_active is not None and not self.still_active():
-            log.warning("dispatcher lost its lock; dispatching nothing more")
-            return None
+        read_at = time.time()
         backlog = self.queue.snapshot()
         if backlog.leased >= self.slots:
             return None
+        # asked after the read (a wake then sees the backlog at once) and before anything is leased
+        if self.still_active is not None and not self.still_active():
+            log.warning("dispatcher lost its lock; dispatching nothing more")
+            return None
         heads = []
+        capped = self._tenants_at_cap(backlog)
         for (cls, table), (_, cost) in backlog.queues.items():
             if cls not in self._known:
                 if cls not in self._warned:
                     log.warning("queue holds items of priority class %r, which the scheduler does not know", cls)
                     self._warned.add(cls)
                 continue
-            heads.append(Head(cls, table, cost, blocked=backlog.in_flight.get(table, 0) >= self.per_table))
+            full = backlog.in_flight.get(table, 0) >= self.per_table
+            heads.append(Head(cls, table, cost, blocked=full or (bool(capped) and self.tenant_of(table) in capped)))
         pick = self.scheduler.pick(heads)
         if pick is None:
             return None
@@ -147,7 +164,23 @@ class Dispatcher:
             except ServiceUnavailable:
                 log.warning("could not give %s back; it returns when its lease expires", lease.item.key)
             raise
+        if self.record is not None:
+            try:
+                self.record(self.tenant_of(pick.table), lease, pick, backlog, read_at)
+            except (ServiceUnavailable, redis.RedisError) as exc:  # the share figures miss one; dispatch goes on
+                log.warning("could not count the dispatch of %s: %s", lease.item.key, exc)
         return lease
+
+    def reload(self, tenancy: Tenancy) -> None:
+        """Take tables' tenants and weights from ``tenancy`` (e.g. :func:`scheduler.tenants.load_tenancy`)."""
+        self.tenancy.replace(tenancy)
+        self.scheduler.set_table_weights(tenancy.weights)
+
+    def _tenants_at_cap(self, backlog: Any) -> set[str]:
+        if self.tenant_caps.unlimited:
+            return set()
+        out = in_flight_by_tenant(backlog, self.tenant_of)
+        return {t for t, n in out.items() if (cap := self.tenant_caps.cap(t)) is not None and n >= cap}
 
     def run_once(self, limit: int | None = None) -> list[Lease]:
         """Reclaim expired leases, then dispatch until capacity or eligible work runs out (or ``limit``)."""
@@ -214,31 +247,36 @@ def rebuild_from_postgres(settings: Settings, *, namespace: str | None = None) -
     return added
 
 
-def load_table_weights(settings: Settings) -> dict[str, float]:
-    """Tracked tables' fair-share weights (``ao_tracked_tables.weight``)."""
-    with session_scope(settings) as session:
-        return {t.identifier: float(t.weight) for t in tracked_tables(session, settings.catalog) if t.weight > 0}
-
-
-def build_scheduler(settings: Settings, table_weights: dict[str, float] | None = None) -> FairScheduler:
-    """Deficit round robin over classes (``settings.class_weights``) and, inside a class, over tables."""
+def build_scheduler(settings: Settings, table_weights: dict[str, float] | None = None,
+                    tenant_of: Callable[[str], str] = default_tenant) -> FairScheduler:
+    """Classes (``settings.class_weights``; ``settings.urgent_classes`` served first, fixed-priority), then
+    inside a class tenants (``tenant_of``, ``settings.tenant_weight_map``), then a tenant's tables, each
+    level shared by ``settings.fairness`` (DWRR or smooth WRR)."""
     weights = settings.class_weights
-    classes = [PriorityClass(name, weights[name]) for name in settings.priority_classes]
-    return FairScheduler(classes, table_weights=table_weights or {})
+    classes = [PriorityClass(name, weights[name], urgent=name in settings.urgent_classes)
+               for name in settings.priority_classes]
+    return FairScheduler(classes, class_policy=settings.fairness, table_policy=settings.fairness,
+                         table_weights=table_weights or {}, tenant_of=tenant_of,
+                         tenant_weights=settings.tenant_weight_map)
 
 
 def make_dispatcher(settings: Settings, *, namespace: str | None = None,
                     submit: Callable[[Lease], None] | None = None,
                     still_active: Callable[[], bool] | None = None) -> Dispatcher:
     """A Dispatcher that sends each lease to Celery (``tasks.send.send_leased_action``) unless ``submit``
-    is given; ``settings.slots`` leases at most, ``settings.dispatch_per_table`` per table."""
+    is given; ``settings.slots`` leases at most, ``settings.dispatch_per_table`` per table, the tenant caps
+    of ``settings.tenant_caps``; dispatches are counted per tenant. Its ``tenancy`` (table -> tenant and
+    weight) starts empty: :func:`run_dispatcher` loads it from PostgreSQL (:meth:`Dispatcher.reload`)."""
     queue = build_queue(settings, namespace)
+    tenancy = Tenancy()
 
     def send(lease: Lease) -> None:
         send_leased_action(settings, LeaseTicket(lease, queue.namespace, queue.lease_seconds))
 
-    return Dispatcher(queue, build_scheduler(settings), submit or send, slots=settings.slots,
-                      per_table=settings.dispatch_per_table, still_active=still_active)
+    return Dispatcher(queue, build_scheduler(settings, tenant_of=tenancy.tenant), submit or send,
+                      slots=settings.slots, per_table=settings.dispatch_per_table, still_active=still_active,
+                      tenancy=tenancy, tenant_caps=settings.tenant_caps,
+                      record=ShareRecorder(queue_client(settings), queue.namespace).record)
 
 
 def sweep_into(settings: Settings, queue: ReliablePriorityQueue) -> dict[str, list[str]]:
@@ -274,8 +312,10 @@ def run_dispatcher(settings: Settings, stop_event: threading.Event, *, namespace
     leadership = Leadership(settings, role=f"dispatcher:{ns}")
     dispatcher = make_dispatcher(settings, namespace=namespace, submit=submit, still_active=leadership.held)
     client = queue_client(settings)
-    log.info("dispatcher on %s: %d slots, %d per table, lease %.0f s, weights %s", ns, dispatcher.slots,
-             dispatcher.per_table, dispatcher.queue.lease_seconds, settings.class_weights)
+    log.info("dispatcher on %s: %d slots, %d per table, lease %.0f s, weights %s, %s, urgent %s, tenants %s, "
+             "tenant caps %s", ns, dispatcher.slots, dispatcher.per_table, dispatcher.queue.lease_seconds,
+             settings.class_weights, settings.fairness, list(settings.urgent_classes) or "none",
+             settings.tenant_weight_map or "all 1", settings.tenant_max_concurrent or "none")
     try:
         _dispatch_loop(settings, stop_event, dispatcher, leadership, client, ns, rebuild_seconds, idle_seconds)
     finally:
@@ -284,15 +324,19 @@ def run_dispatcher(settings: Settings, stop_event: threading.Event, *, namespace
 
 def _dispatch_loop(settings: Settings, stop_event: threading.Event, dispatcher: Any, leadership: Any, client: Any,
                    ns: str, rebuild_seconds: float, idle_seconds: float) -> None:
-    next_rebuild = 0.0
+    next_rebuild = confirmed = 0.0
     standing_by = False
     while not stop_event.is_set():
-        if not leadership.hold():
-            if not standing_by:
-                log.info("another dispatcher is active on %s; standing by", ns)
-                standing_by = True
-            stop_event.wait(max(idle_seconds, 1.0))
-            continue
+        # the role is asked of PostgreSQL before every lease (dispatch_once); here, to stand by or take
+        # over, at most once a second while active, so that a wake reaches the backlog without a round trip
+        if standing_by or time.monotonic() - confirmed >= 1.0:
+            if not leadership.hold():
+                if not standing_by:
+                    log.info("another dispatcher is active on %s; standing by", ns)
+                    standing_by = True
+                stop_event.wait(max(idle_seconds, 1.0))
+                continue
+            confirmed = time.monotonic()
         if standing_by:
             next_rebuild = 0.0  # taking over: start from PostgreSQL's view of the backlog
             standing_by = False
@@ -301,7 +345,7 @@ def _dispatch_loop(settings: Settings, stop_event: threading.Event, dispatcher: 
             now = time.monotonic()
             if now >= next_rebuild or not client.exists(f"{ns}:rebuilt"):
                 added = rebuild_from_postgres(settings, namespace=ns)
-                dispatcher.scheduler.set_table_weights(load_table_weights(settings))
+                dispatcher.reload(load_tenancy(settings))
                 next_rebuild = now + rebuild_seconds
                 if added:
                     log.info("rebuilt the backlog from PostgreSQL: %d action(s) re-enqueued", added)

@@ -24,7 +24,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         "min_interval_seconds": args.min_interval, "allow": args.allow, "disallow": args.disallow,
         "merge_fan_in": args.merge_fan_in, "cold_after_seconds": args.cold_after,
         "leave_alone_below": args.leave_alone_below, "quiet_merge": args.quiet_merge,
-        "auto_tune": args.auto_tune,
+        "auto_tune": args.auto_tune, "tenant": args.tenant,
     }
     result = track(args.table, settings=current_settings(), **{k: v for k, v in tuning.items() if v is not None})
     print_result(result, args.json)

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--min-input-files", type=count(2))
     tr.add_argument("--priority", help="priority class, e.g. high|normal|low")
     tr.add_argument("--weight", type=count(1))
+    tr.add_argument("--tenant", help="tenant it is shared under in the fair dispatch (default: the first level "
+                    "of its namespace; '' resets to that)")
     tr.add_argument("--sort-order", help="comma-separated columns")
     tr.add_argument("--zorder-columns", help="2 to 4 comma-separated columns that zorder clusters on")
     tr.add_argument("--allowed-actions", type=kinds, help="the allowed actions, comma-separated (replaces them)")

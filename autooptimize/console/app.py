@@ -121,6 +121,13 @@ def api_router(settings: Settings) -> APIRouter:
 
         return queue_status(settings)
 
+    @api.get("/tenants", response_model=schemas.TenantShares,
+             summary="Per tenant: weight, target share, dispatches and busy seconds in the window, backlog")
+    def tenants() -> dict[str, Any]:
+        from scheduler.tenants import tenant_shares
+
+        return tenant_shares(settings)
+
     return api
 
 

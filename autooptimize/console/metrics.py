@@ -59,6 +59,10 @@ class ServiceCollector:
         except Exception as exc:
             log.warning("metrics: Redis did not answer: %s", exc)
             up.add_metric(["redis"], 0)
+        try:
+            yield from tenant_metrics(self.settings)
+        except Exception as exc:  # both sources are reported above
+            log.warning("metrics: tenant shares unavailable: %s", exc)
         yield up
 
     def _from_postgres(self) -> Iterator[Metric]:
@@ -162,6 +166,36 @@ def queue_depths(settings: Settings) -> tuple[dict[str, int], dict[tuple[str, st
     for (cls, _key), n in zip(keys, pipe.execute(), strict=True):
         depth[cls] += int(n)
     return depth, by_table, backlog.leased
+
+
+def tenant_metrics(settings: Settings) -> Iterator[Metric]:
+    """Dispatches per tenant (since ever, and shares over the window beside the target) and what each has
+    queued, in flight and busy (scheduler/tenants.py)."""
+    from scheduler.tenants import tenant_shares
+
+    status = tenant_shares(settings)
+    window = status["window_minutes"]
+    families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
+        "dispatched_total": CounterMetricFamily("autooptimize_tenant_dispatched", "Actions dispatched per tenant",
+                                                labels=["tenant"]),
+        "dispatch_share": GaugeMetricFamily("autooptimize_tenant_dispatch_share", f"Tenant's share of the "
+                                            f"dispatches of the last {window} minutes", labels=["tenant"]),
+        "busy_share": GaugeMetricFamily("autooptimize_tenant_busy_share", f"Tenant's share of the actor seconds "
+                                        f"of actions finished in the last {window} minutes", labels=["tenant"]),
+        "target_share": GaugeMetricFamily("autooptimize_tenant_target_share", "Tenant's weight over the weights "
+                                          "of the tenants active in the window", labels=["tenant"]),
+        "busy_seconds": GaugeMetricFamily("autooptimize_tenant_busy_seconds", f"Actor seconds of the tenant's "
+                                          f"actions finished in the last {window} minutes", labels=["tenant"]),
+        "queued": GaugeMetricFamily("autooptimize_tenant_queued", "Tenant's items in the reliable queue",
+                                    labels=["tenant"]),
+        "in_flight": GaugeMetricFamily("autooptimize_tenant_in_flight", "Tenant's leases held by actors",
+                                       labels=["tenant"]),
+    }
+    for row in status["tenants"]:
+        for key, family in families.items():
+            if row[key] is not None:
+                family.add_metric([row["tenant"]], row[key])
+    yield from families.values()
 
 
 def metrics_text(settings: Settings) -> tuple[bytes, str]:

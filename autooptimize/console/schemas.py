@@ -185,6 +185,27 @@ class QueueStatus(Open):
     recommendation: str | None = None
 
 
+class TenantLine(Open):
+    tenant: str
+    weight: float
+    target_share: float | None = Field(None, description="weight / Σ weights of the tenants active in the window")
+    dispatched: int = Field(description="dispatches in the window")
+    dispatch_share: float | None = None
+    busy_seconds: float = Field(description="start-to-finish seconds of its actions that finished in the window")
+    busy_share: float | None = None
+    dispatched_total: int = Field(description="dispatches since the queue was created")
+    queued: int
+    in_flight: int
+    max_concurrent: int | None = Field(None, description="AO_TENANT_MAX_CONCURRENT for it; null: no cap")
+
+
+class TenantShares(Open):
+    window_minutes: int
+    fairness: str
+    urgent_classes: list[str]
+    tenants: list[TenantLine]
+
+
 class Progress(Open):
     id: str
     state: str

@@ -14,6 +14,7 @@ from typing import Any
 
 from autooptimize.config import Settings
 from autooptimize.domain.checks import bounded_int
+from autooptimize.domain.fairness.tenants import check_tenant
 from autooptimize.domain.sizes import parse_size
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import load_table
@@ -30,7 +31,7 @@ DEFAULT_ACTIONS = tuple(k for k in ACTION_KINDS if k not in DESTRUCTIVE_ACTIONS)
 TUNING_FIELDS = (
     "target_file_size", "tolerance", "min_input_files", "priority_class", "weight", "sort_order",
     "zorder_columns", "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",
-    "merge_fan_in", "cold_after_seconds", "leave_alone_below", "quiet_merge", "auto_tune",
+    "merge_fan_in", "cold_after_seconds", "leave_alone_below", "quiet_merge", "auto_tune", "tenant",
 )
 #: Changes to the allowed actions relative to what the table allows now (``track --allow/--disallow``).
 RELATIVE_FIELDS = ("allow", "disallow")
@@ -56,6 +57,8 @@ class TableTuning:
     leave_alone_below: int | None = None
     quiet_merge: bool | None = None
     auto_tune: bool = False
+    # the tenant it is shared under in the fair dispatch (None: its namespace's first level)
+    tenant: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -122,6 +125,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         "leave_alone_below": None,
         "quiet_merge": None,
         "auto_tune": False,
+        "tenant": None,
     }
     merged = {**base, **{k: v for k, v in changes.items() if v is not None}}
     target = size_arg("target_file_size", merged["target_file_size"])
@@ -164,6 +168,8 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         raise InvalidArgument(f"quiet_merge must be true or false (got {merged['quiet_merge']!r})")
     if not isinstance(merged["auto_tune"], bool):
         raise InvalidArgument(f"auto_tune must be true or false (got {merged['auto_tune']!r})")
+    tenant = merged["tenant"]  # "" resets it to the namespace's first level
+    tenant = check_tenant("tenant", tenant) if tenant != "" and tenant is not None else None
     return TableTuning(
         target_file_size=target,
         tolerance=tolerance,
@@ -181,6 +187,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         leave_alone_below=None if leave_alone is None else parse_size(leave_alone, "leave_alone_below"),
         quiet_merge=merged["quiet_merge"],
         auto_tune=merged["auto_tune"],
+        tenant=tenant,
     )
 
 
@@ -192,6 +199,7 @@ def tuning_of(row: TrackedTable) -> TableTuning:
         min_interval_seconds=row.min_interval_seconds, enabled=row.enabled,
         merge_fan_in=row.merge_fan_in, cold_after_seconds=row.cold_after_seconds,
         leave_alone_below=row.leave_alone_below, quiet_merge=row.quiet_merge, auto_tune=bool(row.auto_tune),
+        tenant=row.tenant,
     )
 
 

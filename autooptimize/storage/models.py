@@ -103,6 +103,8 @@ class TrackedTable(CatalogTableKey, Base):
     auto_tune: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     suggested_tuning: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     suggested_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
+    # who the table belongs to in the fair dispatch (migration 0013_tenant; NULL: its namespace's first level)
+    tenant: Mapped[str | None] = mapped_column(String(63), nullable=True)
     created_at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True), server_default=_now())
     updated_at: Mapped[datetime] = mapped_column(
         TIMESTAMP(timezone=True), server_default=_now(), onupdate=_now()

@@ -304,8 +304,24 @@ async function explainPage(main) {
     ], e.partitions, "explain"));
 }
 
+// Shares per tenant over the window beside each tenant's target (weight over the active tenants' weights).
+function tenantsSection(t) {
+  if (t.error) return [el("h2", {}, "Tenants"), el("p", {class: "muted", "data-testid": "tenants-error"}, t.error)];
+  const urgent = t.urgent_classes.length ? `urgent first: ${t.urgent_classes.join(", ")}` : "no urgent class";
+  return [el("h2", {}, `Tenants (last ${t.window_minutes} min, ${t.fairness}, ${urgent})`),
+    grid([["tenant", (r) => r.tenant, {key: "tenant"}], ["weight", (r) => num(r.weight), {num: true}],
+          ["target", (r) => pct(r.target_share), {num: true, key: "target"}],
+          ["dispatched", (r) => num(r.dispatched), {num: true, key: "dispatched"}],
+          ["share", (r) => pct(r.dispatch_share), {num: true, key: "share"}],
+          ["busy", (r) => secs(r.busy_seconds), {num: true}], ["busy share", (r) => pct(r.busy_share), {num: true}],
+          ["queued", (r) => num(r.queued), {num: true}], ["in flight", (r) => num(r.in_flight), {num: true}],
+          ["cap", (r) => (r.max_concurrent === null ? "–" : num(r.max_concurrent)), {num: true}],
+          ["since ever", (r) => num(r.dispatched_total), {num: true}]], t.tenants, "tenants")];
+}
+
 async function queuesPage(main) {
-  const q = await api("/api/queues");
+  const [q, t] = await Promise.all([api("/api/queues"),
+    api("/api/tenants").catch((err) => ({error: `tenant shares unavailable: ${err.message || err}`}))]);
   const rows = [];
   for (const [cls, entry] of Object.entries(q.classes)) {
     const tables = Object.entries(entry.tables);
@@ -321,6 +337,7 @@ async function queuesPage(main) {
     el("h2", {}, "Backlog per priority class and table"),
     grid([["class", (r) => r.cls, {key: "class"}], ["table", (r) => r.table, {key: "table"}], ["queued", (r) => num(r.queued), {num: true, key: "queued"}]],
          rows, "queues"),
+    ...tenantsSection(t),
     el("h2", {}, "Trend"), el("div", {class: "panel"}, el("div", {class: "chart"}, canvas)));
   requestAnimationFrame(() => {
     if (!window.Chart) return;

@@ -36,6 +36,14 @@ from autooptimize.domain.fairness.scheduler import (
     namespace_of,
 )
 from autooptimize.domain.fairness.selectors import DeficitRoundRobin, Policy, Selector, WeightedRoundRobin
+from autooptimize.domain.fairness.tenants import (
+    TenantCaps,
+    check_tenant,
+    default_tenant,
+    parse_tenant_caps,
+    parse_tenant_weights,
+    tenant_of_table,
+)
 
 __all__ = [
     "DeficitRoundRobin",
@@ -46,6 +54,12 @@ __all__ = [
     "Policy",
     "PriorityClass",
     "Selector",
+    "TenantCaps",
     "WeightedRoundRobin",
+    "check_tenant",
+    "default_tenant",
     "namespace_of",
+    "parse_tenant_caps",
+    "parse_tenant_weights",
+    "tenant_of_table",
 ]
