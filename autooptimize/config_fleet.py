@@ -46,12 +46,34 @@ class FleetSettings(BaseSettings):
     lease_seconds: int = Field(default=300, ge=10)
     priority_weights: str = DEFAULT_PRIORITY_WEIGHTS
 
+    # --- scale: the control plane across thousands of tables (issue 26) ---
+    # the listener decides in its own process (the behaviour before issue 26, kept as the benchmark's
+    # baseline); false: it enqueues one decide task per table on the control queue
+    decide_inline: bool = False
+    # catalog calls per second the listener may make while polling a catalog without a table list
+    catalog_calls_per_second: float = Field(default=20.0, gt=0, le=10000)
+    # polling: a table that just committed is polled again after this long; a quiet one backs off
+    # exponentially up to the maximum
+    poll_min_seconds: float = Field(default=5.0, gt=0, le=86400)
+    poll_max_seconds: float = Field(default=300.0, gt=0, le=86400)
+    # statistics of partitions the table no longer has (or of tables gone from the catalog) are dropped
+    # after this long
+    retention_gone_partition_days: float = Field(default=7, gt=0)
+
     @field_validator("auto_track")
     @classmethod
     def _patterns(cls, value: str) -> str:
         for pattern in (p.strip() for p in value.split(",") if p.strip()):
             if not re.fullmatch(r"[A-Za-z0-9_\-*?\[\]]+(\.[A-Za-z0-9_\-*?\[\]]+)+", pattern):
                 raise ValueError(f"pattern {pattern!r} is not namespace.table with * or ? wildcards, e.g. analytics.*")
+        return value
+
+    @field_validator("poll_max_seconds")
+    @classmethod
+    def _poll_max(cls, value: float, info: ValidationInfo) -> float:
+        low = info.data.get("poll_min_seconds")
+        if low is not None and value < low:
+            raise ValueError(f"must be ≥ AO_POLL_MIN_SECONDS ({low}), got {value}")
         return value
 
     @property

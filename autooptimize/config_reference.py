@@ -108,6 +108,14 @@ DESCRIPTIONS: dict[str, str] = {
     "buffer_tick_seconds": "how often beat evaluates the buffer rules and the watched folder",
     "buffer_settle_seconds": "a watched file unmodified for this long is landed",
     "force_polling": "the listener polls every table, even on a SQL catalog it could query",
+    "decide_inline": "the listener decides in its own process (the behaviour before issue 26: the scale "
+                     "benchmark's baseline); off, it hands each table's partitions to a decide task on the control queue",
+    "catalog_calls_per_second": "at most this many table loads per second when the listener polls a catalog "
+                                "without a table list (REST, Glue, Hive, AO_FORCE_POLLING)",
+    "poll_min_seconds": "polling: a table that just changed is polled again after this long",
+    "poll_max_seconds": "polling: a table without changes backs off, doubling its interval up to this long",
+    "retention_gone_partition_days": "statistics of emptied partitions, and of tables gone from the catalog, "
+                                     "kept this long",
     "console_user": "the console's basic-auth user",
     "console_password": "the console's password; unset: generated once into AO_HOME (mode 0600)",
     "console_address": "the address the console and /metrics listen on",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError, InvalidArgument
-from autooptimize.services.observe.changes import PollSchedule, changed_tables
+from autooptimize.services.observe.changes import PollSchedule, ScanHandOff, changed_tables
 from autooptimize.services.observe.common import ObserveReport, OnAttention
 from autooptimize.services.observe.roll import observe_table, record_observe_error
 from autooptimize.services.submit_decided import settled_partitions
@@ -118,16 +118,19 @@ def _observe_one(settings: Settings, name: str, on_attention: OnAttention | None
 
 def run_once(settings: Settings, *, on_attention: OnAttention | None = None, poll: PollSchedule | None = None,
              backoff: _Backoff | None = None, stop_event: threading.Event | None = None,
-             executor: ThreadPoolExecutor | None = None, still_leader: Callable[[], bool] | None = None) -> int:
+             executor: ThreadPoolExecutor | None = None, still_leader: Callable[[], bool] | None = None,
+             scan: ScanHandOff | None = None) -> int:
     """One pass over the changed tables; returns how many tables moved (snapshots applied or scanned).
 
     With an ``executor`` several tables are observed at once (one table is never observed twice at
     once: each pass lists a table once, and the table's lock serialises observers anyway). With
     ``still_leader`` the role is re-checked before each table, and the tables after a lost role are left
-    to the new leader.
+    to the new leader. With ``scan`` the tables that need a whole scan are handed to it, not scanned here.
     """
     now = time.monotonic()
     names = [n for n in changed_tables(settings, poll=poll) if backoff is None or backoff.ready(n, now)]
+    if scan is not None:
+        names = scan.split(settings, names)
     if executor is not None and len(names) > 1:
         outcomes = executor.map(lambda n: (n, _observe_one(settings, n, on_attention, still_leader)), names)
     else:
@@ -140,6 +143,8 @@ def run_once(settings: Settings, *, on_attention: OnAttention | None = None, pol
             log.warning("table %s left to the new leader: this listener lost its lock", name)
             continue
         if isinstance(outcome, BaseException):
+            if poll is not None:
+                poll.observed(name, False)
             delay = backoff.failed(name, time.monotonic()) if backoff is not None else 0.0
             level = logging.ERROR if not isinstance(outcome, AutoOptimizeError) else logging.WARNING
             log.log(level, "table %s: observation failed (%s: %s); retrying in %.0f s", name,
@@ -153,6 +158,8 @@ def run_once(settings: Settings, *, on_attention: OnAttention | None = None, pol
         if backoff is not None:
             backoff.succeeded(name)
         report = outcome
+        if poll is not None:
+            poll.observed(name, report.changed)
         if report.changed:
             moved += 1
             log.info(
@@ -227,10 +234,10 @@ class SettledRecheck:
 
 def run_listener(settings: Settings, stop_event: threading.Event, interval: float = 1.0,
                  on_attention: OnAttention | None = None, *, poll: PollSchedule | None = None,
-                 workers: int = DEFAULT_WORKERS) -> None:
+                 workers: int = DEFAULT_WORKERS, scan: ScanHandOff | None = None) -> None:
     """Observe until ``stop_event`` is set: a pass over the changed tables (``workers`` at a time), then a
     pause of ``interval`` seconds unless the pass found work (then the next pass starts at once).
-    ``on_attention`` may be called from several threads at once."""
+    ``on_attention`` may be called from several threads at once; ``scan``, when given, takes whole scans."""
     if interval <= 0:
         raise InvalidArgument(f"interval must be > 0 seconds, got {interval!r}")
     if workers < 1:
@@ -238,7 +245,7 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
     executor = ThreadPoolExecutor(workers, thread_name_prefix="ao-observe") if workers > 1 else None
     leadership = Leadership(settings)
     backoff = _Backoff(base=max(interval, 1.0))
-    poll = poll if poll is not None else PollSchedule(min_interval=max(interval, 30.0))
+    poll = poll if poll is not None else PollSchedule.from_settings(settings)
     standing_by = False
     tracker = AutoTracker(settings)
     settled = SettledRecheck(settings)
@@ -255,7 +262,8 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
             settled.run_due(on_attention)
             try:
                 moved = run_once(settings, on_attention=on_attention, poll=poll, backoff=backoff,
-                                 stop_event=stop_event, executor=executor, still_leader=leadership.held)
+                                 stop_event=stop_event, executor=executor, still_leader=leadership.held,
+                                 scan=scan)
             except Exception as exc:  # catalog or database unreachable: keep trying
                 log.warning("listener pass failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, interval)
                 moved = 0
@@ -268,7 +276,8 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
         log.info("listener stopped")
 
 
-def main(argv: list[str] | None = None, on_attention: OnAttention | None = None) -> int:
+def main(argv: list[str] | None = None, on_attention: OnAttention | None = None,
+         scan: Callable[[list[str]], None] | None = None) -> int:
     """Entry point of ``autooptimize listener`` and ``python -m scheduler.listener``; stops on SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(prog="autooptimize listener",
                                      description="Keep partition stats current from new Iceberg snapshots.")
@@ -289,7 +298,8 @@ def main(argv: list[str] | None = None, on_attention: OnAttention | None = None)
         run_once(settings, on_attention=on_attention)
         return 0
     stop = stop_on_signals(log)
-    run_listener(settings, stop, args.interval, on_attention, workers=args.workers)
+    run_listener(settings, stop, args.interval, on_attention, workers=args.workers,
+                 scan=ScanHandOff(scan) if scan is not None else None)
     return 0
 
 

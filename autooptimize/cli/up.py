@@ -51,11 +51,15 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_listener(args: argparse.Namespace) -> int:
     from autooptimize.services.submit_decided import on_attention_handler
     from scheduler.listener import main as listener_main
-    from tasks.send import CeleryDispatch
+    from tasks.send import CeleryDispatch, decide_requester, send_scan
 
     settings = current_settings()
     argv = ["--interval", str(args.interval), "--workers", str(args.workers)] + (["--once"] if args.once else [])
-    return listener_main(argv, on_attention=on_attention_handler(settings, CeleryDispatch(settings)))
+    if settings.decide_inline:  # the listener plans and decides itself, and scans (before issue 26)
+        return listener_main(argv, on_attention=on_attention_handler(settings, CeleryDispatch(settings)))
+    # observing stays in the listener; decisions and whole scans are control-queue tasks
+    return listener_main(argv, on_attention=decide_requester(settings),
+                         scan=lambda tables: send_scan(settings, tables))
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
