@@ -14,8 +14,8 @@ aggregate ``--rate`` for ``--minutes``. Reported, each beside the baseline as a 
   them tracked and observed);
 - commit → observed: from the writer's commit returning to the entropy-history row of that snapshot;
   commit → submitted: from the last commit of a table before an action was created for it (the writes
-  are tiny files into one partition per table, so that the live-partition policy merges every few
-  commits) to that action row; p50, p95, max, and commits never observed;
+  are tiny files into one partition per table, and AO_MERGE_FAN_IN=4, so that the live-partition policy
+  merges every four commits or so) to that action row; p50, p95, max, and commits never observed;
 - control-plane CPU: utime + stime of the listener, dispatcher, beat and control-queue worker processes
   (with their pool children), per 1,000 commits, as cores over the measured phase, and per hour per 1,000
   idle tables over ``--idle-seconds`` without writes. Not counted: the actor workers doing the merges,
@@ -305,7 +305,7 @@ def run_service(settings: Settings, names: list[str], written: list[str], *, inl
     env = {"AO_DATABASE_URL": settings.database_url, "AO_HOME": str(settings.home), "AO_REDIS_URL": settings.redis_url,
            "AO_AUTO_TRACK": f"{NAMESPACE}.*", "AO_DECIDE_INLINE": "true" if inline else "false",
            "AO_REWRITE_ENGINE": "local", "AO_SPARK_REMOTE": f"sc://127.0.0.1:{spark_port}",
-           "AO_WORKER_CONCURRENCY": "1", "AO_COLD_AFTER_SECONDS": "3600"}
+           "AO_WORKER_CONCURRENCY": "1", "AO_COLD_AFTER_SECONDS": "3600", "AO_MERGE_FAN_IN": "4"}
     service = Service(settings, env)
     n = len(names)
     try:
@@ -386,7 +386,7 @@ def retained(settings: Settings) -> dict[str, int]:
 
 
 def measure(tables: int, writers: int, rate: float, minutes: float, idle_seconds: float,
-            spark_port: int) -> dict[str, Any]:
+            spark_port: int, keep: bool = False) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="ao-bench-scale-"))
     db_name = f"ao_bench_scale_{uuid.uuid4().hex[:8]}"
     settings = Settings(database_url=f"postgresql+psycopg2://postgres@localhost:5432/{db_name}", home=home)
@@ -414,7 +414,10 @@ def measure(tables: int, writers: int, rate: float, minutes: float, idle_seconds
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
         admin.dispose()
-        shutil.rmtree(home, ignore_errors=True)
+        if keep:
+            print(f"kept {home} (the services' logs are in logs/)", file=sys.stderr)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def _ratio(now: Any, base: Any) -> str:
@@ -483,13 +486,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=2.0, help="length of each measured phase (default 2)")
     parser.add_argument("--idle-seconds", type=float, default=30.0, help="idle window per run (default 30)")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
+    parser.add_argument("--keep", action="store_true", help="keep the warehouse and the services' logs")
     args = parser.parse_args(argv)
     if args.tables < 1 or not 1 <= args.writers <= args.tables:
         parser.error(f"--tables must be ≥ 1 and --writers between 1 and --tables (got {args.tables}, {args.writers})")
     if args.rate <= 0 or args.minutes <= 0 or args.idle_seconds <= 0:
         parser.error("--rate, --minutes and --idle-seconds must be > 0")
     spark_port = Settings().spark_port
-    rows = measure(args.tables, args.writers, args.rate, args.minutes, args.idle_seconds, spark_port)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (the service, the database) on TERM
+    rows = measure(args.tables, args.writers, args.rate, args.minutes, args.idle_seconds, spark_port, args.keep)
     print(report(rows))
     if args.json:
         print(json.dumps(rows, sort_keys=True, default=str))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError, InvalidArgument
-from autooptimize.services.observe.changes import PollSchedule, ScanHandOff, changed_tables
+from autooptimize.services.observe.changes import CatalogWatch, PollSchedule, ScanHandOff, changed_tables
 from autooptimize.services.observe.common import ObserveReport, OnAttention
 from autooptimize.services.observe.roll import observe_table, record_observe_error
 from autooptimize.services.submit_decided import settled_partitions
@@ -119,7 +119,7 @@ def _observe_one(settings: Settings, name: str, on_attention: OnAttention | None
 def run_once(settings: Settings, *, on_attention: OnAttention | None = None, poll: PollSchedule | None = None,
              backoff: _Backoff | None = None, stop_event: threading.Event | None = None,
              executor: ThreadPoolExecutor | None = None, still_leader: Callable[[], bool] | None = None,
-             scan: ScanHandOff | None = None) -> int:
+             scan: ScanHandOff | None = None, watch: CatalogWatch | None = None) -> int:
     """One pass over the changed tables; returns how many tables moved (snapshots applied or scanned).
 
     With an ``executor`` several tables are observed at once (one table is never observed twice at
@@ -128,7 +128,7 @@ def run_once(settings: Settings, *, on_attention: OnAttention | None = None, pol
     to the new leader. With ``scan`` the tables that need a whole scan are handed to it, not scanned here.
     """
     now = time.monotonic()
-    names = [n for n in changed_tables(settings, poll=poll) if backoff is None or backoff.ready(n, now)]
+    names = [n for n in changed_tables(settings, poll=poll, watch=watch) if backoff is None or backoff.ready(n, now)]
     if scan is not None:
         names = scan.split(settings, names)
     if executor is not None and len(names) > 1:
@@ -246,6 +246,7 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
     leadership = Leadership(settings)
     backoff = _Backoff(base=max(interval, 1.0))
     poll = poll if poll is not None else PollSchedule.from_settings(settings)
+    watch = CatalogWatch()
     standing_by = False
     tracker = AutoTracker(settings)
     settled = SettledRecheck(settings)
@@ -258,12 +259,13 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
                 stop_event.wait(max(interval, 1.0))
                 continue
             standing_by = False
-            tracker.run_due()
+            if tracker.run_due():
+                watch.look_again()  # the new tables' first sight now, not at the next full comparison
             settled.run_due(on_attention)
             try:
                 moved = run_once(settings, on_attention=on_attention, poll=poll, backoff=backoff,
                                  stop_event=stop_event, executor=executor, still_leader=leadership.held,
-                                 scan=scan)
+                                 scan=scan, watch=watch)
             except Exception as exc:  # catalog or database unreachable: keep trying
                 log.warning("listener pass failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, interval)
                 moved = 0

@@ -16,7 +16,12 @@ from autooptimize.config import Settings
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import get_catalog
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.observe_work import changed_tables_from_locations, changed_tables_in_catalog_db
+from autooptimize.storage.observe_work import (
+    catalog_horizon,
+    changed_tables_from_locations,
+    changed_tables_in_catalog_db,
+    moved_tables_in_catalog_db,
+)
 from autooptimize.storage.repositories import tracked_tables
 
 log = logging.getLogger(__name__)
@@ -106,6 +111,36 @@ class PollSchedule:
             return self._interval.get(name, self.min_interval)
 
 
+class CatalogWatch:
+    """Finding changed tables on a SqlCatalog in our own database without comparing every table each pass:
+    every ``full_every`` seconds (and on the first look, and after :meth:`look_again`) every tracked table
+    is compared with its cursor; in between only the catalog rows written since the last look are (their
+    ``xmin`` at or after the oldest transaction running then). A table missed in between (an observation
+    that failed or was superseded, a scan flag) is found by the next full comparison."""
+
+    def __init__(self, full_every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if full_every <= 0:
+            raise InvalidArgument(f"full_every must be > 0 seconds, got {full_every!r}")
+        self.full_every, self._clock = full_every, clock
+        self._since: int | None = None
+        self._next_full = float("-inf")
+
+    def look_again(self) -> None:
+        """Compare every table next time (new tables were tracked)."""
+        self._next_full = float("-inf")
+
+    def changed(self, session: Any, catalog: str) -> list[str]:
+        now = self._clock()
+        horizon = catalog_horizon(session)  # before the look: what commits during it is seen next time
+        if self._since is None or now >= self._next_full:
+            names = changed_tables_in_catalog_db(session, catalog)
+            self._next_full = now + self.full_every
+        else:
+            names = moved_tables_in_catalog_db(session, catalog, self._since)
+        self._since = horizon
+        return names
+
+
 _default_polls: dict[str, PollSchedule] = {}
 
 
@@ -115,13 +150,15 @@ def _same_database(a: Any, b: str) -> bool:
         ub.host or "localhost", ub.port or 5432, ub.database, ub.username)
 
 
-def changed_tables(settings: Settings, *, poll: PollSchedule | None = None, force_polling: bool = False) -> list[str]:
+def changed_tables(settings: Settings, *, poll: PollSchedule | None = None, force_polling: bool = False,
+                   watch: CatalogWatch | None = None) -> list[str]:
     """Tracked tables that may have new snapshots (or were never observed, or wait for a scan).
 
     With pyiceberg's SqlCatalog in our database: one query joining its ``iceberg_tables`` with the
     cursors. With a SqlCatalog elsewhere: one query there, one here. Other catalogs have no cheap table
     list, so every tracked table is polled at a bounded rate (``poll``); ``observe_table`` then finds out
-    whether anything changed. ``force_polling`` or AO_FORCE_POLLING polls on a SqlCatalog too.
+    whether anything changed. ``force_polling`` or AO_FORCE_POLLING polls on a SqlCatalog too. With
+    ``watch`` a SqlCatalog in our database is compared in full only now and then (:class:`CatalogWatch`).
     """
     from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
     from sqlalchemy import select
@@ -131,6 +168,8 @@ def changed_tables(settings: Settings, *, poll: PollSchedule | None = None, forc
     if isinstance(catalog, SqlCatalog) and not (force_polling or settings.force_polling):
         if _same_database(catalog.engine.url, settings.database_url):
             with session_scope(settings) as session:
+                if watch is not None:
+                    return watch.changed(session, settings.catalog)
                 return changed_tables_in_catalog_db(session, settings.catalog)
         with Session(catalog.engine) as catalog_session:
             locations = {
