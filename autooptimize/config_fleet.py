@@ -47,8 +47,8 @@ class FleetSettings(BaseSettings):
     priority_weights: str = DEFAULT_PRIORITY_WEIGHTS
 
     # --- scale: the control plane across thousands of tables (issue 26) ---
-    # the listener decides in its own process (the behaviour before issue 26, kept as the benchmark's
-    # baseline); false: it enqueues one decide task per table on the control queue
+    # the listener as before issue 26 (the scale benchmark's baseline): it decides and scans in its own
+    # process and compares every table each pass; false: one decide task per table on the control queue
     decide_inline: bool = False
     # catalog calls per second the listener may make while polling a catalog without a table list
     catalog_calls_per_second: float = Field(default=20.0, gt=0, le=10000)

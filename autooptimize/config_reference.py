@@ -108,8 +108,9 @@ DESCRIPTIONS: dict[str, str] = {
     "buffer_tick_seconds": "how often beat evaluates the buffer rules and the watched folder",
     "buffer_settle_seconds": "a watched file unmodified for this long is landed",
     "force_polling": "the listener polls every table, even on a SQL catalog it could query",
-    "decide_inline": "the listener decides in its own process (the behaviour before issue 26: the scale "
-                     "benchmark's baseline); off, it hands each table's partitions to a decide task on the control queue",
+    "decide_inline": "the listener as before issue 26 (the scale benchmark's baseline): it decides and scans in "
+                     "its own process and compares every table on every pass; off, decisions and whole scans are "
+                     "control-queue tasks and every table is compared every 10 s, in between only those written",
     "catalog_calls_per_second": "at most this many table loads per second when the listener polls a catalog "
                                 "without a table list (REST, Glue, Hive, AO_FORCE_POLLING)",
     "poll_min_seconds": "polling: a table that just changed is polled again after this long",

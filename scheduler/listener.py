@@ -246,7 +246,9 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
     leadership = Leadership(settings)
     backoff = _Backoff(base=max(interval, 1.0))
     poll = poll if poll is not None else PollSchedule.from_settings(settings)
-    watch = CatalogWatch()
+    # AO_DECIDE_INLINE runs the listener as before issue 26 (the scale benchmark's baseline): every table
+    # compared on every pass
+    watch = None if settings.decide_inline else CatalogWatch()
     standing_by = False
     tracker = AutoTracker(settings)
     settled = SettledRecheck(settings)
@@ -259,7 +261,7 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
                 stop_event.wait(max(interval, 1.0))
                 continue
             standing_by = False
-            if tracker.run_due():
+            if tracker.run_due() and watch is not None:
                 watch.look_again()  # the new tables' first sight now, not at the next full comparison
             settled.run_due(on_attention)
             try:
