@@ -192,7 +192,8 @@ def _start_children(children: Supervisor, settings: Settings, workers: int, flow
     actor_queues = ",".join(q for q in all_queue_names(settings.priority_classes) if q != CONTROL_QUEUE)
     for i in range(workers):
         children.start(f"worker-{i}", _celery(*worker_argv(settings, queues=actor_queues, name=f"actor{i}@%h")))
-    children.start("control", _celery(*worker_argv(settings, queues=CONTROL_QUEUE, concurrency=1,
+    children.start("control", _celery(*worker_argv(settings, queues=CONTROL_QUEUE,
+                                                   concurrency=settings.control_concurrency,
                                                    name="control@%h")))
     children.start("listener", [sys.executable, "-m", "autooptimize.cli", "listener"])
     if settings.dispatch == "rpq":
