@@ -15,7 +15,9 @@ aggregate ``--rate`` for ``--minutes``. Reported, each beside the baseline as a 
 - commit → observed: from the writer's commit returning to the entropy-history row of that snapshot;
   commit → submitted: from the last commit of a table before an action was created for it (the writes
   are tiny files into one partition per table, and AO_MERGE_FAN_IN=4, so that the live-partition policy
-  merges every four commits or so) to that action row; p50, p95, max, and commits never observed;
+  merges every four commits or so; before the phase the i-th written table gets i mod 4 files, so that
+  the tables reach their fourth file at different times) to that action row; p50, p95, max, and
+  commits never observed;
 - control-plane CPU: utime + stime of the listener, dispatcher, beat and control-queue worker processes
   (with their pool children), per 1,000 commits, as cores over the measured phase, and per hour per 1,000
   idle tables over ``--idle-seconds`` without writes. Not counted: the actor workers doing the merges,
@@ -262,6 +264,22 @@ def _write(settings: Settings, name: str, seconds: float, rate: float, seed: int
         sent, next_id = sent + 1, next_id + 2
 
 
+def seed(settings: Settings, written: list[str]) -> int:
+    """Give the i-th written table i mod 4 tiny files first, so that the policy's fourth file (a merge, at
+    AO_MERGE_FAN_IN=4) comes at a different commit of each table, not for all of them in the same period."""
+    catalog = get_catalog(settings)
+
+    def one(item: tuple[int, str]) -> int:
+        i, name = item
+        table = catalog.load_table(name)
+        for k in range(i % 4):
+            table.append(pa.table({"id": [k], "day": [DAY], "v": ["seed"]}, schema=ARROW))
+        return i % 4
+
+    with ThreadPoolExecutor(8) as pool:
+        return sum(pool.map(one, enumerate(written)))
+
+
 def _latencies(settings: Settings, commits: list[tuple[str, int, float]], since: float) -> dict[str, Any]:
     with get_engine(settings).connect() as conn:
         observed = {(r.identifier, int(r.snapshot_id)): float(r.at) for r in conn.execute(text(
@@ -315,6 +333,8 @@ def run_service(settings: Settings, names: list[str], written: list[str], *, inl
             settings, "SELECT count(*) FROM ao_table_cursors WHERE target_file_size IS NOT NULL") >= n,
             300 + n * 0.2, every=1.0) + tracked_seconds
         _wait("the service's roles", lambda: set(ROLES) <= set(service.roles()), 120)
+        seed(settings, written)
+        _wait("the seed commits to be observed and judged", lambda: _drained(settings, client), 300)
         time.sleep(20)  # start-up (the workers', beat's first round of periodic tasks) is not the idle load
         idle_before = service.cpu()
         time.sleep(idle_seconds)

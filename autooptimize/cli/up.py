@@ -192,9 +192,11 @@ def _start_children(children: Supervisor, settings: Settings, workers: int, flow
     actor_queues = ",".join(q for q in all_queue_names(settings.priority_classes) if q != CONTROL_QUEUE)
     for i in range(workers):
         children.start(f"worker-{i}", _celery(*worker_argv(settings, queues=actor_queues, name=f"actor{i}@%h")))
+    # decisions and scans are short and mostly wait on PostgreSQL and files: threads in one process, not a
+    # pool of forked processes that costs a round of IPC per task (and a process's memory per slot)
     children.start("control", _celery(*worker_argv(settings, queues=CONTROL_QUEUE,
                                                    concurrency=settings.control_concurrency,
-                                                   name="control@%h")))
+                                                   name="control@%h", pool="threads")))
     children.start("listener", [sys.executable, "-m", "autooptimize.cli", "listener"])
     if settings.dispatch == "rpq":
         children.start("dispatcher", [sys.executable, "-m", "autooptimize.cli", "dispatcher"])

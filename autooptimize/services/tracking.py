@@ -232,17 +232,17 @@ def auto_track(settings: Settings, *, batch: int = 500) -> list[str]:
     """
     import fnmatch
 
+    from sqlalchemy import select
     from sqlalchemy.dialects.postgresql import insert
 
     from autooptimize.iceberg.catalog import get_catalog
-    from autooptimize.storage.repositories import tracked_tables
 
     patterns = settings.auto_track_patterns
     if not patterns:
         return []
     catalog = get_catalog(settings)
-    with session_scope(settings) as session:
-        known = {row.identifier for row in tracked_tables(session, settings.catalog)}
+    with session_scope(settings) as session:  # the identifiers only: runs every few seconds over the estate
+        known = set(session.scalars(select(TrackedTable.identifier).where(TrackedTable.catalog == settings.catalog)))
     wanted = sorted(name for name in (".".join(ident) for namespace in catalog.list_namespaces()
                                       for ident in catalog.list_tables(namespace))
                     if name not in known and any(fnmatch.fnmatchcase(name, p) for p in patterns))
