@@ -264,7 +264,7 @@ def _write(settings: Settings, name: str, seconds: float, rate: float, seed: int
         sent, next_id = sent + 1, next_id + 2
 
 
-def seed(settings: Settings, written: list[str]) -> int:
+def seed_tables(settings: Settings, written: list[str]) -> int:
     """Give the i-th written table i mod 4 tiny files first, so that the policy's fourth file (a merge, at
     AO_MERGE_FAN_IN=4) comes at a different commit of each table, not for all of them in the same period."""
     catalog = get_catalog(settings)
@@ -333,7 +333,7 @@ def run_service(settings: Settings, names: list[str], written: list[str], *, inl
             settings, "SELECT count(*) FROM ao_table_cursors WHERE target_file_size IS NOT NULL") >= n,
             300 + n * 0.2, every=1.0) + tracked_seconds
         _wait("the service's roles", lambda: set(ROLES) <= set(service.roles()), 120)
-        seed(settings, written)
+        seed_tables(settings, written)
         _wait("the seed commits to be observed and judged", lambda: _drained(settings, client), 300)
         time.sleep(20)  # start-up (the workers', beat's first round of periodic tasks) is not the idle load
         idle_before = service.cpu()
