@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 
 from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError, InvalidArgument
-from autooptimize.services.observe.changes import CatalogWatch, PollSchedule, ScanHandOff, changed_tables
+from autooptimize.services.observe.changes import (
+    CatalogWatch,
+    PollSchedule,
+    ScanHandOff,
+    changed_tables,
+    table_list_fingerprint,
+)
 from autooptimize.services.observe.common import ObserveReport, OnAttention
 from autooptimize.services.observe.roll import observe_table, record_observe_error
 from autooptimize.services.submit_decided import settled_partitions
@@ -190,17 +196,29 @@ class _Every:
 class AutoTracker:
     """Tracks new tables matching AO_AUTO_TRACK from the listener's own loop, at most every
     ``settings.auto_track_seconds``: a new table's first commits are observed within seconds, not on
-    the next beat."""
+    the next beat. On a SqlCatalog in our database the catalog is listed only when its table list moved
+    (:func:`table_list_fingerprint`), and at least every ``FULL_LISTING_SECONDS``."""
+
+    FULL_LISTING_SECONDS = 60.0
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._every = _Every(settings.auto_track_seconds)
+        self._fingerprint: tuple[int, int] | None = None
+        self._listed_at = float("-inf")
 
     def run_due(self, now: float | None = None) -> list[str]:
         if not self._settings.auto_track_patterns or not self._every.due(now):
             return []
+        now = time.monotonic() if now is None else now
         try:
+            # taken before listing: a table created meanwhile moves it again, and the next call lists
+            fingerprint = table_list_fingerprint(self._settings)
+            if (fingerprint is not None and fingerprint == self._fingerprint
+                    and now - self._listed_at < self.FULL_LISTING_SECONDS):
+                return []
             added = auto_track(self._settings)
+            self._fingerprint, self._listed_at = fingerprint, now
         except Exception as exc:  # the catalog may be briefly unreachable; the next pass tries again
             log.warning("auto-track failed (%s: %s)", type(exc).__name__, exc)
             return []

@@ -82,6 +82,21 @@ def moved_tables_in_catalog_db(session: Session, catalog: str, since: int) -> li
     return [r.identifier for r in session.execute(_MOVED_SQL, {"catalog": catalog, "since": since})]
 
 
+_FINGERPRINT_SQL = text(
+    """
+    SELECT count(*) AS n, coalesce(sum(hashtext(table_namespace || '.' || table_name)::bigint), 0) AS h
+    FROM iceberg_tables WHERE catalog_name = :catalog
+    """
+)
+
+
+def catalog_fingerprint(session: Session, catalog: str) -> tuple[int, int]:
+    """(tables, Σ hash of their names) of a SqlCatalog's table list in this database: it moves when a table
+    is created or dropped (a drop and a create whose hashes cancel out are left to the next full listing)."""
+    row = session.execute(_FINGERPRINT_SQL, {"catalog": catalog}).one()
+    return int(row.n), int(row.h)
+
+
 def changed_tables_from_locations(session: Session, catalog: str, locations: dict[str, str | None]) -> list[str]:
     """Like :func:`changed_tables_in_catalog_db`, for a catalog database elsewhere: ``locations`` maps
     ``namespace.table`` to its current metadata location."""

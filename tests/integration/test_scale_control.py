@@ -97,3 +97,20 @@ def test_one_decide_task_per_table_carries_every_partition_asked_for(settings):
     # the task has taken its partitions: the next hand-over sends a new task
     assert request_decide(settings, table_id, 0, '{"day": 3}') is True
     assert take_decide_requests(settings, table_id) == [(0, '{"day": 3}')]
+
+
+def test_the_auto_tracker_lists_the_catalog_only_when_its_table_list_moved(settings, catalog, monkeypatch):
+    import scheduler.listener as listener_module
+    from scheduler.listener import AutoTracker
+
+    variant = settings.model_copy(update={"auto_track": "test.fingerprint_*", "auto_track_seconds": 1.0})
+    listings = []
+    real = listener_module.auto_track
+    monkeypatch.setattr(listener_module, "auto_track", lambda s: listings.append(1) or real(s))
+    tracker = AutoTracker(variant)
+    first = identifier(make_table(catalog, {DAY1: 1}, rows=5, name="fingerprint"))
+    assert first in tracker.run_due(now=100.0)
+    assert tracker.run_due(now=102.0) == [] and len(listings) == 1  # nothing created: not listed again
+    second = identifier(make_table(catalog, {DAY1: 1}, rows=5, name="fingerprint"))
+    assert tracker.run_due(now=104.0) == [second] and len(listings) == 2
+    assert tracker.run_due(now=104.0 + AutoTracker.FULL_LISTING_SECONDS) == [] and len(listings) == 3  # now and then

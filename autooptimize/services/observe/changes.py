@@ -17,6 +17,7 @@ from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import get_catalog
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.observe_work import (
+    catalog_fingerprint,
     catalog_horizon,
     changed_tables_from_locations,
     changed_tables_in_catalog_db,
@@ -186,6 +187,18 @@ def changed_tables(settings: Settings, *, poll: PollSchedule | None = None, forc
     schedule = poll if poll is not None else _default_polls.setdefault(settings.catalog,
                                                                        PollSchedule.from_settings(settings))
     return schedule.due(names)
+
+
+def table_list_fingerprint(settings: Settings) -> tuple[int, int] | None:
+    """What moves when a table is created or dropped, read in one small query, for a SqlCatalog in our own
+    database (the auto-tracker lists the catalog only when it moves); None for other catalogs."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = get_catalog(settings)
+    if not isinstance(catalog, SqlCatalog) or not _same_database(catalog.engine.url, settings.database_url):
+        return None
+    with session_scope(settings) as session:
+        return catalog_fingerprint(session, settings.catalog)
 
 
 def stale_tables(settings: Settings) -> list[str]:
