@@ -50,7 +50,7 @@ class FleetSettings(BaseSettings):
     # the listener as before issue 26 (the scale benchmark's baseline): it decides and scans in its own
     # process and compares every table each pass; false: one decide task per table on the control queue
     decide_inline: bool = False
-    # processes of the control-queue worker `autooptimize up` starts (decisions and scans)
+    # threads of the control-queue worker `autooptimize up` starts (decisions and scans)
     control_concurrency: int = Field(default=2, ge=1, le=64)
     # catalog calls per second the listener may make while polling a catalog without a table list
     catalog_calls_per_second: float = Field(default=20.0, gt=0, le=10000)

@@ -111,7 +111,7 @@ DESCRIPTIONS: dict[str, str] = {
     "decide_inline": "the listener as before issue 26 (the scale benchmark's baseline): it decides and scans in "
                      "its own process and compares every table on every pass; off, decisions and whole scans are "
                      "control-queue tasks and every table is compared every 10 s, in between only those written",
-    "control_concurrency": "processes of the control-queue worker that `autooptimize up` starts: the listener's "
+    "control_concurrency": "threads of the control-queue worker that `autooptimize up` starts: the listener's "
                            "decide and scan tasks and beat's periodic decisions",
     "catalog_calls_per_second": "at most this many table loads per second when the listener polls a catalog "
                                 "without a table list (REST, Glue, Hive, AO_FORCE_POLLING)",
