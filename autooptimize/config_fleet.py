@@ -73,6 +73,21 @@ class FleetSettings(BaseSettings):
     urgent_classes: Annotated[tuple[str, ...], NoDecode] = ()
     # leases in flight per tenant: "4" (every tenant), "a=2,b=3" or "4,a=2"; empty: no cap
     tenant_max_concurrent: str = ""
+    # --- scale: the control plane across thousands of tables (issue 26) ---
+    # the listener as before issue 26 (the scale benchmark's baseline): it decides and scans in its own
+    # process and compares every table each pass; false: one decide task per table on the control queue
+    decide_inline: bool = False
+    # threads of the control-queue worker `autooptimize up` starts (decisions and scans)
+    control_concurrency: int = Field(default=2, ge=1, le=64)
+    # catalog calls per second the listener may make while polling a catalog without a table list
+    catalog_calls_per_second: float = Field(default=20.0, gt=0, le=10000)
+    # polling: a table that just committed is polled again after this long; a quiet one backs off
+    # exponentially up to the maximum
+    poll_min_seconds: float = Field(default=5.0, gt=0, le=86400)
+    poll_max_seconds: float = Field(default=300.0, gt=0, le=86400)
+    # statistics of partitions the table no longer has (or of tables gone from the catalog) are dropped
+    # after this long
+    retention_gone_partition_days: float = Field(default=7, gt=0)
 
     @field_validator("auto_track")
     @classmethod
@@ -80,6 +95,14 @@ class FleetSettings(BaseSettings):
         for pattern in (p.strip() for p in value.split(",") if p.strip()):
             if not re.fullmatch(r"[A-Za-z0-9_\-*?\[\]]+(\.[A-Za-z0-9_\-*?\[\]]+)+", pattern):
                 raise ValueError(f"pattern {pattern!r} is not namespace.table with * or ? wildcards, e.g. analytics.*")
+        return value
+
+    @field_validator("poll_max_seconds")
+    @classmethod
+    def _poll_max(cls, value: float, info: ValidationInfo) -> float:
+        low = info.data.get("poll_min_seconds")
+        if low is not None and value < low:
+            raise ValueError(f"must be ≥ AO_POLL_MIN_SECONDS ({low}), got {value}")
         return value
 
     @property

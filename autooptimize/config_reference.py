@@ -129,6 +129,17 @@ DESCRIPTIONS: dict[str, str] = {
                        "observes the tables of the shards it holds leases on, a fair share of them",
     "listener_lease_seconds": "a listener that dies has its shards taken by the others within this time (its "
                               "leases are renewed every tenth of it, at most every second)",
+    "decide_inline": "the listener as before issue 26 (the scale benchmark's baseline): it decides and scans in "
+                     "its own process and compares every table on every pass; off, decisions and whole scans are "
+                     "control-queue tasks and every table is compared every 10 s, in between only those written",
+    "control_concurrency": "threads of the control-queue worker that `autooptimize up` starts: the listener's "
+                           "decide and scan tasks and beat's periodic decisions",
+    "catalog_calls_per_second": "at most this many table loads per second when the listener polls a catalog "
+                                "without a table list (REST, Glue, Hive, AO_FORCE_POLLING)",
+    "poll_min_seconds": "polling: a table that just changed is polled again after this long",
+    "poll_max_seconds": "polling: a table without changes backs off, doubling its interval up to this long",
+    "retention_gone_partition_days": "statistics of emptied partitions, and of tables gone from the catalog, "
+                                     "kept this long",
     "console_user": "the console's basic-auth user",
     "console_password": "the console's password; unset: generated once into AO_HOME (mode 0600)",
     "console_address": "the address the console and /metrics listen on",

@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 
 from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError, InvalidArgument, LeaseLost
-from autooptimize.services.observe.changes import PollSchedule, changed_tables
+from autooptimize.services.observe.changes import (
+    CatalogWatch,
+    PollSchedule,
+    ScanHandOff,
+    changed_tables,
+    table_list_fingerprint,
+)
 from autooptimize.services.observe.common import ObserveReport, OnAttention
 from autooptimize.services.observe.roll import observe_table, record_observe_error
 from autooptimize.services.submit_decided import settled_partitions
@@ -145,20 +151,25 @@ def _clear(settings: Settings, notice: Notice) -> None:
 
 def run_once(settings: Settings, *, on_attention: OnAttention | None = None, poll: PollSchedule | None = None,
              backoff: _Backoff | None = None, stop_event: threading.Event | None = None,
-             executor: ThreadPoolExecutor | None = None, shards: ShardOwnership | None = None) -> int:
+             executor: ThreadPoolExecutor | None = None, shards: ShardOwnership | None = None,
+             scan: ScanHandOff | None = None, watch: CatalogWatch | None = None) -> int:
     """One pass over the changed tables and the notified ones (``autooptimize notify``), notified first;
     returns how many tables moved (snapshots applied or scanned).
 
     With an ``executor`` several tables are observed at once (one table is never observed twice at
     once: each pass lists a table once, and the table's lock serialises observers anyway). With
     ``shards`` only the tables of the shards this listener holds are observed, each under its shard's
-    fence; a table whose shard was lost meanwhile is left to its new holder.
+    fence; a table whose shard was lost meanwhile is left to its new holder. With ``scan`` the tables that
+    need a whole scan are handed to it, not scanned here; ``watch`` finds changed tables of a SqlCatalog in
+    our database without comparing every table on every pass.
     """
     now = time.monotonic()
     owned = shards.owns if shards is not None else (lambda _name: True)
     notices = _notices(settings, owned)
-    listed = dict.fromkeys([*notices, *changed_tables(settings, poll=poll, only=owned)])
+    listed = dict.fromkeys([*notices, *changed_tables(settings, poll=poll, only=owned, watch=watch)])
     names = [n for n in listed if backoff is None or backoff.ready(n, now)]
+    if scan is not None:
+        names = scan.split(settings, names)
     if executor is not None and len(names) > 1:
         outcomes = executor.map(lambda n: (n, _observe_one(settings, n, on_attention, shards)), names)
     else:
@@ -171,6 +182,8 @@ def run_once(settings: Settings, *, on_attention: OnAttention | None = None, pol
             log.info("table %s left to the holder of its shard: this listener no longer holds it", name)
             continue
         if isinstance(outcome, BaseException):
+            if poll is not None:
+                poll.observed(name, False)
             delay = backoff.failed(name, time.monotonic()) if backoff is not None else 0.0
             level = logging.ERROR if not isinstance(outcome, AutoOptimizeError) else logging.WARNING
             log.log(level, "table %s: observation failed (%s: %s); retrying in %.0f s", name,
@@ -186,6 +199,8 @@ def run_once(settings: Settings, *, on_attention: OnAttention | None = None, pol
         if name in notices:
             _clear(settings, notices[name])
         report = outcome
+        if poll is not None:
+            poll.observed(name, report.changed)
         if report.changed:
             moved += 1
             log.info(
@@ -216,17 +231,29 @@ class _Every:
 class AutoTracker:
     """Tracks new tables matching AO_AUTO_TRACK from the listener's own loop, at most every
     ``settings.auto_track_seconds``: a new table's first commits are observed within seconds, not on
-    the next beat."""
+    the next beat. On a SqlCatalog in our database the catalog is listed only when its table list moved
+    (:func:`table_list_fingerprint`), and at least every ``FULL_LISTING_SECONDS``."""
+
+    FULL_LISTING_SECONDS = 60.0
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._every = _Every(settings.auto_track_seconds)
+        self._fingerprint: tuple[int, int] | None = None
+        self._listed_at = float("-inf")
 
     def run_due(self, now: float | None = None) -> list[str]:
         if not self._settings.auto_track_patterns or not self._every.due(now):
             return []
+        now = time.monotonic() if now is None else now
         try:
+            # taken before listing: a table created meanwhile moves it again, and the next call lists
+            fingerprint = table_list_fingerprint(self._settings)
+            if (fingerprint is not None and fingerprint == self._fingerprint
+                    and now - self._listed_at < self.FULL_LISTING_SECONDS):
+                return []
             added = auto_track(self._settings)
+            self._fingerprint, self._listed_at = fingerprint, now
         except Exception as exc:  # the catalog may be briefly unreachable; the next pass tries again
             log.warning("auto-track failed (%s: %s)", type(exc).__name__, exc)
             return []
@@ -260,11 +287,12 @@ class SettledRecheck:
 
 def run_listener(settings: Settings, stop_event: threading.Event, interval: float = 1.0,
                  on_attention: OnAttention | None = None, *, poll: PollSchedule | None = None,
-                 workers: int = DEFAULT_WORKERS) -> None:
+                 workers: int = DEFAULT_WORKERS, scan: ScanHandOff | None = None) -> None:
     """Observe until ``stop_event`` is set: a pass over the changed tables of this listener's shards
     (``workers`` at a time), then a pause of ``interval`` seconds unless the pass found work (then the
     next pass starts at once); a notify for one of its tables, or shards just taken, end the pause.
-    ``on_attention`` may be called from several threads at once. On stop the shards are released."""
+    ``on_attention`` may be called from several threads at once; ``scan``, when given, takes whole scans.
+    On stop the shards are released."""
     if interval <= 0:
         raise InvalidArgument(f"interval must be > 0 seconds, got {interval!r}")
     if workers < 1:
@@ -272,9 +300,18 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
     executor = ThreadPoolExecutor(workers, thread_name_prefix="ao-observe") if workers > 1 else None
     shards = ShardOwnership(settings)
     wakeups = Wakeups(settings, shards.owns)
-    shards.on_taken = wakeups.wake
     backoff = _Backoff(base=max(interval, 1.0))
-    poll = poll if poll is not None else PollSchedule(min_interval=max(interval, 30.0))
+    poll = poll if poll is not None else PollSchedule.from_settings(settings)
+    # AO_DECIDE_INLINE runs the listener as before issue 26 (the scale benchmark's baseline): every table
+    # compared on every pass
+    watch = None if settings.decide_inline else CatalogWatch()
+
+    def taken() -> None:  # shards just taken: their tables are compared in full at once
+        if watch is not None:
+            watch.look_again()
+        wakeups.wake()
+
+    shards.on_taken = taken
     tracker = AutoTracker(settings)
     settled = SettledRecheck(settings)
     try:
@@ -285,11 +322,12 @@ def run_listener(settings: Settings, stop_event: threading.Event, interval: floa
                 _pause(stop_event, wakeups, shards.check_seconds)
                 continue
             if shards.leads():  # the catalog-wide chores: one listener, the holder of shard 0
-                tracker.run_due()
+                if tracker.run_due() and watch is not None:
+                    watch.look_again()  # the new tables' first sight now, not at the next full comparison
                 settled.run_due(on_attention)
             try:
                 moved = run_once(settings, on_attention=on_attention, poll=poll, backoff=backoff,
-                                 stop_event=stop_event, executor=executor, shards=shards)
+                                 stop_event=stop_event, executor=executor, shards=shards, scan=scan, watch=watch)
             except Exception as exc:  # catalog or database unreachable: keep trying
                 log.warning("listener pass failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, interval)
                 moved = 0
@@ -312,7 +350,8 @@ def _pause(stop_event: threading.Event, wakeups: Wakeups, seconds: float) -> Non
             return
 
 
-def main(argv: list[str] | None = None, on_attention: OnAttention | None = None) -> int:
+def main(argv: list[str] | None = None, on_attention: OnAttention | None = None,
+         scan: Callable[[list[str]], None] | None = None) -> int:
     """Entry point of ``autooptimize listener`` and ``python -m scheduler.listener``; stops on SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(prog="autooptimize listener",
                                      description="Keep partition stats current from new Iceberg snapshots.")
@@ -333,7 +372,8 @@ def main(argv: list[str] | None = None, on_attention: OnAttention | None = None)
         run_once(settings, on_attention=on_attention)
         return 0
     stop = stop_on_signals(log)
-    run_listener(settings, stop, args.interval, on_attention, workers=args.workers)
+    run_listener(settings, stop, args.interval, on_attention, workers=args.workers,
+                 scan=ScanHandOff(scan) if scan is not None else None)
     return 0
 
 

@@ -1,9 +1,52 @@
-"""Control-queue tasks: periodic decisions (beat)."""
+"""Control-queue tasks: decisions and scans the listener hands over, and the periodic decisions (beat)."""
 
 from __future__ import annotations
 
+import logging
+
 from autooptimize.config import get_settings
 from tasks.app import app
+
+log = logging.getLogger(__name__)
+
+
+@app.task(name="autooptimize.decide")
+def decide(table_id: int) -> int:
+    """Decide every partition of the table the listener asked about since this task was sent (one task
+    per table while one is queued: tasks.send.request_decide); returns how many were judged."""
+    from autooptimize.services.submit_decided import on_attention_handler
+    from tasks.send import CeleryDispatch, take_decide_requests
+
+    settings = get_settings()
+    partitions = take_decide_requests(settings, table_id)
+    handle = on_attention_handler(settings, CeleryDispatch(settings))  # records each failure, never raises
+    for spec_id, partition_key in partitions:
+        handle(table_id, spec_id, partition_key)
+    return len(partitions)
+
+
+@app.task(name="autooptimize.scan")
+def scan(tables: list[str]) -> int:
+    """Bring each table's stats to its current snapshot (a whole scan where one is needed: first sight,
+    a requested scan, a new target) and hand what needs attention to decide; returns the tables done. A
+    table that fails is recorded on its cursor and handed over again by the listener later."""
+    from autooptimize.services.observe.roll import observe_table, record_observe_error
+    from tasks.send import decide_requester
+
+    settings = get_settings()
+    on_attention = decide_requester(settings)
+    done = 0
+    for name in tables:
+        try:
+            observe_table(settings, name, on_attention=on_attention)
+            done += 1
+        except Exception as exc:  # one table never stops the others
+            log.warning("table %s: scan failed (%s: %s)", name, type(exc).__name__, exc)
+            try:
+                record_observe_error(settings, name, f"{type(exc).__name__}: {exc}")
+            except Exception:  # the database itself may be what failed
+                pass
+    return done
 
 
 @app.task(name="autooptimize.sweep")

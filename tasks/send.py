@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -15,7 +17,7 @@ from autooptimize.config import Settings
 from autooptimize.errors import ServiceUnavailable
 from autooptimize.redact import redact
 from autooptimize.services.ports import ActionTicket
-from tasks.routing import BUFFER_QUEUE, actor_queue, task_name, task_priority
+from tasks.routing import BUFFER_QUEUE, CONTROL_QUEUE, actor_queue, task_name, task_priority
 from tasks.rpq import LeaseTicket, enqueue_action
 
 CONSOLIDATE_TASK = "autooptimize.consolidate"
@@ -117,6 +119,86 @@ def clear_consolidation_request(settings: Settings, identifier: str) -> None:
     """Forget the queued request: landings from now on may queue another consolidation."""
     try:
         _redis(settings).delete(CONSOLIDATION_KEY.format(catalog=settings.catalog, table=identifier))
+    except redis.RedisError as exc:
+        raise _unreachable(settings, exc) from None
+
+
+DECIDE_TASK = "autooptimize.decide"
+SCAN_TASK = "autooptimize.scan"
+# At most one queued decide task per table; the partitions it is to judge gather in a set beside it.
+DECIDE_KEY = "ao:decide:requested:{catalog}:{table_id}"
+DECIDE_PARTITIONS = "ao:decide:partitions:{catalog}:{table_id}"
+# A lost message (Redis flushed, queue purged) holds a table's next request back this long at most; a
+# queue slower than this only costs a second task, which finds nothing (or nothing new) to judge.
+DECIDE_KEY_TTL = 120
+DECIDE_PARTITIONS_TTL = 86400
+# Decisions go ahead of scans on the control queue (0 is Celery-on-Redis's highest priority).
+DECIDE_PRIORITY, SCAN_PRIORITY = 0, 6
+
+
+def request_decide(settings: Settings, table_id: int, spec_id: int, partition_key: str) -> bool:
+    """Ask a control worker to decide this partition: the partition joins its table's set, and a decide task
+    is sent unless one is queued for the table already. Returns whether a task was sent."""
+    from tasks.app import app
+
+    key = DECIDE_KEY.format(catalog=settings.catalog, table_id=table_id)
+    members = DECIDE_PARTITIONS.format(catalog=settings.catalog, table_id=table_id)
+    try:
+        client = _redis(settings)
+        pipe = client.pipeline(transaction=True)  # the partition is in the set before the key can be seen
+        pipe.sadd(members, json.dumps([spec_id, partition_key]))
+        pipe.expire(members, DECIDE_PARTITIONS_TTL)
+        pipe.set(key, "1", nx=True, ex=DECIDE_KEY_TTL)
+        if not pipe.execute()[2]:
+            return False
+        try:
+            with _send_lock:
+                app.send_task(DECIDE_TASK, kwargs={"table_id": table_id}, queue=CONTROL_QUEUE,
+                              priority=DECIDE_PRIORITY)
+        except BaseException:
+            client.delete(key)  # not sent: the next hand-over must be able to send
+            raise
+    except redis.RedisError as exc:
+        raise _unreachable(settings, exc) from None
+    return True
+
+
+def take_decide_requests(settings: Settings, table_id: int) -> list[tuple[int, str]]:
+    """The partitions asked for since the table's decide task was sent, removed from the set. The key goes
+    first: a partition added after that sends a task of its own, one added before is in what is taken."""
+    key = DECIDE_KEY.format(catalog=settings.catalog, table_id=table_id)
+    members = DECIDE_PARTITIONS.format(catalog=settings.catalog, table_id=table_id)
+    try:
+        client = _redis(settings)
+        client.delete(key)
+        pipe = client.pipeline(transaction=True)
+        pipe.smembers(members)
+        pipe.delete(members)
+        taken = pipe.execute()[0]
+    except redis.RedisError as exc:
+        raise _unreachable(settings, exc) from None
+    pairs = [json.loads(m) for m in taken]
+    return sorted((int(spec_id), str(partition_key)) for spec_id, partition_key in pairs)
+
+
+def decide_requester(settings: Settings) -> Callable[[int, int, str], None]:
+    """The listener's ``on_attention`` when it does not decide itself (AO_DECIDE_INLINE off)."""
+
+    def request(table_id: int, spec_id: int, partition_key: str) -> None:
+        request_decide(settings, table_id, spec_id, partition_key)
+
+    return request
+
+
+def send_scan(settings: Settings, tables: list[str]) -> None:
+    """Queue one scan task for ``tables`` (whole scans before their snapshots can be followed) on the
+    control queue, behind any decide task."""
+    from tasks.app import app
+
+    try:
+        with _send_lock:
+            app.send_task(SCAN_TASK, kwargs={"tables": list(tables)}, queue=CONTROL_QUEUE, priority=SCAN_PRIORITY,
+                          kwargsrepr=redact(repr({"tables": len(tables)})))
     except redis.RedisError as exc:
         raise _unreachable(settings, exc) from None
 

@@ -12,7 +12,7 @@ from tasks.routing import all_queue_names
 
 
 def worker_argv(settings: Settings, *, queues: str | None = None, concurrency: int | None = None,
-                loglevel: str = "INFO", name: str | None = None) -> list[str]:
+                loglevel: str = "INFO", name: str | None = None, pool: str | None = None) -> list[str]:
     """Celery worker arguments for ``queues`` (comma-separated; default every queue); InvalidArgument
     names an unknown queue and the valid ones."""
     valid = all_queue_names(settings.priority_classes)
@@ -24,6 +24,8 @@ def worker_argv(settings: Settings, *, queues: str | None = None, concurrency: i
             "--loglevel", loglevel, "-E"]
     if name:
         argv += ["-n", name]
+    if pool:
+        argv += ["-P", pool]
     return argv
 
 

@@ -51,11 +51,15 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_listener(args: argparse.Namespace) -> int:
     from autooptimize.services.submit_decided import on_attention_handler
     from scheduler.listener import main as listener_main
-    from tasks.send import CeleryDispatch
+    from tasks.send import CeleryDispatch, decide_requester, send_scan
 
     settings = current_settings()
     argv = ["--interval", str(args.interval), "--workers", str(args.workers)] + (["--once"] if args.once else [])
-    return listener_main(argv, on_attention=on_attention_handler(settings, CeleryDispatch(settings)))
+    if settings.decide_inline:  # the listener plans and decides itself, and scans (before issue 26)
+        return listener_main(argv, on_attention=on_attention_handler(settings, CeleryDispatch(settings)))
+    # observing stays in the listener; decisions and whole scans are control-queue tasks
+    return listener_main(argv, on_attention=decide_requester(settings),
+                         scan=lambda tables: send_scan(settings, tables))
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
@@ -188,8 +192,11 @@ def _start_children(children: Supervisor, settings: Settings, workers: int, flow
     actor_queues = ",".join(q for q in all_queue_names(settings.priority_classes) if q != CONTROL_QUEUE)
     for i in range(workers):
         children.start(f"worker-{i}", _celery(*worker_argv(settings, queues=actor_queues, name=f"actor{i}@%h")))
-    children.start("control", _celery(*worker_argv(settings, queues=CONTROL_QUEUE, concurrency=1,
-                                                   name="control@%h")))
+    # decisions and scans are short and mostly wait on PostgreSQL and files: threads in one process, not a
+    # pool of forked processes that costs a round of IPC per task (and a process's memory per slot)
+    children.start("control", _celery(*worker_argv(settings, queues=CONTROL_QUEUE,
+                                                   concurrency=settings.control_concurrency,
+                                                   name="control@%h", pool="threads")))
     children.start("listener", [sys.executable, "-m", "autooptimize.cli", "listener"])
     if settings.dispatch == "rpq":
         children.start("dispatcher", [sys.executable, "-m", "autooptimize.cli", "dispatcher"])

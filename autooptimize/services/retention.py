@@ -11,9 +11,13 @@ Beat runs :func:`apply_retention` every AO_RETENTION_SWEEP_SECONDS. It removes, 
 * buffer batches finished (done or empty) more than AO_RETENTION_BUFFER_DAYS ago, and buffer files whose
   rows are committed or quarantined and whose batch is gone or finished that long ago;
 * entropy history: older than AO_RETENTION_HISTORY_FULL_DAYS it is thinned to the last row of each
-  partition and hour; older than AO_RETENTION_HISTORY_DAYS it goes.
+  partition and hour; older than AO_RETENTION_HISTORY_DAYS it goes;
+* statistics of partitions gone from their table: a row left with no file (observing deletes those at
+  once; a row of an older version or a crash may remain) untouched for AO_RETENTION_GONE_PARTITION_DAYS,
+  and every partition row of a table the catalog has no longer had for that long (its cursor's last
+  observation failed with TableNotFound that long ago and nothing was observed since).
 
-Nothing here touches a table's files, partition statistics or tuning. docs/reliability.md gives the rows
+Nothing here touches a table's files or tuning. docs/reliability.md gives the rows
 written per 1,000 commits and what remains after retention.
 """
 
@@ -74,6 +78,15 @@ _STATEMENTS: dict[str, str] = {
                         AND date_trunc('hour', g.recorded_at) = date_trunc('hour', h.recorded_at)
                         AND g.id > h.id)
             LIMIT :batch)""",
+    "partition_stats_gone": """
+        DELETE FROM ao_partition_stats WHERE (table_id, spec_id, partition_key) IN (
+            SELECT p.table_id, p.spec_id, p.partition_key FROM ao_partition_stats p
+            LEFT JOIN ao_table_cursors c ON c.table_id = p.table_id
+            WHERE (p.n_files = 0 AND p.updated_at < now() - make_interval(secs => :gone_seconds))
+               OR (c.last_error LIKE 'TableNotFound%'
+                   AND c.last_error_at < now() - make_interval(secs => :gone_seconds)
+                   AND (c.observed_at IS NULL OR c.observed_at < c.last_error_at))
+            LIMIT :batch)""",
 }
 
 
@@ -82,7 +95,8 @@ def apply_retention(settings: Settings, *, batch: int = BATCH) -> dict[str, int]
     params: dict[str, Any] = {
         "audit_seconds": settings.retention_audit_days * DAY, "action_seconds": settings.retention_action_days * DAY,
         "buffer_seconds": settings.retention_buffer_days * DAY, "history_seconds": settings.retention_history_days * DAY,
-        "history_full_seconds": settings.retention_history_full_days * DAY, "batch": batch,
+        "history_full_seconds": settings.retention_history_full_days * DAY,
+        "gone_seconds": settings.retention_gone_partition_days * DAY, "batch": batch,
     }
     removed: dict[str, int] = {}
     for name, statement in _STATEMENTS.items():

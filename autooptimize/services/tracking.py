@@ -231,32 +231,43 @@ def ensure_tracked(settings: Settings, identifier: str) -> int:
     return int(track(settings, identifier)["id"])
 
 
-def auto_track(settings: Settings) -> list[str]:
+def auto_track(settings: Settings, *, batch: int = 500) -> list[str]:
     """Track, with default tuning, every catalog table matching AO_AUTO_TRACK that is not tracked yet.
 
-    Opt-in: with no patterns nothing is listed. Returns the identifiers newly tracked.
+    Opt-in: with no patterns nothing is listed. Returns the identifiers newly tracked. The catalog has just
+    listed the tables, so none is loaded: the default tuning is validated once and the new rows go in
+    ``batch`` at a time (a table tracked meanwhile by someone else is left as it is).
     """
     import fnmatch
 
+    from sqlalchemy import select
+    from sqlalchemy.dialects.postgresql import insert
+
     from autooptimize.iceberg.catalog import get_catalog
-    from autooptimize.storage.repositories import tracked_tables
 
     patterns = settings.auto_track_patterns
     if not patterns:
         return []
     catalog = get_catalog(settings)
-    with session_scope(settings) as session:
-        known = {row.identifier for row in tracked_tables(session, settings.catalog)}
-    added = []
-    for namespace in catalog.list_namespaces():
-        for ident in catalog.list_tables(namespace):
-            name = ".".join(ident)
-            if name in known or not any(fnmatch.fnmatchcase(name, p) for p in patterns):
-                continue
-            track(settings, name)
-            with session_scope(settings) as session:
-                row = tracked_table(session, settings.catalog, name)
-                audit(session, "table.auto_tracked", table_id=row.id if row else None, identifier=name,
-                      patterns=list(patterns))
-            added.append(name)
+    with session_scope(settings) as session:  # the identifiers only: runs every few seconds over the estate
+        known = set(session.scalars(select(TrackedTable.identifier).where(TrackedTable.catalog == settings.catalog)))
+    wanted = sorted(name for name in (".".join(ident) for namespace in catalog.list_namespaces()
+                                      for ident in catalog.list_tables(namespace))
+                    if name not in known and any(fnmatch.fnmatchcase(name, p) for p in patterns))
+    if not wanted:
+        return []
+    tuning = validate_tuning(settings, None, None).as_dict()
+    added: list[str] = []
+    for start in range(0, len(wanted), batch):
+        with session_scope(settings) as session:
+            rows = session.execute(
+                insert(TrackedTable)
+                .values([{"catalog": settings.catalog, "identifier": name, **tuning}
+                         for name in wanted[start:start + batch]])
+                .on_conflict_do_nothing(index_elements=["catalog", "identifier"])
+                .returning(TrackedTable.id, TrackedTable.identifier)).all()
+            for table_id, name in rows:
+                audit(session, "table.tracked", table_id=table_id, identifier=name, tuning=tuning)
+                audit(session, "table.auto_tracked", table_id=table_id, identifier=name, patterns=list(patterns))
+        added += sorted(name for _, name in rows)
     return added

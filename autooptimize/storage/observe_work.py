@@ -50,6 +50,53 @@ def changed_tables_in_catalog_db(session: Session, catalog: str) -> list[str]:
     return [r.identifier for r in session.execute(_CHANGED_SQL, {"catalog": catalog})]
 
 
+# The oldest transaction still running (32-bit xid): every catalog row written later has an xmin at or after it.
+_HORIZON_SQL = text("SELECT txid_snapshot_xmin(txid_current_snapshot()) % 4294967296")
+
+_MOVED_SQL = text(
+    """
+    WITH moved AS MATERIALIZED (
+        SELECT i.table_namespace || '.' || i.table_name AS identifier, i.metadata_location
+        FROM iceberg_tables i
+        WHERE i.catalog_name = :catalog AND age(i.xmin) <= age(CAST(CAST(:since AS text) AS xid))
+    )
+    SELECT t.identifier
+    FROM moved m
+    JOIN ao_tracked_tables t ON t.catalog = :catalog AND t.identifier = m.identifier
+    LEFT JOIN ao_table_cursors c ON c.table_id = t.id
+    WHERE c.table_id IS NULL OR c.needs_scan OR c.metadata_location IS DISTINCT FROM m.metadata_location
+    ORDER BY t.identifier
+    """
+)
+
+
+def catalog_horizon(session: Session) -> int:
+    """The oldest transaction id still running, for :func:`moved_tables_in_catalog_db` next time."""
+    return int(session.execute(_HORIZON_SQL).scalar_one())
+
+
+def moved_tables_in_catalog_db(session: Session, catalog: str, since: int) -> list[str]:
+    """Like :func:`changed_tables_in_catalog_db`, among only the catalog rows written by transactions at or
+    after ``since`` (a :func:`catalog_horizon` taken before the last look): a scan of the catalog's rows
+    without reading or joining the unchanged ones."""
+    return [r.identifier for r in session.execute(_MOVED_SQL, {"catalog": catalog, "since": since})]
+
+
+_FINGERPRINT_SQL = text(
+    """
+    SELECT count(*) AS n, coalesce(sum(hashtext(table_namespace || '.' || table_name)::bigint), 0) AS h
+    FROM iceberg_tables WHERE catalog_name = :catalog
+    """
+)
+
+
+def catalog_fingerprint(session: Session, catalog: str) -> tuple[int, int]:
+    """(tables, Σ hash of their names) of a SqlCatalog's table list in this database: it moves when a table
+    is created or dropped (a drop and a create whose hashes cancel out are left to the next full listing)."""
+    row = session.execute(_FINGERPRINT_SQL, {"catalog": catalog}).one()
+    return int(row.n), int(row.h)
+
+
 def changed_tables_from_locations(session: Session, catalog: str, locations: dict[str, str | None]) -> list[str]:
     """Like :func:`changed_tables_in_catalog_db`, for a catalog database elsewhere: ``locations`` maps
     ``namespace.table`` to its current metadata location."""

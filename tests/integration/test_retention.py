@@ -89,3 +89,32 @@ def test_beat_applies_retention(settings):
     entry = beat_schedule(settings)["retention"]
     assert entry["task"] == "autooptimize.retention" and entry["schedule"] == settings.retention_sweep_seconds
     assert set(prune_state.run()) >= {"audit", "actions", "leases", "history_thinned"}
+
+
+def test_stats_of_partitions_gone_from_their_table_are_dropped_after_the_window(settings, catalog):
+    gone_table, kept_table, live_table = (_table_id(settings, catalog) for _ in range(3))
+    with session_scope(settings) as s:
+        for table_id, key, files, updated in ((gone_table, "emptied-old", 0, OLD), (gone_table, "emptied-new", 0, "now()"),
+                                              (kept_table, "live-old", 3, OLD)):
+            s.execute(text(f"""INSERT INTO ao_partition_stats (table_id, spec_id, partition_key, partition_values,
+                               n_files, sse, total_bytes, small_files, small_bytes, updated_at)
+                               VALUES (:t, 0, :k, '{{}}', :n, 0, 0, 0, 0, {updated})"""),
+                      {"t": table_id, "k": key, "n": files})
+        # a table the catalog lost long ago (its last observation failed so) and one that failed just now
+        for table_id, when in ((live_table, OLD), (kept_table, "now()")):
+            s.execute(text(f"""INSERT INTO ao_table_cursors (table_id, last_error, last_error_at, observed_at)
+                               VALUES (:t, 'TableNotFound: gone', {when}, {OLD} - interval '1 day')"""),
+                      {"t": table_id})
+            s.execute(text(f"""INSERT INTO ao_partition_stats (table_id, spec_id, partition_key, partition_values,
+                               n_files, sse, total_bytes, small_files, small_bytes, updated_at)
+                               VALUES (:t, 0, 'of-a-lost-table', '{{}}', 2, 0, 0, 0, 0, {OLD})"""), {"t": table_id})
+
+    removed = apply_retention(settings)
+
+    with session_scope(settings) as s:
+        left = set(s.execute(text("SELECT table_id, partition_key FROM ao_partition_stats WHERE table_id IN (:a, :b, :c)"),
+                             {"a": gone_table, "b": kept_table, "c": live_table}).all())
+    assert removed["partition_stats_gone"] >= 2
+    assert left == {(gone_table, "emptied-new"), (kept_table, "live-old"), (kept_table, "of-a-lost-table")}, \
+        "only emptied rows past the window and the rows of a table lost past the window go"
+    assert apply_retention(settings)["partition_stats_gone"] == 0  # idempotent

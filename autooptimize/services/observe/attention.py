@@ -14,7 +14,13 @@ from autooptimize.services.observe.common import ObserveReport, OnAttention, Tra
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.observe_work import AttentionRow, attention_rows, pending_partitions
 from autooptimize.storage.repositories import decision_failures, tracked_table
-from autooptimize.storage.stats import PartitionId, count_attention, partition_figures, partition_labels
+from autooptimize.storage.stats import (
+    PartitionFigures,
+    PartitionId,
+    count_attention,
+    partition_figures,
+    partition_labels,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +41,21 @@ class Attention:
 
 
 def attend(settings: Settings, identifier: str, info: TrackedSettings, touched: set[PartitionId],
-            report: ObserveReport, on_attention: OnAttention | None) -> None:
+           report: ObserveReport, on_attention: OnAttention | None,
+           figures: dict[PartitionId, PartitionFigures] | None = None) -> None:
     """Hand changed partitions with MSE ≥ T², and partitions that received delete files, to
-    ``on_attention``; count those skipped."""
+    ``on_attention``; count those skipped. ``figures``: the touched partitions' figures as just written
+    (the health rule is then applied to them here, not read back from PostgreSQL)."""
     deletes = {tuple(p) for p in report.delete_partitions}
     if not touched and not deletes:
         return
     with session_scope(settings) as session:
-        rows = attention_rows(session, settings.catalog, table_id=info.table_id, partitions=touched)
+        if figures is not None:
+            rows = [AttentionRow(info.table_id, identifier, f.spec_id, f.partition_key, f.n_files, f.sse, info.tolerance)
+                    for _, f in sorted(figures.items())
+                    if info.enabled and f.needs_attention(info.target, info.tolerance)]
+        else:
+            rows = attention_rows(session, settings.catalog, table_id=info.table_id, partitions=touched)
         seen = {(r.spec_id, r.partition_key) for r in rows}
         rows += [AttentionRow(info.table_id, identifier, spec_id, key, 0, 0, info.tolerance)
                  for spec_id, key in sorted(deletes) if (spec_id, key) not in seen]

@@ -58,6 +58,7 @@ class TrackedSettings:
     table_id: int
     target: int
     tolerance: int
+    enabled: bool = True
 
 
 def tracked_settings(settings: Settings, identifier: str) -> TrackedSettings:
@@ -74,7 +75,7 @@ def tracked_with_cursor(settings: Settings, identifier: str) -> tuple[TrackedSet
                 f"table {identifier!r} is not tracked in catalog {settings.catalog!r}; "
                 "track it first (autooptimize track <table>)"
             )
-        return TrackedSettings(row.id, row.target_file_size, row.tolerance), get_cursor(session, row.id)
+        return TrackedSettings(row.id, row.target_file_size, row.tolerance, row.enabled), get_cursor(session, row.id)
 
 
 def why_scan(cursor: Cursor | None, table: Table, info: TrackedSettings) -> str | None:

@@ -25,6 +25,7 @@ from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
 from autooptimize.storage.stats import (
     Cursor,
+    PartitionFigures,
     PartitionId,
     StatsDrift,
     advance_cursor,
@@ -59,14 +60,18 @@ def observe_table(settings: Settings, identifier: str, *, on_attention: OnAttent
     info, cursor = tracked_with_cursor(settings, identifier)
     table = load_table(settings, identifier)
     report = ObserveReport(identifier, info.table_id)
-    touched = _roll_forward(settings, info, cursor, table, report, max_chain)
-    attend(settings, identifier, info, touched, report, on_attention)
+    latest: dict[PartitionId, PartitionFigures] = {}
+    touched = _roll_forward(settings, info, cursor, table, report, max_chain, latest)
+    # after a roll the partitions' figures are at hand; after a scan attend reads them back
+    attend(settings, identifier, info, touched, report, on_attention,
+           figures=latest if not report.scanned and set(latest) == touched else None)
     report.seconds = time.monotonic() - started
     return report
 
 
 def _roll_forward(settings: Settings, info: TrackedSettings, cursor: Cursor | None, table: Table,
-                  report: ObserveReport, max_chain: int) -> set[PartitionId]:
+                  report: ObserveReport, max_chain: int, latest: dict[PartitionId, PartitionFigures]) -> set[PartitionId]:
+    """The partitions changed; ``latest`` receives each rolled partition's figures after its last snapshot."""
     # The cursor was read before the table was loaded: a snapshot committed in between is simply left
     # for the next pass, and each step re-checks the cursor under the table's lock.
     reason = why_scan(cursor, table, info)
@@ -135,6 +140,7 @@ def _roll_forward(settings: Settings, info: TrackedSettings, cursor: Cursor | No
             return touched | scan_whole_table(settings, info, table, report, "drift")
         expected = snapshot.snapshot_id
         touched |= set(diff.partitions)
+        latest.update(((f.spec_id, f.partition_key), f) for f in figures)
         report.delete_partitions.extend(p for p in sorted(diff.delete_partitions) if p not in report.delete_partitions)
         report.snapshot_id = snapshot.snapshot_id
         report.snapshots_applied += 1
