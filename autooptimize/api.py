@@ -148,7 +148,7 @@ def land(table: str, files: list[Any], *, move: bool = False, settings: Settings
 
 def buffer_status(table: str | None = None, *, settings: Settings | None = None) -> list[dict[str, Any]]:
     """Per buffered table: files, bytes, oldest age, and which rule fires next."""
-    from autooptimize.services.buffer.rules import status as buffered_status
+    from autooptimize.services.buffer.rules import buffer_status as buffered_status
 
     return buffered_status(_settings(settings), None if table is None else _table(table))
 

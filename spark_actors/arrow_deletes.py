@@ -7,7 +7,7 @@ every row in file order, so a row's position is its index in the file; the next 
 ("Scan Planning"):
 
 * a position delete removes the rows at its positions of the files it names, when its data sequence
-  number is >= the data file's. Paths are compared after :func:`spark_actors.deletes.normalise_path`;
+  number is >= the data file's. Paths are compared after :func:`spark_actors.deletes.join_key`;
 * an equality delete removes the rows whose key columns equal one of its rows, null equal to null,
   when its data sequence number is strictly greater than the data file's. Its columns are read by
   field id and cast to the data's types.
@@ -37,7 +37,7 @@ from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.v3 import LAST_UPDATED, ROW_ID, MalformedDeleteFile, vector_positions
 from spark_actors.arrow_lineage import lineage_columns, with_lineage
 from spark_actors.arrow_rewrite import _write_rolling, _Writers, check_outputs, check_writable, scan_files
-from spark_actors.deletes import _SCHEME, CompactionOutput, SequencedFile, equality_fields, normalise_path
+from spark_actors.deletes import LOCAL_SCHEME, CompactionOutput, SequencedFile, equality_fields, join_key
 
 FIELD_ID = b"PARQUET:field_id"
 _ROW = "_ao_row"
@@ -107,7 +107,7 @@ def _equality_deletes(table: Table, ids: tuple[int, ...], deletes: list[Sequence
 
 
 def _position_deletes(table: Table, deletes: list[SequencedFile]) -> pa.Table:
-    """(file key, pos, sequence number) of every position delete; keys normalised as :func:`normalise_path`."""
+    """(file key, pos, sequence number) of every position delete; keys normalised as :func:`join_key`."""
     parts = []
     for d in deletes:
         if d.content_offset is not None:  # a deletion vector: one blob of a Puffin file (Iceberg v3)
@@ -122,7 +122,7 @@ def _position_deletes(table: Table, deletes: list[SequencedFile]) -> pa.Table:
                 data = pq.read_table(stream, columns=["file_path", "pos"])
         if data.column("file_path").null_count or data.column("pos").null_count:
             raise ActionRefused("malformed_delete_file", f"position delete file {d.path} has null values")
-        key = pc.replace_substring_regex(data.column("file_path"), pattern=_SCHEME, replacement="/")
+        key = pc.replace_substring_regex(data.column("file_path"), pattern=LOCAL_SCHEME, replacement="/")
         parts.append(pa.table({"key": key, "pos": data.column("pos").cast(pa.int64()),
                                "seq": pa.array(np.full(data.num_rows, d.sequence_number, dtype=np.int64))}))
     return pa.concat_tables(parts) if parts else pa.table({"key": pa.array([], pa.string()),
@@ -134,7 +134,7 @@ def _deleted_positions(positions: pa.Table, data: SequencedFile) -> np.ndarray:
     """Sorted distinct positions of ``data`` that apply under the sequence rule."""
     if not positions.num_rows:
         return np.array([], np.int64)
-    mine = pc.and_(pc.equal(positions.column("key"), normalise_path(data.path)),
+    mine = pc.and_(pc.equal(positions.column("key"), join_key(data.path)),
                    pc.greater_equal(positions.column("seq"), data.sequence_number))
     return np.unique(positions.column("pos").filter(mine).to_numpy())
 

@@ -31,12 +31,12 @@ if TYPE_CHECKING:
 
 POS_FILE_PATH_ID = 2147483546
 POS_POS_ID = 2147483545
-_SCHEME = r"^file:/+"
+LOCAL_SCHEME = r"^file:/+"  # file:/x, file:///x: stripped to /x by join_key and its Spark and pyarrow twins
 
 
-def normalise_path(path: str) -> str:
+def join_key(path: str) -> str:
     """The join key of a file path: ``file:/x``, ``file:///x`` and ``/x`` all become ``/x``."""
-    return re.sub(_SCHEME, "/", path)
+    return re.sub(LOCAL_SCHEME, "/", path)
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class CompactionOutput:
 def _key(col: Column) -> Column:
     from pyspark.sql import functions as F
 
-    return F.regexp_replace(col, _SCHEME, "/")
+    return F.regexp_replace(col, LOCAL_SCHEME, "/")
 
 
 def _position_deletes(spark: SparkSession, files: DataFrame, deletes: list[SequencedFile]) -> DataFrame:
@@ -76,7 +76,7 @@ def _position_deletes(spark: SparkSession, files: DataFrame, deletes: list[Seque
         st.StructField("file_path", st.StringType(), True, {FIELD_ID_KEY: POS_FILE_PATH_ID}),
         st.StructField("pos", st.LongType(), True, {FIELD_ID_KEY: POS_POS_ID}),
     ])
-    seqs = spark.createDataFrame([(normalise_path(d.path), d.sequence_number) for d in deletes],
+    seqs = spark.createDataFrame([(join_key(d.path), d.sequence_number) for d in deletes],
                                  "_ao_dkey string, _ao_dseq long")
     raw = spark.read.schema(schema).parquet(*[d.path for d in deletes])
     return (
@@ -112,7 +112,7 @@ def _equality_deletes(spark: SparkSession, schema: Schema, ids: tuple[int, ...],
     from pyspark.sql import functions as F
 
     fields = equality_fields(schema, ids)
-    seqs = spark.createDataFrame([(normalise_path(d.path), d.sequence_number) for d in deletes],
+    seqs = spark.createDataFrame([(join_key(d.path), d.sequence_number) for d in deletes],
                                  "_ao_dkey string, _ao_dseq long")
     raw = spark.read.schema(spark_schema(Schema(*fields))).parquet(*[d.path for d in deletes])
     names = [f"_ao_e{f.field_id}" for f in fields]
@@ -125,7 +125,7 @@ def _equality_deletes(spark: SparkSession, schema: Schema, ids: tuple[int, ...],
     return frame, [f.name for f in fields]
 
 
-def compact_group(
+def compact_group_sql(
     spark: SparkSession,
     schema: Schema,
     data_files: list[SequencedFile],
@@ -146,7 +146,7 @@ def compact_group(
     from pyspark.sql import functions as F
 
     # rows carry a small file number, not the path, so the delete side of the joins stays small
-    files = spark.createDataFrame([(normalise_path(f.path), f.sequence_number, i) for i, f in enumerate(data_files)],
+    files = spark.createDataFrame([(join_key(f.path), f.sequence_number, i) for i, f in enumerate(data_files)],
                                   "_ao_key string, _ao_seq long, _ao_fid int")
     data = spark.read.schema(spark_schema(schema)).parquet(*[f.path for f in data_files])
     columns = list(data.columns)

@@ -42,7 +42,7 @@ class GroupWritten:
 
 
 #: Beside a group's directory while a task writes it (``<directory>.writing``): a fenced attempt's output is
-#: touched only once its tasks are gone or this marker is (services/rewrite/outputs.writing).
+#: touched only once its tasks are gone or this marker is (services/rewrite/outputs.still_writing).
 WRITING_SUFFIX = ".writing"
 
 
@@ -186,7 +186,7 @@ def calibrate(table: Table, inputs: list[DataFile], directory: str, codec: str, 
     return out.rows_in, size
 
 
-def consolidate(table: Table, spec_id: int, groups: list[list[str]], output_dir: str, rows_per_file: int,
+def consolidate_batch(table: Table, spec_id: int, groups: list[list[str]], output_dir: str, rows_per_file: int,
                 codec: str, *, attempt: int = 0) -> tuple[Any, Any, dict[str, DataFile]]:
     """A buffered-write batch (spark_actors.arrow_consolidate.consolidate_files_arrow) on an executor: the
     writer's output, the outputs' digest read back by field id, and each output's DataFile (from its footer).

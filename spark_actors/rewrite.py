@@ -40,7 +40,7 @@ def list_parquet(directory: str, io: Any = None) -> list[str]:
     )
 
 
-def rewrite_group(
+def rewrite_group_sql(
     spark: SparkSession,
     schema: Schema,
     inputs: list[str],

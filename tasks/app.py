@@ -20,7 +20,7 @@ from celery.signals import worker_process_init, worker_process_shutdown
 from autooptimize.config import Settings, get_settings
 from autooptimize.redact import install_log_redaction
 from autooptimize.services.attempt import attempt_limit_seconds
-from tasks.routing import CONTROL_QUEUE, queues
+from tasks.routing import CONTROL_QUEUE, celery_queues
 
 
 def visibility_timeout(settings: Settings) -> int:
@@ -39,7 +39,7 @@ def make_app() -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_default_queue=CONTROL_QUEUE,
-        task_queues=queues(settings.priority_classes),
+        task_queues=celery_queues(settings.priority_classes),
         task_create_missing_queues=False,
         broker_transport_options={
             "priority_steps": list(range(10)),

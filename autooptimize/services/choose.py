@@ -18,7 +18,7 @@ from autooptimize.domain.planning import Plan
 from autooptimize.errors import ActionRefused, InvalidArgument
 from autooptimize.iceberg.files import PartitionFiles
 from autooptimize.services.rewrite.lineage import keeps_lineage
-from autooptimize.services.rewrite.merge import plan_files, plan_partition, plan_partition_with_rule, refusal
+from autooptimize.services.rewrite.merge import merge_refusal, plan_files, plan_merge, plan_merge_with_rule
 from autooptimize.services.rewrite.sort import sort_spec
 
 
@@ -88,7 +88,7 @@ def partition_history(settings: Any, table_id: int | None, spec_id: int | None =
                 "last_write_ms": last_write_ms(session, table_id, *one) if one is not None else None}
 
 
-def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
+def column_overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
     """Bytes of the partition's data files whose range of ``column`` overlaps another file's.
 
     After ordering by lower bound, a file overlaps an earlier one iff its lower bound is at most the
@@ -120,23 +120,23 @@ def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
 
 def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: frozenset[str]) -> Choice:
     """Measure ``pf`` and decide (see autooptimize.domain.decision)."""
-    problem = refusal(table, pf)
+    problem = merge_refusal(table, pf)
     merge_plan = None
     merge = None
     rule = None
     if problem is None or problem.reason == "has_delete_files":
-        merge_plan, rule = plan_partition_with_rule(table, pf, request)
+        merge_plan, rule = plan_merge_with_rule(table, pf, request)
         if merge_plan.is_empty:
             merge_plan = None
             if request.max_bytes is not None:  # nothing fits the budget: say so when something would help
-                unlimited = plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
+                unlimited = plan_merge(table, pf, dataclasses.replace(request, max_bytes=None))
                 if not unlimited.is_empty:
                     merge = MergeFacts(unlimited.bytes_rewritten, unlimited.files_in, unlimited.files_out,
                                        unlimited.mse_before, unlimited.mse_after, limited_by_budget=True)
     if merge_plan is not None:
         limited = False
         if request.max_bytes is not None and merge_plan.needs_attention_after:
-            unlimited = plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
+            unlimited = plan_merge(table, pf, dataclasses.replace(request, max_bytes=None))
             limited = unlimited.bytes_rewritten > request.max_bytes
         merge = MergeFacts(merge_plan.bytes_rewritten, merge_plan.files_in, merge_plan.files_out,
                            merge_plan.mse_before, merge_plan.mse_after, limited)
@@ -155,7 +155,7 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
                                      order[0], request.target_file_size, request.tolerance,
                                      request.min_input_files, request.max_bytes,
                                      max_group_bytes=request.max_group_bytes)
-            sort = SortFacts(overlapping_bytes(table, pf, order[0][0]), pf.bytes, len(pf.data_files),
+            sort = SortFacts(column_overlapping_bytes(table, pf, order[0][0]), pf.bytes, len(pf.data_files),
                              sort_plan.bytes_rewritten, sort_plan.files_in, sort_plan.files_out,
                              sort_plan.mse_after)
     zorder_plan, zorder = _zorder_facts(table, pf, request, allowed, problem)

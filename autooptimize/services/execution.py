@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 class Claim:
     """An action whose lease this process has just taken."""
 
-    lease: leases.Lease
+    lease: leases.LeaseGrant
     request: MergeRequest
     state: str  # the action's state when the lease was taken
     attempts: int  # attempts counted, this one included when it was started

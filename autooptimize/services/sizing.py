@@ -37,7 +37,7 @@ CALIBRATION_TARGETS = 4
 #: … and never more than this many raw bytes.
 CALIBRATION_MAX_BYTES = 256 * 1024 * 1024
 
-__all__ = ["NO_SIZING", "REWRITE_KINDS", "Sizing", "calibrate", "calibration_sample", "learned"]
+__all__ = ["NO_SIZING", "REWRITE_KINDS", "Sizing", "calibrate_spark_sql", "calibration_sample", "learned"]
 
 
 def learned(settings: Settings, identifier: str) -> Sizing:
@@ -80,7 +80,7 @@ def calibrate_arrow(table: Any, inputs: list[Any], directory: str, codec: str, p
     return Sizing(size / rows, "calibration") if rows else NO_SIZING
 
 
-def calibrate(spark: Any, table: Any, paths: list[str], directory: str, codec: str) -> Sizing:
+def calibrate_spark_sql(spark: Any, table: Any, paths: list[str], directory: str, codec: str) -> Sizing:
     """Write ``paths`` as one file with Spark under ``directory`` (removed afterwards) and measure."""
     import pyarrow.parquet as pq
 

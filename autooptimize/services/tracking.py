@@ -71,7 +71,7 @@ def size_arg(name: str, value: Any) -> int:
     return size
 
 
-def action_list(name: str, value: Any) -> list[str]:
+def action_kinds(name: str, value: Any) -> list[str]:
     """Action kinds from ``"merge,sort"`` or a list; InvalidArgument names an unknown one and the valid."""
     if isinstance(value, str):
         value = [a.strip() for a in value.split(",") if a.strip()]
@@ -85,11 +85,11 @@ def action_list(name: str, value: Any) -> list[str]:
 
 
 def _allowed(merged: dict[str, Any], allow: Any, disallow: Any) -> tuple[str, ...]:
-    actions = action_list("allowed_actions", merged["allowed_actions"])
+    actions = action_kinds("allowed_actions", merged["allowed_actions"])
     if allow is not None:
-        actions += [a for a in action_list("allow", allow) if a not in actions]
+        actions += [a for a in action_kinds("allow", allow) if a not in actions]
     if disallow is not None:
-        dropped = set(action_list("disallow", disallow))
+        dropped = set(action_kinds("disallow", disallow))
         actions = [a for a in actions if a not in dropped]
     if not actions:
         raise InvalidArgument(f"allowed_actions would be empty; allow at least one of {', '.join(ACTION_KINDS)} "

@@ -230,7 +230,7 @@ def test_rules_fire_on_landing_and_batches_take_the_oldest_files_first(settings,
     queued = [json.loads(m) for m in client.lrange("ao.buffer", 0, -1)]
     assert len(queued) == 1, "one request per table while one is queued"
     assert queued[0]["headers"]["task"] == "autooptimize.consolidate"
-    [status] = buffer_rules.status(settings, identifier)
+    [status] = buffer_rules.buffer_status(settings, identifier)
     assert status["buffered_files"] == 10 and status["fires_now"] == "max_files"
 
     out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark)
@@ -241,7 +241,7 @@ def test_rules_fire_on_landing_and_batches_take_the_oldest_files_first(settings,
                                 .order_by(BufferFile.id)))
     assert [r.batch_id for r in landed[:4]] == [out["batches"][0]["batch"]] * 4
     assert [r.state for r in landed[8:]] == ["buffered", "buffered"]
-    [status] = buffer_rules.status(settings, identifier)
+    [status] = buffer_rules.buffer_status(settings, identifier)
     assert status["buffered_files"] == 2 and status["fires_now"] is None and status["next_rule"] == "max_files"
     assert committed_ids(table) == expected_ids(8)
 
@@ -295,14 +295,14 @@ KILL_SCRIPT = """
 import os, sys
 from autooptimize.config import get_settings
 from autooptimize.services.buffer.consolidate import consolidate_table
-from autooptimize.services.buffer.hooks import Hooks
+from autooptimize.services.buffer.hooks import BufferHooks
 from tasks.send import CeleryDispatch
 
 def die(*_):
     os.kill(os.getpid(), 9)
 
 settings = get_settings()
-consolidate_table(settings, sys.argv[1], flush=True, hooks=Hooks(**{sys.argv[2]: die}),
+consolidate_table(settings, sys.argv[1], flush=True, hooks=BufferHooks(**{sys.argv[2]: die}),
                   dispatch=CeleryDispatch(settings))
 print("survived")
 """
@@ -434,7 +434,7 @@ def test_landing_keeps_working_during_a_consolidation_and_the_callback_hears_of_
     import http.server
     import threading
 
-    from autooptimize.services.buffer.hooks import Hooks
+    from autooptimize.services.buffer.hooks import BufferHooks
 
     received: list[dict] = []
 
@@ -461,13 +461,13 @@ def test_landing_keeps_working_during_a_consolidation_and_the_callback_hears_of_
             during.append(land(settings, identifier, late))
 
         out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark, flush=True,
-                                hooks=Hooks(after_write=land_while_consolidating))
+                                hooks=BufferHooks(after_write=land_while_consolidating))
     finally:
         server.shutdown()
         server.server_close()
     assert len(during[0]["landed"]) == 3
     assert [b["files"] for b in out["batches"]] == [4], "files landed after the flush began wait their turn"
-    [row] = buffer_rules.status(settings, identifier)
+    [row] = buffer_rules.buffer_status(settings, identifier)
     assert row["buffered_files"] == 3
     assert [r["batch"] for r in received] == [out["batches"][0]["batch"]]
     assert received[0]["snapshot_id"] == out["batches"][0]["snapshot_id"] and received[0]["rows"] == 80

@@ -20,7 +20,7 @@ from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_KIND_PROPERTY
 from autooptimize.iceberg.commits import StagedAppend, apply_with_retry
 from autooptimize.redact import redact
-from autooptimize.services.buffer.hooks import Hooks, call_hook
+from autooptimize.services.buffer.hooks import BufferHooks, call_hook
 from autooptimize.services.refusals import record_refusals
 from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
@@ -102,7 +102,7 @@ def commit_append(settings: Settings, table: Table, batch_id: str, data_files: l
         return done.snapshot_id
 
 
-def record_commit(settings: Settings, batch_id: str, identifier: str, snapshot_id: int, hooks: Hooks,
+def record_commit(settings: Settings, batch_id: str, identifier: str, snapshot_id: int, hooks: BufferHooks,
                    reason: str | None, seconds: float | None = None) -> dict[str, Any]:
     with session_scope(settings) as session:
         batch = session.get(BufferBatch, batch_id, with_for_update=True)

@@ -33,7 +33,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 
 from autooptimize.config import Settings
-from autooptimize.domain.buffer_rules import Decision, evaluate
+from autooptimize.domain.buffer_rules import FlushDecision, evaluate
 from autooptimize.errors import ActionRefused, FileRejected, InvalidArgument, ServiceUnavailable
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.catalog import load_table, parse_identifier
@@ -295,7 +295,7 @@ def _place(settings: Settings, identifier: str, zone: Path, source: Path, move: 
     return target
 
 
-def _after_landing(settings: Settings, identifier: str, table_id: int, dispatch: Dispatch | None) -> Decision:
+def _after_landing(settings: Settings, identifier: str, table_id: int, dispatch: Dispatch | None) -> FlushDecision:
     """Evaluate the table's rules; when one fires, ask for a consolidation (once per table at a time)."""
     with session_scope(settings) as session:
         row = session.get(BufferTable, table_id)

@@ -26,7 +26,7 @@ from autooptimize.iceberg.commit import (
     data_file_from_footer,
 )
 from autooptimize.iceberg.commits import CommitStats
-from autooptimize.iceberg.fileio import is_local
+from autooptimize.iceberg.fileio import table_is_local
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.iceberg.v3 import content_offset, is_deletion_vector
 from autooptimize.services.compact import (
@@ -123,13 +123,13 @@ class CompactKind:
         """One partition in this process (``local``) or as its own Spark SQL job (``spark_sql``, file://);
         under ``spark`` through :meth:`rewrite_action`."""
         from spark_actors.arrow_deletes import compact_group_arrow
-        from spark_actors.deletes import SequencedFile, compact_group
+        from spark_actors.deletes import SequencedFile, compact_group_sql
 
         plan: CompactionPlan = unit.work
         deletes = _deletes(plan)
         # Spark SQL's job reads Parquet delete files only and writes no row lineage: deletion vectors and v3
         # tables take the pyarrow path (on the executors, or here)
-        spark_can = is_local(table) and not lineage.keeps_lineage(table) and not any(
+        spark_can = table_is_local(table) and not lineage.keeps_lineage(table) and not any(
             d.content_offset is not None for d in deletes)
         engine = choose_engine(request, spark_can=spark_can)
         if engine == Engine.SPARK:
@@ -138,7 +138,7 @@ class CompactKind:
             data = [SequencedFile(f.path, sequence_number(f)) for f in plan.inputs]
             # below ~1M delete rows (tens of MB as file numbers, positions and keys) a broadcast beats a shuffle
             broadcast = sum(d.record_count for d in plan.deletes) <= BROADCAST_DELETE_ROWS
-            result = compact_group(spark, table.schema(), data, deletes, directory, plan.files_out, codec, broadcast)
+            result = compact_group_sql(spark, table.schema(), data, deletes, directory, plan.files_out, codec, broadcast)
         else:
             result = compact_group_arrow(table, *_job_args(plan, deletes, directory, codec))
         digest_out = read_back_digest(hooks, list(result.paths), lambda: output_digest(table, list(result.paths)))

@@ -124,7 +124,7 @@ def rewrite_local(table: Table, g: Any, codec: str, hooks: Hooks) -> GroupResult
                      as_digest(result.digest_kept), digest_out, footer_rows, outputs, Engine.LOCAL, None, None)
 
 
-def verify_written(table: Table, g: Any, written: Any, hooks: Hooks, executor: str, codec: str) -> GroupResult:
+def verify_lineage_written(table: Table, g: Any, written: Any, hooks: Hooks, executor: str, codec: str) -> GroupResult:
     """A v3 merge group an executor wrote (group_tasks.compact_group), verified from its figures."""
     _, vectors = job_args(g, codec)
     written_lineage(table, g.directory, written, hooks)

@@ -14,7 +14,7 @@ from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, Merg
 from autooptimize.domain.profile import add_seconds, phase
 from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.commit import data_file_from_footer
-from autooptimize.iceberg.fileio import is_local
+from autooptimize.iceberg.fileio import table_is_local
 from autooptimize.services import evolution
 from autooptimize.services.evolution import encode_partition
 from autooptimize.services.rewrite import lineage
@@ -67,7 +67,7 @@ def prepare_group(table: Table, unit: Unit, directory: str, request: MergeReques
         raise VerificationFailed(f"group {directory} mixes files with and without field ids")
     field_ids = with_ids.pop()
     # Spark's own Parquet IO reaches only local files (no Hadoop S3 filesystem here)
-    spark_can = engine_for(table.schema(), field_ids=field_ids) == SPARK and is_local(table)
+    spark_can = engine_for(table.schema(), field_ids=field_ids) == SPARK and table_is_local(table)
     columns = order[0] if order else None
     keys = spark_sort(columns)
     ordered = order is not None or zorder is not None
@@ -120,7 +120,7 @@ def rewrite_in_one_job(spark: Any, table: Table, units: list[Unit], directories:
         for g, outcome in zip(on_job, job.outcomes, strict=True):
             if outcome.error is not None:
                 raise outcome.error
-            results[id(g)] = (lineage.verify_written(table, g, outcome.value, hooks, outcome.executor, codec)
+            results[id(g)] = (lineage.verify_lineage_written(table, g, outcome.value, hooks, outcome.executor, codec)
                               if lineage.keeps_lineage(table)
                               else verify_written(table, g, outcome.value, hooks, outcome.executor))
     for g in prepared:
@@ -154,7 +154,7 @@ def verify_written(table: Table, g: MergeGroup, written: Any, hooks: Hooks, exec
 
 
 def rewrite_one(spark: Any, table: Table, g: MergeGroup, codec: str, hooks: Hooks) -> GroupResult:
-    from spark_actors.rewrite import rewrite_group
+    from spark_actors.rewrite import rewrite_group_sql
 
     pf, group, inputs, by_path, directory = g.unit.partition, g.unit.work, g.inputs, g.by_path, g.directory
     if g.engine == Engine.LOCAL and lineage.keeps_lineage(table):
@@ -166,7 +166,7 @@ def rewrite_one(spark: Any, table: Table, g: MergeGroup, codec: str, hooks: Hook
                              if g.columns else None)
     by_id = inputs_digest(table, inputs)  # pyarrow reads the inputs while Spark rewrites them
     with phase("group.spark_job"):
-        result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
+        result = rewrite_group_sql(spark, table.schema(), inputs, directory, group.files_out, codec,
                                sort=g.keys, io=table.io, zorder=g.zkeys)
     paths = list(result.paths)
     digest_in = as_digest(result.digest_in)
