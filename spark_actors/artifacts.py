@@ -20,7 +20,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: the packages a task imports: the pyarrow rewrite, the digest, the Iceberg helpers, the task functions
+#: the packages a task imports: the pyarrow rewrite (autooptimize/arrow), the digest, the Iceberg helpers
+#: (autooptimize), the task functions (spark_actors)
 PACKAGES = ("autooptimize", "spark_actors")
 
 _lock = threading.Lock()

@@ -13,52 +13,25 @@ deleted row.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from functools import reduce
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyiceberg.schema import Schema
-from pyiceberg.types import PrimitiveType
 
-from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
-from autooptimize.errors import ActionRefused
+from autooptimize.engines.deletes import (
+    LOCAL_SCHEME,
+    CompactionOutput,
+    SequencedFile,
+    equality_fields,
+    join_key,
+)
+from autooptimize.engines.digest import spark_digest, spark_digest_columns
+from autooptimize.iceberg.deletes import POS_FILE_PATH_ID, POS_POS_ID
 from spark_actors.rewrite import list_parquet
 from spark_actors.schema import FIELD_ID_KEY, spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-
-POS_FILE_PATH_ID = 2147483546
-POS_POS_ID = 2147483545
-LOCAL_SCHEME = r"^file:/+"  # file:/x, file:///x: stripped to /x by join_key and its Spark and pyarrow twins
-
-
-def join_key(path: str) -> str:
-    """The join key of a file path: ``file:/x``, ``file:///x`` and ``/x`` all become ``/x``."""
-    return re.sub(LOCAL_SCHEME, "/", path)
-
-
-@dataclass(frozen=True)
-class SequencedFile:
-    """A data or delete file with the data sequence number its manifest entry gives it."""
-
-    path: str
-    sequence_number: int
-    equality_ids: tuple[int, ...] | None = None  # equality delete files only
-    content_offset: int | None = None  # a deletion vector (Iceberg v3): its blob's offset in the Puffin file
-
-
-@dataclass(frozen=True)
-class CompactionOutput:
-    paths: tuple[str, ...]
-    rows_read: int  # data rows read (each matched to its input file)
-    digest_kept: ContentDigest  # the delete-applied input, observed while writing (the caller reads the outputs back)
-    lineage_kept: ContentDigest | None = None  # the same with _row_id and _last_updated_sequence_number (v3)
-
-    @property
-    def rows_deleted(self) -> int:
-        return self.rows_read - self.digest_kept.rows
 
 
 def _key(col: Column) -> Column:
@@ -88,23 +61,6 @@ def _position_deletes(spark: SparkSession, files: DataFrame, deletes: list[Seque
         .select("_ao_fid", "_ao_pos")
         .distinct()
     )
-
-
-def equality_fields(schema: Schema, ids: tuple[int, ...]) -> list[Any]:
-    """The table's fields with the equality ids ``ids``; ActionRefused for a missing or nested one."""
-    fields = []
-    for field_id in ids:
-        try:
-            field = schema.find_field(field_id)
-        except ValueError:
-            raise ActionRefused("equality_field_missing",
-                                f"equality delete field id {field_id} is not in the table's schema") from None
-        if field not in schema.fields or not isinstance(field.field_type, PrimitiveType):
-            raise ActionRefused("unsupported_equality_field",
-                                f"equality deletes on {field.name!r} (a nested or non-primitive field) are not "
-                                "supported yet")
-        fields.append(field)
-    return fields
 
 
 def _equality_deletes(spark: SparkSession, schema: Schema, ids: tuple[int, ...],

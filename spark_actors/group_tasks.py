@@ -85,12 +85,12 @@ def _read_back(table: Table, paths: list[str], partitions: list[tuple[int, Recor
 def rewrite_group(table: Table, inputs: list[DataFile], directory: str, files_out: int, codec: str,
                   spec_id: int | None, input_partition: tuple[int, Record] | None, sort: list[Any] | None,
                   zorder: list[Any] | None, sort_order_id: int | None, *, attempt: int = 0) -> GroupWritten:
-    """A merge, sort, z-order or respec group (spark_actors.arrow_rewrite.rewrite_group_arrow), read back.
+    """A merge, sort, z-order or respec group (autooptimize.arrow.rewrite.rewrite_group_arrow), read back.
 
     With ``spec_id`` (a respec) each output is also checked to hold only rows of the partition it is
     recorded under."""
-    from spark_actors.arrow_partition import check_partition
-    from spark_actors.arrow_rewrite import rewrite_group_arrow
+    from autooptimize.arrow.partition import check_partition
+    from autooptimize.arrow.rewrite import rewrite_group_arrow
 
     _fresh_directory(table, directory, attempt)
     seconds: dict[str, float] = {}
@@ -111,10 +111,10 @@ def rewrite_group(table: Table, inputs: list[DataFile], directory: str, files_ou
 
 def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes: list[Any], directory: str,
                   files_out: int, codec: str, partition: tuple[int, Record], *, attempt: int = 0) -> GroupWritten:
-    """A delete compaction group (spark_actors.arrow_deletes.compact_group_arrow), read back; an output
+    """A delete compaction group (autooptimize.arrow.deletes.compact_group_arrow), read back; an output
     that holds no row (every row deleted) is removed."""
+    from autooptimize.arrow.deletes import compact_group_arrow
     from autooptimize.iceberg.paths import delete_file, delete_tree
-    from spark_actors.arrow_deletes import compact_group_arrow
 
     _fresh_directory(table, directory, attempt)
     seconds: dict[str, float] = {}
@@ -152,11 +152,11 @@ def warm(table: Table, *, attempt: int = 0) -> int:
 
     import pyarrow as pa
 
+    import autooptimize.arrow.consolidate  # noqa: F401
+    import autooptimize.arrow.deletes  # noqa: F401
+    import autooptimize.arrow.partition  # noqa: F401
+    import autooptimize.arrow.rewrite  # noqa: F401
     import autooptimize.iceberg.checksum  # noqa: F401
-    import spark_actors.arrow_consolidate  # noqa: F401
-    import spark_actors.arrow_deletes  # noqa: F401
-    import spark_actors.arrow_partition  # noqa: F401
-    import spark_actors.arrow_rewrite  # noqa: F401
     from autooptimize.engines.digest import DigestAccumulator
 
     sample = pa.table({"i": pa.array([1, None], pa.int64()), "j": pa.array([1, 2], pa.int32()),
@@ -174,8 +174,8 @@ def calibrate(table: Table, inputs: list[DataFile], directory: str, codec: str, 
               *, attempt: int = 0) -> tuple[int, int]:
     """(rows, bytes) of ``inputs`` written as one file under ``directory`` with the pyarrow path (removed
     afterwards): the output bytes per row a merge will write."""
+    from autooptimize.arrow.rewrite import rewrite_group_arrow
     from autooptimize.iceberg.paths import delete_tree
-    from spark_actors.arrow_rewrite import rewrite_group_arrow
 
     delete_tree(table.location(), directory, table.io)
     try:
@@ -187,15 +187,15 @@ def calibrate(table: Table, inputs: list[DataFile], directory: str, codec: str, 
 
 
 def consolidate_batch(table: Table, spec_id: int, groups: list[list[str]], output_dir: str, rows_per_file: int,
-                codec: str, *, attempt: int = 0) -> tuple[Any, Any, dict[str, DataFile]]:
-    """A buffered-write batch (spark_actors.arrow_consolidate.consolidate_files_arrow) on an executor: the
+                      codec: str, *, attempt: int = 0) -> tuple[Any, Any, dict[str, DataFile]]:
+    """A buffered-write batch (autooptimize.arrow.consolidate.consolidate_files_arrow) on an executor: the
     writer's output, the outputs' digest read back by field id, and each output's DataFile (from its footer).
     The buffered files must be readable where the task runs (one host, or a shared buffer zone)."""
     from pyiceberg.typedef import Record
 
+    from autooptimize.arrow.consolidate import consolidate_files_arrow
     from autooptimize.iceberg.checksum import parquet_digest
     from autooptimize.iceberg.commit import data_file_from_footer
-    from spark_actors.arrow_consolidate import consolidate_files_arrow
 
     _fresh_directory(table, output_dir, attempt)
     spec = table.metadata.specs()[spec_id]

@@ -14,10 +14,10 @@ from pyiceberg.schema import Schema
 
 from autooptimize.domain.zorder import ZKey
 from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
+from autooptimize.engines.types import output_schema_problem
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.paths import walk
 from spark_actors.schema import spark_schema
-from spark_actors.types import output_schema_problem
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,7 +1,7 @@
 """The house rules, checked on the source: imports point down, no cycles, no module over 400 lines.
 
 Every import counts, those inside functions included (an import deferred into a function is still a
-dependency). Layers, from the bottom: ``domain`` (and ``errors``); the adapters ``storage``,
+dependency). Layers, from the bottom: ``domain`` (and ``errors``); the adapters ``storage``, ``arrow``,
 ``iceberg``, ``engines`` and ``spark_actors``; ``services``; the entry points ``tasks``, ``scheduler``,
 ``api``, ``cli`` and ``console``.
 """
@@ -18,7 +18,7 @@ PACKAGES = ("autooptimize", "tasks", "scheduler", "spark_actors")
 MAX_LINES = 400
 
 ENTRY_POINTS = ("tasks", "scheduler", "autooptimize.api", "autooptimize.cli", "autooptimize.console")
-ADAPTERS = ("autooptimize.storage", "autooptimize.iceberg", "autooptimize.engines", "spark_actors")
+ADAPTERS = ("autooptimize.storage", "autooptimize.iceberg", "autooptimize.engines", "autooptimize.arrow", "spark_actors")
 # What each layer may not import (a prefix matches the module and everything below it).
 FORBIDDEN: dict[tuple[str, ...], tuple[str, ...]] = {
     ("autooptimize.domain",): ("autooptimize.storage", "autooptimize.iceberg", "autooptimize.engines",

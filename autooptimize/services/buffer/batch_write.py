@@ -3,7 +3,7 @@ partition, and verify rows and content checksum (the output read back by field i
 unusable files are quarantined.
 
 Under the default engine (``spark``) the batch is one task of a Spark job on an executor
-(spark_actors/group_tasks.consolidate_batch: pyarrow, spark_actors/arrow_consolidate.py), which also reads the
+(spark_actors/group_tasks.consolidate_batch: pyarrow, autooptimize/arrow/consolidate.py), which also reads the
 outputs back and their footers; this process compares. Under ``spark_sql`` Spark's own reader and writer
 write it (file:// only), under ``local`` pyarrow in this process; both are read back here."""
 
@@ -46,7 +46,7 @@ def _claimed_files(settings: Settings, batch_id: str) -> list[BufferFile]:
 def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, identifier: str,
                     output_dir: str, hooks: BufferHooks) -> tuple[dict[str, Any], list[Any]] | None:
     """Write the batch's files, quarantining unreadable ones; None when none is left."""
-    from spark_actors.arrow_consolidate import consolidate_files_arrow
+    from autooptimize.arrow.consolidate import consolidate_files_arrow
     from spark_actors.consolidate import consolidate_files
 
     schema, spec = table.schema(), table.spec()

@@ -17,6 +17,7 @@ from pyiceberg.table import Table
 from autooptimize.config import Settings
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.entropy import EntropyStats
+from autooptimize.engines.deletes import SequencedFile
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.commit import (
@@ -122,8 +123,8 @@ class CompactKind:
                 request: MergeRequest) -> GroupResult:
         """One partition in this process (``local``) or as its own Spark SQL job (``spark_sql``, file://);
         under ``spark`` through :meth:`rewrite_action`."""
-        from spark_actors.arrow_deletes import compact_group_arrow
-        from spark_actors.deletes import SequencedFile, compact_group_sql
+        from autooptimize.arrow.deletes import compact_group_arrow
+        from spark_actors.deletes import compact_group_sql
 
         plan: CompactionPlan = unit.work
         deletes = _deletes(plan)
@@ -252,7 +253,6 @@ class CompactKind:
 
 def _deletes(plan: CompactionPlan) -> list[Any]:
     """The plan's delete files with their data sequence numbers (ActionRefused for a malformed one)."""
-    from spark_actors.deletes import SequencedFile
 
     deletes = [  # read from its location: a deletion vector is a blob of a Puffin file (its offset)
         SequencedFile(d.location, sequence_number(d), None if is_position(d) else tuple(d.data_file.equality_ids or ()),
@@ -265,7 +265,7 @@ def _deletes(plan: CompactionPlan) -> list[Any]:
 
 
 def _job_args(plan: CompactionPlan, deletes: list[Any], directory: str, codec: str) -> tuple[Any, ...]:
-    """The arguments of the pyarrow compaction after the table (spark_actors/arrow_deletes.compact_group_arrow)."""
+    """The arguments of the pyarrow compaction after the table (autooptimize/arrow/deletes.compact_group_arrow)."""
     with_seq = [(f.data_file, sequence_number(f)) for f in plan.inputs]
     return (with_seq, deletes, directory, plan.files_out, codec, (plan.partition.spec_id, plan.partition.record))
 

@@ -1,7 +1,7 @@
 """Rewriting a format v3 table: row lineage kept and deletion vectors folded in (Iceberg spec, "Row
 Lineage", "Deletion Vectors").
 
-A v3 merge group goes through the delete-applying pyarrow rewrite (spark_actors/arrow_deletes.py) with
+A v3 merge group goes through the delete-applying pyarrow rewrite (autooptimize/arrow/deletes.py) with
 the deletion vectors of its inputs: under the ``spark`` engine as a task of the action's Spark job
 (spark_actors/group_tasks.compact_group), under ``local`` in the worker. It drops the vectors' rows,
 writes every kept row's ``_row_id`` and ``_last_updated_sequence_number`` materialised, and the commit
@@ -24,6 +24,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeRequest
+from autooptimize.engines.deletes import SequencedFile
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.files import LiveFile, PartitionFiles
@@ -65,8 +66,7 @@ def vectors_of(pf: PartitionFiles, inputs: list[LiveFile]) -> list[LiveFile]:
 
 def job_args(g: Any, codec: str) -> tuple[tuple[Any, ...], list[LiveFile]]:
     """The arguments of a v3 merge group's delete-applying rewrite after the table
-    (spark_actors/arrow_deletes.compact_group_arrow, group_tasks.compact_group), and the vectors applied."""
-    from spark_actors.deletes import SequencedFile
+    (autooptimize/arrow/deletes.compact_group_arrow, group_tasks.compact_group), and the vectors applied."""
 
     pf = g.unit.partition
     files = [g.by_path[p] for p in g.inputs]
@@ -107,7 +107,7 @@ def written_lineage(table: Table, where: str, written: Any, hooks: Hooks) -> Non
 
 def rewrite_local(table: Table, g: Any, codec: str, hooks: Hooks) -> GroupResult:
     """One v3 merge group in the worker (``local``), its deletion vectors applied and its lineage kept."""
-    from spark_actors.arrow_deletes import compact_group_arrow
+    from autooptimize.arrow.deletes import compact_group_arrow
 
     pf = g.unit.partition
     args, vectors = job_args(g, codec)

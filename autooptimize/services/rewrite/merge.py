@@ -101,7 +101,7 @@ def merge_refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
             f"partition {pf.human or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
             "fold them into the data first with the compact_deletes action, then merge",
         )
-    from spark_actors.types import unsupported_reason
+    from autooptimize.engines.types import unsupported_reason
 
     reason = unsupported_reason(table.schema())
     if reason is not None:
@@ -210,7 +210,7 @@ def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], reque
         directory = f"{action_dir(table, pf, request.action_id)}/calibration"
         # measured with the writer that will write the groups: pyarrow's and Spark's files of the same rows
         # differ in size by up to 3× (seen in tests/integration/test_sizing.py)
-        from spark_actors.types import SPARK, engine_for
+        from autooptimize.engines.types import SPARK, engine_for
 
         by_path = {f.path: f.data_file for f in pf.data_files}
         if engine == Engine.SPARK:  # on an executor, like the groups (spark_actors/group_tasks.calibrate)

@@ -10,6 +10,7 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from autooptimize.arrow.sort import sortable
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeRequest
 from autooptimize.domain.profile import add_seconds, phase
 from autooptimize.errors import ActionRefused, VerificationFailed
@@ -30,7 +31,6 @@ from autooptimize.services.rewrite.verify import (
     verify_group,
 )
 from autooptimize.services.zorder import group_keys
-from spark_actors.arrow_sort import sortable
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class MergeGroup:
 
 def prepare_group(table: Table, unit: Unit, directory: str, request: MergeRequest) -> MergeGroup:
     """What the group's rewrite needs, and the engine that rewrites it (or ActionRefused)."""
-    from spark_actors.types import SPARK, engine_for
+    from autooptimize.engines.types import SPARK, engine_for
 
     pf, group = unit.partition, unit.work
     by_path = {f.path: f for f in pf.data_files}
@@ -71,7 +71,7 @@ def prepare_group(table: Table, unit: Unit, directory: str, request: MergeReques
     columns = order[0] if order else None
     keys = spark_sort(columns)
     ordered = order is not None or zorder is not None
-    # a z-order's z-value is a Spark expression (spark_actors/zorder.py) or numpy (spark_actors/zorder_arrow.py)
+    # a z-order's z-value is a Spark expression (spark_actors/zorder.py) or numpy (autooptimize/arrow/zorder.py)
     arrow_sortable = zorder is not None or sortable([f.name for f in table.schema().fields], keys)
     zkeys = group_keys(table, [by_path[p].data_file for p in inputs], zorder) if zorder else None
     if lineage.keeps_lineage(table):  # v3: only the delete-applying pyarrow rewrite carries row lineage

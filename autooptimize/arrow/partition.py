@@ -10,8 +10,8 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
+from autooptimize.arrow.rewrite import scan
 from autooptimize.errors import VerificationFailed
-from spark_actors.arrow_rewrite import scan
 
 
 def _plain_data_file(table: Table, path: str, partition: tuple[int, Record]) -> DataFile:
