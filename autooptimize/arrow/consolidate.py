@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.io.pyarrow import _determine_partitions, schema_to_pyarrow
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
@@ -26,6 +26,7 @@ from autooptimize.arrow.writers import Writers, is_empty_dir, write_rolling
 from autooptimize.engines.consolidation import ConsolidateOutput, PartitionOutput
 from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.errors import VerificationFailed
+from autooptimize.iceberg.internals import split_by_partition
 
 
 def cast_file(path: str, expected: pa.Schema) -> pa.Table:
@@ -81,7 +82,7 @@ def consolidate_files_arrow(table: Table, spec: PartitionSpec, groups: list[list
     writers = Writers(table, schema_to_pyarrow(schema, include_field_ids=True), codec)
     by_dir: dict[str, tuple[tuple[Any, ...], list[str]]] = {}
     try:
-        parts = _determine_partitions(spec, schema, data) if spec.fields else None
+        parts = split_by_partition(spec, schema, data) if spec.fields else None
         claimed: dict[str, tuple[Any, ...]] = {}
         pieces = ([(_directory(output_dir, p.partition_key.to_path(), p.partition_key.partition, claimed),
                     p.partition_key.partition, p.arrow_table_partition)

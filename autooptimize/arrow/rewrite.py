@@ -38,11 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import (
-    ArrowScan,
-    _determine_partitions,
-    schema_to_pyarrow,
-)
+from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import FileScanTask, Table
@@ -55,6 +51,7 @@ from autooptimize.domain.cancel import raise_if_stopped
 from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.engines.types import output_schema_problem, unsupported_reason
 from autooptimize.errors import ActionRefused, VerificationFailed
+from autooptimize.iceberg.internals import split_by_partition
 
 
 @dataclass(frozen=True)
@@ -199,7 +196,7 @@ def rewrite_group_arrow(
                 assert input_partition is not None
                 write_rolling(writers, output_dir, batch, rows_per_file, input_partition)
             else:
-                for part in _determine_partitions(spec, schema, pa.Table.from_batches([batch])):
+                for part in split_by_partition(spec, schema, pa.Table.from_batches([batch])):
                     directory = f"{output_dir}/{part.partition_key.to_path()}" if spec.fields else output_dir
                     partition = (spec.spec_id, part.partition_key.partition)
                     for chunk in part.arrow_table_partition.to_batches():

@@ -14,13 +14,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.io.fileformat import FileFormatFactory
-from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs, _to_requested_schema
-from pyiceberg.manifest import FileFormat
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
 from autooptimize.iceberg.fileio import exists, list_files
+from autooptimize.iceberg.internals import parquet_writer_kwargs, to_file_schema
 
 ROW_GROUP_ROWS = 1_048_576  # pyiceberg's write.parquet.row-group-limit default
 ROW_GROUP_BYTES = 128 * 1024 * 1024  # in memory; Iceberg's write.parquet.row-group-size-bytes default
@@ -64,8 +62,7 @@ class FileWriter:
                                                use_dictionary=dictionary_columns(held), **self.kwargs)
             for batch in held.to_batches():
                 # pyiceberg's own write-side conversion: field ids, required-ness and physical types
-                converted = _to_requested_schema(self.schema, self.schema, batch, include_field_ids=True,
-                                                 format_model=FileFormatFactory.get(FileFormat.PARQUET))
+                converted = to_file_schema(self.schema, batch)
                 self.writer.write_table(pa.Table.from_batches([converted.cast(self.arrow_schema)]),
                                         row_group_size=self.row_group_rows)
         self.pending, self.pending_rows = [], 0
@@ -122,7 +119,7 @@ class Writers:
         if current is None:
             path = f"{directory}/part-{len(self.done) + len(self.open):05d}-{uuid.uuid4()}.parquet"
             stream = self.table.io.new_output(path).create(overwrite=False)
-            kwargs = _get_parquet_writer_kwargs(self.table.properties) | {"compression": self.codec}
+            kwargs = parquet_writer_kwargs(self.table.properties) | {"compression": self.codec}
             limit = int(self.table.properties.get("write.parquet.row-group-limit", ROW_GROUP_ROWS))
             current = FileWriter(path, stream, self.schema, kwargs, partition, self.iceberg_schema or self.table.schema(),
                               row_group_rows=max(1, limit))
