@@ -14,12 +14,18 @@ from pyiceberg.table import Table
 
 from autooptimize.domain.actions import MergeRequest
 from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, PartitionFacts, SortFacts, decide
+from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan
 from autooptimize.errors import ActionRefused, InvalidArgument
 from autooptimize.iceberg.files import PartitionFiles
+from autooptimize.services import zorder
 from autooptimize.services.rewrite.lineage import keeps_lineage
 from autooptimize.services.rewrite.merge import merge_refusal, plan_files, plan_merge, plan_merge_with_rule
 from autooptimize.services.rewrite.sort import sort_spec
+from autooptimize.services.sizing import learned
+from autooptimize.services.sort import bound, plan_sort
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.stats import last_write_ms, median_partition_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +49,6 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
     """The dry-run request decide and explain plan with: the table's tuning (defaults when untracked),
     the sizing its rewrites measured, the same group cap the actions use, and (``table_id``: tracked)
     the table's median partition bytes for the policy's scale."""
-    from autooptimize.services.sizing import learned
-
     target = target_file_size or (tuning.target_file_size if tuning else settings.default_target_file_size)
     return MergeRequest(
         action_id="plan", identifier=identifier, spec_id=spec_id, partition_key=partition_key,
@@ -79,8 +83,6 @@ def partition_history(settings: Any, table_id: int | None, spec_id: int | None =
     after a merge the files alone would make a partition look cold). Nothing when untracked."""
     if table_id is None:
         return {"expected_partition_bytes": None, "last_write_ms": None}
-    from autooptimize.storage.db import session_scope
-    from autooptimize.storage.stats import last_write_ms, median_partition_bytes
 
     one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
     with session_scope(settings) as session:
@@ -95,8 +97,6 @@ def column_overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> i
     largest upper bound before it, and a later one iff its upper bound reaches the next lower bound.
     Files without bounds (only nulls, or no statistics) count as overlapping.
     """
-    from autooptimize.services.sort import bound
-
     spans = []
     unknown = 0
     for f in pf.data_files:
@@ -149,8 +149,6 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
         except (ActionRefused, InvalidArgument):
             order = None
         if order is not None:
-            from autooptimize.services.sort import plan_sort
-
             sort_plan, _ = plan_sort(plan_files(pf, request.sizing), [f.data_file for f in pf.data_files], table,
                                      order[0], request.target_file_size, request.tolerance,
                                      request.min_input_files, request.max_bytes,
@@ -161,7 +159,6 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
     zorder_plan, zorder = _zorder_facts(table, pf, request, allowed, problem)
     stats = pf.delete_stats
     deletes = DeleteFacts(stats.files, stats.bytes, stats.rows_deleted_estimate, stats.data_rows, pf.bytes)
-    from autooptimize.domain.entropy import EntropyStats
 
     sizes = [f.size for f in pf.data_files]
     entropy = EntropyStats.from_sizes(sizes, request.target_file_size)
@@ -185,7 +182,6 @@ def _zorder_facts(table: Table, pf: PartitionFiles, request: MergeRequest, allow
     if ("zorder" not in allowed or pf.delete_files or problem is not None or not request.zorder_columns
             or keeps_lineage(table)):
         return None, None
-    from autooptimize.services import zorder
 
     try:
         columns = zorder.parse_zorder_columns(table, request.zorder_columns)

@@ -16,11 +16,13 @@ from autooptimize.config import Settings
 from autooptimize.domain.checks import bounded_int
 from autooptimize.domain.sizes import parse_size
 from autooptimize.errors import InvalidArgument
-from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.catalog import get_catalog, load_table
 from autooptimize.services.kinds import KINDS
+from autooptimize.services.sort import parse_sort_order
+from autooptimize.services.zorder import parse_zorder_columns
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import TrackedTable
-from autooptimize.storage.repositories import audit, tracked_table
+from autooptimize.storage.repositories import audit, tracked_table, tracked_tables
 
 ACTION_KINDS = tuple(KINDS)
 #: Hygiene that deletes: expired snapshots can no longer be read, removed files are gone.
@@ -141,12 +143,9 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
     if not isinstance(merged["enabled"], bool):
         raise InvalidArgument(f"enabled must be true or false (got {merged['enabled']!r})")
     if sort_order:
-        from autooptimize.services.sort import parse_sort_order
-
         sort_order = ", ".join(c.spec() for c in parse_sort_order(table, sort_order))
     zorder_columns = merged["zorder_columns"]
     if zorder_columns:  # stored as validated: "a, b"
-        from autooptimize.services.zorder import parse_zorder_columns
 
         zorder_columns = ", ".join(c.name for c in parse_zorder_columns(table, zorder_columns))
     max_bytes = merged["max_bytes_per_action"]
@@ -229,9 +228,6 @@ def auto_track(settings: Settings) -> list[str]:
     Opt-in: with no patterns nothing is listed. Returns the identifiers newly tracked.
     """
     import fnmatch
-
-    from autooptimize.iceberg.catalog import get_catalog
-    from autooptimize.storage.repositories import tracked_tables
 
     patterns = settings.auto_track_patterns
     if not patterns:

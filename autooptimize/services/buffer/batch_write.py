@@ -21,6 +21,7 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 from sqlalchemy import select
 
+from autooptimize.arrow.consolidate import consolidate_files_arrow
 from autooptimize.config import Settings
 from autooptimize.errors import FileRejected, Retry, ServiceUnavailable, VerificationFailed
 from autooptimize.iceberg import paths
@@ -33,6 +34,9 @@ from autooptimize.services.refusals import record_refusals
 from autooptimize.storage.buffer_models import BufferFile, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit
+from spark_actors import group_tasks
+from spark_actors.action_job import TableContext, run_action_job
+from spark_actors.consolidate import consolidate_files
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +50,6 @@ def _claimed_files(settings: Settings, batch_id: str) -> list[BufferFile]:
 def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, identifier: str,
                     output_dir: str, hooks: BufferHooks) -> tuple[dict[str, Any], list[Any]] | None:
     """Write the batch's files, quarantining unreadable ones; None when none is left."""
-    from autooptimize.arrow.consolidate import consolidate_files_arrow
-    from spark_actors.consolidate import consolidate_files
-
     schema, spec = table.schema(), table.spec()
     # Spark's own Parquet writer reaches only local files; the buffered files are on this worker's disk
     on_executor = settings.rewrite_engine == "spark"
@@ -145,9 +146,6 @@ def _on_executor(spark: Any, table: Table, spec_id: int, groups: list[list[str]]
                  rows_per_file: int, codec: str) -> tuple[Any, Any, dict[str, Any]]:
     """The batch as one task of a Spark job (spark_actors/group_tasks.consolidate_batch): (output, digest read
     back, DataFile by path). The task's error is raised here as if the write ran in this process."""
-    from spark_actors import group_tasks
-    from spark_actors.action_job import TableContext, run_action_job
-
     job = run_action_job(spark, TableContext.of(table), [(group_tasks.consolidate_batch, (
         spec_id, groups, output_dir, rows_per_file, codec))])
     out, digest, files = job.values()[0]

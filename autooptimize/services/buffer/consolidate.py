@@ -60,6 +60,7 @@ from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFi
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.locks import AdvisoryLock
 from autooptimize.storage.repositories import audit, now
+from spark_actors.session import get_session
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,6 @@ def consolidate_table(settings: Settings, identifier: str, *, spark: Any = None,
 
 
 def _spark(settings: Settings) -> Any:
-    from spark_actors.session import get_session
-
     return get_session(settings)
 
 

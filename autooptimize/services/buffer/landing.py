@@ -43,6 +43,8 @@ from autooptimize.services.refusals import record_refusals
 from autooptimize.storage.buffer_models import BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit
+from spark_actors.consolidate import check_supported_spec
+from spark_actors.schema import spark_schema
 
 log = logging.getLogger(__name__)
 TABLE_CACHE_SECONDS = 10.0
@@ -73,7 +75,6 @@ def table_info(settings: Settings, identifier: str) -> TableInfo:
     if info is not None and time.monotonic() - info.loaded < TABLE_CACHE_SECONDS:
         return info
     table = load_table(settings, identifier)
-    from spark_actors.consolidate import check_supported_spec
 
     check_supported_spec(table.spec(), table.schema())
     _check_supported_schema(identifier, table.schema())
@@ -85,8 +86,6 @@ def table_info(settings: Settings, identifier: str) -> TableInfo:
 
 
 def _check_supported_schema(identifier: str, schema: Schema) -> None:
-    from spark_actors.schema import spark_schema
-
     try:
         spark_schema(schema)
     except ActionRefused as exc:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from autooptimize.arrow.deletes import compact_group_arrow
 from autooptimize.config import Settings
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.entropy import EntropyStats
@@ -51,7 +52,11 @@ from autooptimize.services.rewrite.kind import (
     group_result,
 )
 from autooptimize.services.rewrite.lifecycle import run_rewrite
+from autooptimize.services.rewrite.merge_group import record_task_seconds
 from autooptimize.services.rewrite.verify import as_digest, output_digest, read_back_digest, verify_group
+from spark_actors import group_tasks
+from spark_actors.action_job import TableContext, run_action_job
+from spark_actors.deletes import compact_group_sql
 
 
 def _mse(sizes: list[int], target: int) -> float:
@@ -123,9 +128,6 @@ class CompactKind:
                 request: MergeRequest) -> GroupResult:
         """One partition in this process (``local``) or as its own Spark SQL job (``spark_sql``, file://);
         under ``spark`` through :meth:`rewrite_action`."""
-        from autooptimize.arrow.deletes import compact_group_arrow
-        from spark_actors.deletes import compact_group_sql
-
         plan: CompactionPlan = unit.work
         deletes = _deletes(plan)
         # Spark SQL's job reads Parquet delete files only and writes no row lineage: deletion vectors and v3
@@ -166,10 +168,6 @@ class CompactKind:
                        hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
         """Every partition's compaction as a task of one Spark job on the executors, verified here from
         the figures the tasks return (spark_actors/group_tasks.compact_group)."""
-        from autooptimize.services.rewrite.merge_group import record_task_seconds
-        from spark_actors import group_tasks
-        from spark_actors.action_job import TableContext, run_action_job
-
         plans: list[CompactionPlan] = [u.work for u in units]
         deletes = [_deletes(plan) for plan in plans]
         calls = [(group_tasks.compact_group, _job_args(plan, d, directory, codec))

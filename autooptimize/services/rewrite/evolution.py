@@ -9,6 +9,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.arrow.partition import check_partition
+from autooptimize.arrow.rewrite import rewrite_group_arrow
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks
 from autooptimize.domain.profile import phase
 from autooptimize.iceberg.commit import data_file_from_footer
@@ -30,8 +31,6 @@ def local_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory
     exactly the table's: autooptimize.arrow.rewrite.scan), the footers hold those rows,
     and every respec output holds only rows of the partition it is recorded under.
     """
-    from autooptimize.arrow.rewrite import rewrite_group_arrow
-
     spec = table.spec() if respec else None
     with phase("group.read_write"):
         result = rewrite_group_arrow(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,

@@ -23,12 +23,14 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from autooptimize.arrow.deletes import compact_group_arrow
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeRequest
 from autooptimize.engines.deletes import SequencedFile
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.iceberg.checksum import parquet_digest
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.files import LiveFile, PartitionFiles
-from autooptimize.iceberg.v3 import content_offset, is_deletion_vector, referenced_data_file
+from autooptimize.iceberg.v3 import content_offset, is_deletion_vector, referenced_data_file, with_lineage
 from autooptimize.services.compact import sequence_number
 from autooptimize.services.rewrite.kind import group_result
 from autooptimize.services.rewrite.verify import as_digest, output_digest, read_back_digest, verify_group
@@ -79,9 +81,6 @@ def job_args(g: Any, codec: str) -> tuple[tuple[Any, ...], list[LiveFile]]:
 def verify_lineage(table: Table, where: str, paths: list[str], expected: Any) -> None:
     """VerificationFailed unless the outputs, read back by field id with their row lineage columns, hold
     exactly the (row, _row_id, _last_updated_sequence_number) triples the rewrite observed."""
-    from autooptimize.iceberg.checksum import parquet_digest
-    from autooptimize.iceberg.v3 import with_lineage
-
     found = parquet_digest(with_lineage(table.schema()), paths, table.io) if expected is not None else None
     lineage_match(where, expected, found)
 
@@ -107,8 +106,6 @@ def written_lineage(table: Table, where: str, written: Any, hooks: Hooks) -> Non
 
 def rewrite_local(table: Table, g: Any, codec: str, hooks: Hooks) -> GroupResult:
     """One v3 merge group in the worker (``local``), its deletion vectors applied and its lineage kept."""
-    from autooptimize.arrow.deletes import compact_group_arrow
-
     pf = g.unit.partition
     args, vectors = job_args(g, codec)
     result = compact_group_arrow(table, *args)

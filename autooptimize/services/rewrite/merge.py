@@ -22,6 +22,7 @@ from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_b
 from autooptimize.domain.policy import SKIP_RULES, is_live
 from autooptimize.domain.policy import plan_partition as plan_by_policy
 from autooptimize.domain.profile import phase
+from autooptimize.engines.types import SPARK, engine_for, unsupported_reason
 from autooptimize.errors import ActionRefused, ConflictAbort
 from autooptimize.iceberg.commit import (
     ACTION_ID_PROPERTY,
@@ -54,6 +55,8 @@ from autooptimize.services.rewrite.sort import (
     zorder_spec,
 )
 from autooptimize.services.sizing import NO_SIZING, calibrate_arrow, calibrate_spark_sql, calibration_sample
+from spark_actors import group_tasks
+from spark_actors.action_job import TableContext, run_action_job
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +104,6 @@ def merge_refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
             f"partition {pf.human or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
             "fold them into the data first with the compact_deletes action, then merge",
         )
-    from autooptimize.engines.types import unsupported_reason
 
     reason = unsupported_reason(table.schema())
     if reason is not None:
@@ -210,12 +212,9 @@ def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], reque
         directory = f"{action_dir(table, pf, request.action_id)}/calibration"
         # measured with the writer that will write the groups: pyarrow's and Spark's files of the same rows
         # differ in size by up to 3× (seen in tests/integration/test_sizing.py)
-        from autooptimize.engines.types import SPARK, engine_for
 
         by_path = {f.path: f.data_file for f in pf.data_files}
         if engine == Engine.SPARK:  # on an executor, like the groups (spark_actors/group_tasks.calibrate)
-            from spark_actors import group_tasks
-            from spark_actors.action_job import TableContext, run_action_job
 
             job = run_action_job(spark, TableContext.of(table), [(group_tasks.calibrate, (
                 [by_path[p] for p in sample], directory, codec, (pf.spec_id, pf.record)))])

@@ -13,6 +13,7 @@ from pyiceberg.table import Table
 from autooptimize.arrow.sort import sortable
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeRequest
 from autooptimize.domain.profile import add_seconds, phase
+from autooptimize.engines.types import SPARK, engine_for
 from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.fileio import table_is_local
@@ -31,6 +32,9 @@ from autooptimize.services.rewrite.verify import (
     verify_group,
 )
 from autooptimize.services.zorder import group_keys
+from spark_actors import group_tasks
+from spark_actors.action_job import TableContext, run_action_job
+from spark_actors.rewrite import rewrite_group_sql
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +57,6 @@ class MergeGroup:
 
 def prepare_group(table: Table, unit: Unit, directory: str, request: MergeRequest) -> MergeGroup:
     """What the group's rewrite needs, and the engine that rewrites it (or ActionRefused)."""
-    from autooptimize.engines.types import SPARK, engine_for
-
     pf, group = unit.partition, unit.work
     by_path = {f.path: f for f in pf.data_files}
     inputs = [f.path for f in group.files]
@@ -94,9 +96,6 @@ def rewrite_in_one_job(spark: Any, table: Table, units: list[Unit], directories:
     """Every group of the action: those of the ``spark`` engine as the tasks of one Spark job on the
     executors (spark_actors/action_job.py), verified here from what the tasks return; any other
     (a sort only Spark SQL can do) after it, one by one."""
-    from spark_actors import group_tasks
-    from spark_actors.action_job import TableContext, run_action_job
-
     prepared = [prepare_group(table, u, d, request) for u, d in zip(units, directories, strict=True)]
     on_job = [g for g in prepared if g.engine == Engine.SPARK]
     results: dict[int, GroupResult] = {}
@@ -154,8 +153,6 @@ def verify_written(table: Table, g: MergeGroup, written: Any, hooks: Hooks, exec
 
 
 def rewrite_one(spark: Any, table: Table, g: MergeGroup, codec: str, hooks: Hooks) -> GroupResult:
-    from spark_actors.rewrite import rewrite_group_sql
-
     pf, group, inputs, by_path, directory = g.unit.partition, g.unit.work, g.inputs, g.by_path, g.directory
     if g.engine == Engine.LOCAL and lineage.keeps_lineage(table):
         return lineage.rewrite_local(table, g, codec, hooks)

@@ -20,6 +20,7 @@ from autooptimize.errors import Retry
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.commit import action_added_paths, live_data_paths
 from autooptimize.iceberg.files import PartitionFiles, partition_dir
+from spark_actors.session import fence
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,6 @@ def fence_earlier_writer(settings: Settings, table: Table, request: MergeRequest
     Raises Retry when the interrupted job has not cleaned up within ``wait`` seconds: the action is
     tried again later rather than racing a writer.
     """
-    from spark_actors.session import fence
-
     previous = request.resume_point.writer_session_id
     if not previous:
         return
