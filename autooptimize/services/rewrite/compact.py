@@ -50,6 +50,7 @@ from autooptimize.services.rewrite.kind import (
     Unit,
     commit_facts,
     group_result,
+    live_inputs,
 )
 from autooptimize.services.rewrite.lifecycle import run_rewrite
 from autooptimize.services.rewrite.merge_group import record_task_seconds
@@ -195,14 +196,8 @@ class CompactKind:
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
         """Commit the outputs; the plan facts name the delete files it removed and the rows deleted."""
-        table.refresh()
-        partitions = live_partitions(table)
-        live = {f.path: f for pf in partitions.values() for f in pf.data_files}
-        live_deletes = {f.path: f for pf in partitions.values() for f in pf.delete_files}
+        live, live_deletes = live_inputs(table, groups)
         inputs = [p for g in groups for p in g.inputs]
-        gone = [p for p in inputs if p not in live]
-        if gone:
-            raise ConflictAbort(f"{len(gone)} input file(s) are no longer live, e.g. {gone[0]}")
         unapplied = [p for g in groups for p in g.deletes or () if p not in live_deletes]
         if unapplied:
             raise ConflictAbort(f"delete file {unapplied[0]} the output applied is no longer live")

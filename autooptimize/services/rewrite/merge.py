@@ -23,7 +23,7 @@ from autooptimize.domain.policy import SKIP_RULES, is_live
 from autooptimize.domain.policy import plan_partition as plan_by_policy
 from autooptimize.domain.profile import phase
 from autooptimize.engines.types import SPARK, engine_for, unsupported_reason
-from autooptimize.errors import ActionRefused, ConflictAbort
+from autooptimize.errors import ActionRefused
 from autooptimize.iceberg.commit import (
     ACTION_ID_PROPERTY,
     ACTION_KIND_PROPERTY,
@@ -44,6 +44,7 @@ from autooptimize.services.rewrite.kind import (
     Planned,
     Unit,
     commit_facts,
+    live_inputs,
 )
 from autooptimize.services.rewrite.lifecycle import run_rewrite
 from autooptimize.services.rewrite.merge_group import prepare_group, rewrite_in_one_job, rewrite_one
@@ -293,15 +294,8 @@ class MergeKind:
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
         """One REPLACE snapshot of ``groups`` (whole groups); ``part``/``parts`` mark a partial-progress part."""
-        with phase("commit.reload"):
-            table.refresh()
-            partitions = live_partitions(table)  # not ``parts``: that is the parameter (parts of the action)
-            live = {f.path: f for pf in partitions.values() for f in pf.data_files}
-            live_deletes = {f.path: f for pf in partitions.values() for f in pf.delete_files}
+        live, live_deletes = live_inputs(table, groups)
         inputs = [p for g in groups for p in g.inputs]
-        gone = [p for p in inputs if p not in live]
-        if gone:
-            raise ConflictAbort(f"{len(gone)} input file(s) are no longer live, e.g. {gone[0]}")
         with phase("commit.footers"):
             added = _added_files(table, live, groups)
         properties = {ACTION_ID_PROPERTY: request.action_id, ACTION_KIND_PROPERTY: request.kind}
