@@ -22,6 +22,7 @@ from autooptimize.services.buffer.consolidate import consolidate_table, tick
 from autooptimize.storage.buffer_models import BufferBatch, BufferFile, BufferTable
 from autooptimize.storage.db import session_scope
 from tasks.send import CeleryDispatch
+from tests.helpers import cli
 from tests.integration.tables import DAY1, DAY2, SCHEMA, SPEC, batch, files_on_disk, live_files
 
 pytestmark = pytest.mark.spark
@@ -352,51 +353,42 @@ def test_kill_9_of_the_consolidation_worker_at_each_step(settings, spark, catalo
         assert batch_ids == {batch_snapshots[0].summary[BATCH_ID_PROPERTY]}
 
 
-def _cli(*args: str):
-    import subprocess
-    import sys
-
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    return subprocess.run([sys.executable, "-m", "autooptimize.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
-
-
 def test_cli_land_status_rules_flush(settings, spark, catalog, table, tmp_path):
     identifier = ident(table)
     files = write_files(tmp_path, 4)
     junk = tmp_path / "junk.parquet"
     junk.write_text("nope")
 
-    landed = _cli("land", identifier, *map(str, files), str(junk), "--json")
+    landed = cli("land", identifier, *map(str, files), str(junk), "--json")
     assert landed.returncode == 2, landed.stderr
     assert len(json.loads(landed.stdout)["landed"]) == 4
     assert "rejected" in landed.stderr and "junk.parquet" in landed.stderr and "not a readable Parquet" in landed.stderr
 
-    rules = _cli("buffer", "rules", identifier, "--max-age", "10m", "--max-files", "50", "--json")
+    rules = cli("buffer", "rules", identifier, "--max-age", "10m", "--max-files", "50", "--json")
     assert rules.returncode == 0, rules.stderr
     assert json.loads(rules.stdout)["max_age_seconds"] == 600
-    bad_rules = _cli("buffer", "rules", identifier, "--max-age", "later")
+    bad_rules = cli("buffer", "rules", identifier, "--max-age", "later")
     assert bad_rules.returncode == 2 and "max-age must be a duration" in bad_rules.stderr and "'later'" in bad_rules.stderr
 
-    status = _cli("buffer", "status", identifier, "--json")
+    status = cli("buffer", "status", identifier, "--json")
     assert status.returncode == 0, status.stderr
     [row] = json.loads(status.stdout)
     assert row["buffered_files"] == 4 and row["buffered_bytes"] == sum(p.stat().st_size for p in files)
     assert row["next_rule"] in ("max_age", "max_files") and row["fires_now"] is None
     assert 0 <= row["oldest_age_seconds"] < 300 and 300 < row["seconds_to_max_age"] <= 600
-    text = _cli("buffer", "status")
+    text = cli("buffer", "status")
     assert identifier in text.stdout and "next rule" in text.stdout
 
-    flushed = _cli("buffer", "flush", identifier, "--wait", "--json")
+    flushed = cli("buffer", "flush", identifier, "--wait", "--json", timeout=300)
     assert flushed.returncode == 0, flushed.stderr
     summary = json.loads(flushed.stdout)
     assert summary["batches"] == 1 and summary["files"] == 4 and summary["rows"] == 80
     assert committed_ids(table) == expected_ids(4)
-    [row] = json.loads(_cli("buffer", "status", identifier, "--json").stdout)
+    [row] = json.loads(cli("buffer", "status", identifier, "--json").stdout)
     assert row["buffered_files"] == 0 and row["last_commit"]["snapshot_id"] == table.current_snapshot().snapshot_id
 
-    assert _cli("land", "test.does_not_exist", str(files[0])).returncode == 2
-    assert _cli("buffer", "flush", "bad-name", "--wait").returncode == 2
+    assert cli("land", "test.does_not_exist", str(files[0])).returncode == 2
+    assert cli("buffer", "flush", "bad-name", "--wait").returncode == 2
 
 
 def test_watched_folder_lands_settled_files_and_quarantines_bad_ones(settings, catalog, table, tmp_path):
