@@ -5,18 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from autooptimize.api import optimize, queues, status, track
 from autooptimize.cli.common import current_settings, print_result
 from autooptimize.cli.progress import wait_with_progress
-from autooptimize.demo import run_demo
 from autooptimize.domain.simulate import SUGGEST_COLD_AFTER
 from autooptimize.errors import InvalidArgument
-from autooptimize.iceberg.catalog import load_table
-from autooptimize.iceberg.files import parse_partition
-from autooptimize.services.autotune import suggest
-from autooptimize.services.explain import explain, whatif
-from autooptimize.services.observe.scan import scan_table
-from autooptimize.services.tracking import size_arg
 from spark_actors.session import get_session
 
 OPTIMIZE_FIELDS = ("id", "state", "reason", "files_in", "files_out", "rows_in", "rows_out", "bytes_in",
@@ -24,6 +16,8 @@ OPTIMIZE_FIELDS = ("id", "state", "reason", "files_in", "files_out", "rows_in", 
 
 
 def cmd_track(args: argparse.Namespace) -> int:
+    from autooptimize.api import track
+
     tuning = {
         "target_file_size": args.target_size, "tolerance": args.tolerance, "min_input_files": args.min_input_files,
         "priority_class": args.priority, "weight": args.weight, "sort_order": args.sort_order,
@@ -40,6 +34,8 @@ def cmd_track(args: argparse.Namespace) -> int:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    from autooptimize.api import optimize
+
     options: dict[str, str] = {}
     for key, value in args.option or []:
         if key in options:
@@ -64,7 +60,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from autooptimize.api import status
+
     if args.queues:
+        from autooptimize.api import queues
+
         backlog = queues(settings=current_settings())
         if args.json:
             print(json.dumps(backlog, default=str))
@@ -112,6 +112,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from autooptimize.services.explain import explain
+
     settings = current_settings()
 
     def spark() -> object:  # only before the table's first rewrite, to calibrate as the action will
@@ -136,6 +138,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
+    from autooptimize.services.explain import whatif
+
     if args.suggest:
         return _suggest(args)
     if args.apply or args.cold_after:
@@ -157,6 +161,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
 
 def _suggest(args: argparse.Namespace) -> int:
+    from autooptimize.services.autotune import suggest
+
     if args.target_size:
         raise InvalidArgument("--suggest keeps the table's target size; leave out --target-size")
 
@@ -193,6 +199,10 @@ def _suggest(args: argparse.Namespace) -> int:
 def cmd_scan(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from autooptimize.iceberg.catalog import load_table
+    from autooptimize.iceberg.files import parse_partition
+    from autooptimize.services.observe.scan import scan_table
+
     settings = current_settings()
     table = load_table(settings, args.table)
     key = parse_partition(table, args.partition).key if args.partition else None
@@ -203,6 +213,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from autooptimize.demo import run_demo
+    from autooptimize.services.tracking import size_arg
+
     size_arg("target_file_size", args.target_size)  # before the demo writes its table
     result = run_demo(current_settings(), files=args.files, partitions=args.partitions, target_size=args.target_size,
                       as_json=args.json, warehouse=args.warehouse)

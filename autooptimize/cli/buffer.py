@@ -15,17 +15,14 @@ from typing import Any
 from autooptimize.cli.arguments import seconds
 from autooptimize.cli.common import current_settings
 from autooptimize.errors import InvalidArgument
-from autooptimize.iceberg.catalog import load_table, parse_identifier
-from autooptimize.services.buffer.consolidate import consolidate_table
-from autooptimize.services.buffer.landing import land
-from autooptimize.services.buffer.rules import buffer_status, set_rules
-from autooptimize.services.buffer.watch import poll_watch
 from tasks.send import CeleryDispatch
 
 # The services are imported inside each command: parsing the command line stays quick.
 
 
 def cmd_land(args: argparse.Namespace) -> int:
+    from autooptimize.services.buffer.landing import land
+
     settings = current_settings()
     result = land(settings, args.table, list(args.files), move=args.move, dispatch=CeleryDispatch(settings))
     if args.json:
@@ -45,6 +42,8 @@ def _age(seconds: float | None) -> str:
 
 
 def cmd_buffer_status(args: argparse.Namespace) -> int:
+    from autooptimize.services.buffer.rules import buffer_status
+
     rows = buffer_status(current_settings(), args.table)
     if args.json:
         print(json.dumps(rows, default=str))
@@ -62,6 +61,9 @@ def cmd_buffer_status(args: argparse.Namespace) -> int:
 
 
 def cmd_flush(args: argparse.Namespace) -> int:
+    from autooptimize.iceberg.catalog import load_table, parse_identifier
+    from autooptimize.services.buffer.consolidate import consolidate_table
+
     settings = current_settings()
     parse_identifier(args.table)
     load_table(settings, args.table)
@@ -90,6 +92,8 @@ def cmd_flush(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
+    from autooptimize.services.buffer.rules import set_rules
+
     result = set_rules(current_settings(), args.table, max_age=args.max_age, min_bytes=args.min_bytes,
                        max_bytes=args.max_bytes, max_files=args.max_files, combinable=args.combinable,
                        callback_url=args.callback, reset=args.reset)
@@ -102,6 +106,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    from autooptimize.services.buffer.watch import poll_watch
+
     settings = current_settings()
     root = Path(args.root) if args.root else settings.buffer_watch_root
     if root is None or not root.is_dir():

@@ -8,7 +8,6 @@ import json
 
 from autooptimize.cli.common import current_settings
 from autooptimize.domain.histogram import format_bytes
-from autooptimize.services.overview import action_list
 from autooptimize.storage.readmodel import HistoryFilter
 
 HISTORY_FIELDS = ("id", "table", "partition", "kind", "trigger", "state", "reason", "files_in", "files_out",
@@ -24,6 +23,8 @@ def cmd_console(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from autooptimize.services.overview import action_list
+
     where = HistoryFilter(table=args.table, kind=args.kind, state=args.state, trigger=args.trigger,
                           limit=args.limit)
     page = action_list(current_settings(), where)

@@ -10,8 +10,6 @@ from typing import Any
 from autooptimize.config import Settings
 from autooptimize.domain.histogram import format_bytes
 from autooptimize.errors import WaitTimeout
-from autooptimize.services.actions import get_outcome, wait
-from autooptimize.services.overview import action_progress
 from autooptimize.storage.models import ActionState
 
 POLL_SECONDS = 0.5
@@ -33,6 +31,9 @@ def wait_with_progress(settings: Settings, action_id: str, timeout: float | None
                        show: bool | None = None) -> dict[str, Any]:
     """Wait until the action is final and return its outcome (as ``services.actions.wait``); WaitTimeout
     after ``timeout`` seconds. ``show`` defaults to whether stderr is a terminal."""
+    from autooptimize.services.actions import get_outcome, wait
+    from autooptimize.services.overview import action_progress
+
     if not (sys.stderr.isatty() if show is None else show):
         return wait(settings, action_id, timeout)
     from rich.console import Console

@@ -25,10 +25,7 @@ from autooptimize.processes import (
     stop_processes,
     stop_signals,
 )
-from autooptimize.services.submit_decided import on_attention_handler
 from autooptimize.storage.db import upgrade
-from scheduler.dispatcher import main as dispatcher_main
-from scheduler.listener import main as listener_main
 from spark_actors import server
 from tasks.routing import CONTROL_QUEUE, all_queue_names
 from tasks.send import CeleryDispatch
@@ -55,12 +52,17 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_listener(args: argparse.Namespace) -> int:
+    from autooptimize.services.submit_decided import on_attention_handler
+    from scheduler.listener import main as listener_main
+
     settings = current_settings()
     argv = ["--interval", str(args.interval), "--workers", str(args.workers)] + (["--once"] if args.once else [])
     return listener_main(argv, on_attention=on_attention_handler(settings, CeleryDispatch(settings)))
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
+    from scheduler.dispatcher import main as dispatcher_main
+
     return int(dispatcher_main(["--rebuild-only"] if args.rebuild_only else []) or 0)
 
 
