@@ -24,7 +24,13 @@ from autooptimize.redact import install_log_redaction
 from autooptimize.services import actions as _actions
 from autooptimize.services import status as _status
 from autooptimize.services import tracking as _tracking
+from autooptimize.services.buffer.consolidate import consolidate_table
+from autooptimize.services.buffer.landing import land as land_files
+from autooptimize.services.buffer.rules import buffer_status as buffered_status
+from autooptimize.services.buffer.rules import set_rules
+from autooptimize.services.preview import preview
 from autooptimize.storage.models import ActionState, Trigger
+from scheduler.orient import queue_status
 from tasks.send import CeleryDispatch
 
 install_log_redaction()
@@ -109,8 +115,6 @@ def optimize(
     if partition is not None and not isinstance(partition, str):
         raise InvalidArgument(f"partition must be a string such as day=2026-01-01 or None (got {partition!r})")
     if _flag("dry_run", dry_run):
-        from autooptimize.services.preview import preview
-
         return ActionHandle(None, settings, preview(settings, table, partition=partition, kind=action,
                                                     target_file_size=target_file_size, options=options))
     action_id = _actions.submit(
@@ -159,8 +163,6 @@ def budget(*, settings: Settings | None = None) -> dict[str, Any]:
 
 def queues(*, settings: Settings | None = None) -> dict[str, Any]:
     """The dispatch backlog per priority class and table, its trend, and a recommendation to add actors."""
-    from scheduler.orient import queue_status
-
     return queue_status(_settings(settings))
 
 
@@ -170,8 +172,6 @@ def land(table: str, files: list[Any], *, move: bool = False, settings: Settings
     Returns ``landed`` (with rows, bytes, partitions) and ``rejected`` (file and reason) lists; a rejected
     file is left where it was. When a rule fires, a consolidation is queued.
     """
-    from autooptimize.services.buffer.landing import land as land_files
-
     settings = _settings(settings)
     if not isinstance(files, list | tuple) or not files:
         raise InvalidArgument(f"files must be a non-empty list of Parquet file paths (got {files!r})")
@@ -180,16 +180,12 @@ def land(table: str, files: list[Any], *, move: bool = False, settings: Settings
 
 def buffer_status(table: str | None = None, *, settings: Settings | None = None) -> list[dict[str, Any]]:
     """Per buffered table: files, bytes, oldest age, and which rule fires next."""
-    from autooptimize.services.buffer.rules import status as buffered_status
-
     return buffered_status(_settings(settings), None if table is None else _table(table))
 
 
 def buffer_rules(table: str, *, settings: Settings | None = None, **rules: Any) -> dict[str, Any]:
     """Set ``table``'s rules: ``max_age`` ("15m"), ``min_bytes``, ``max_bytes``, ``max_files``, ``combinable``,
     ``callback_url``; returns the rules in force."""
-    from autooptimize.services.buffer.rules import set_rules
-
     valid = ("max_age", "min_bytes", "max_bytes", "max_files", "combinable", "callback_url", "reset")
     unknown = sorted(set(rules) - set(valid))
     if unknown:
@@ -199,8 +195,6 @@ def buffer_rules(table: str, *, settings: Settings | None = None, **rules: Any) 
 
 def flush(table: str, *, wait: bool = True, settings: Settings | None = None) -> dict[str, Any]:
     """Consolidate what ``table`` has buffered now, whatever the rules say: here (``wait``) or on a worker."""
-    from autooptimize.services.buffer.consolidate import consolidate_table
-
     settings = _settings(settings)
     _table(table)
     dispatch = CeleryDispatch(settings)

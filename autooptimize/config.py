@@ -18,9 +18,9 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
+from autooptimize.config_fleet import FleetSettings
 from autooptimize.domain.sizes import MAX_BYTES, MiB, parse_size
 from autooptimize.domain.urls import CONTROL_CHARACTERS, HOST, check_url
-from autooptimize.config_fleet import FleetSettings
 from autooptimize.errors import ConfigError, InvalidArgument
 from autooptimize.redact import redact, remember_secrets
 

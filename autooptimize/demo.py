@@ -21,9 +21,14 @@ from pyiceberg.types import DateType, DoubleType, LongType, NestedField, StringT
 from autooptimize import api
 from autooptimize.config import Settings
 from autooptimize.errors import InvalidArgument, ServiceUnavailable, WaitTimeout
-from autooptimize.iceberg.catalog import get_catalog
+from autooptimize.iceberg.catalog import get_catalog, load_table
 from autooptimize.iceberg.checksum import table_checksum
 from autooptimize.processes import Stopped, StopSignals, spawn, stop_processes, stop_signals
+from autooptimize.services.actions import outcome_of
+from autooptimize.services.observe.attention import observed_state
+from autooptimize.storage.db import session_scope, upgrade
+from autooptimize.storage.repositories import recent_actions, tracked_table
+from spark_actors.server import local_server_while
 
 DEMO_TABLE = "demo.events"
 SCHEMA = Schema(
@@ -140,12 +145,6 @@ def _ensure_service(settings: Settings, stop: StopSignals, started: list[subproc
 def _wait_until_optimized(settings: Settings, since: dt.datetime, timeout: float, say: Any) -> list[dict[str, Any]]:
     """Wait until the listener has seen the latest snapshot and nothing it submitted is pending (for
     three polls in a row: a merge's own commit is observed too, and may be judged again)."""
-    from autooptimize.iceberg.catalog import load_table
-    from autooptimize.services.actions import outcome_of
-    from autooptimize.services.observe.attention import observed_state
-    from autooptimize.storage.db import session_scope
-    from autooptimize.storage.repositories import recent_actions, tracked_table
-
     deadline = time.monotonic() + timeout
     last = ""
     stable = 0
@@ -191,8 +190,6 @@ def _run_demo(settings: Settings, stop: StopSignals, files: int, partitions: int
               as_json: bool, location: str | None) -> dict[str, Any]:
     if files < partitions or partitions < 1:
         raise InvalidArgument(f"--files ({files}) must be ≥ --partitions ({partitions}) ≥ 1")
-    from autooptimize.storage.db import upgrade
-    from spark_actors.server import local_server_while
 
     say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if as_json else print
     upgrade(settings)

@@ -791,9 +791,9 @@ def _service_line(engine: Engine, service: Service) -> str:
 def baseline_compact(table: Table, target: int, rule: str, run_no: int) -> tuple[int, int, float]:
     """One blocking bin-pack of every partition with ≥ 2 files under 75% of the target; returns
     (files replaced, files written, seconds)."""
+    from autooptimize.arrow.writers import dictionary_columns
     from autooptimize.domain.planning import PlanFile, plan_iceberg_bin_pack
     from autooptimize.iceberg.commit import commit_replace, data_file_from_footer
-    from spark_actors.arrow_rewrite import dictionary_columns
 
     started = time.monotonic()
     table.refresh()

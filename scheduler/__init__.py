@@ -9,17 +9,17 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from autooptimize.config import get_settings
+from autooptimize.errors import AutoOptimizeError
+from autooptimize.redact import install_log_redaction
+from autooptimize.storage.db import check_schema
+
 if TYPE_CHECKING:
     from autooptimize.config import Settings
 
 
 def service_settings(prog: str, verbose: bool) -> Settings | None:
     """Set up logging, load the settings and check the schema; None, after saying why on stderr, if not."""
-    from autooptimize.config import get_settings
-    from autooptimize.errors import AutoOptimizeError
-    from autooptimize.redact import install_log_redaction
-    from autooptimize.storage.db import check_schema
-
     install_log_redaction()
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autooptimize.errors import VerificationFailed
+from autooptimize.iceberg.fileio import io_properties
+from spark_actors.artifacts import build_archive, ship_code
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -43,8 +45,6 @@ class TableContext:
 
     @classmethod
     def of(cls, table: Table) -> TableContext:
-        from autooptimize.iceberg.fileio import io_properties
-
         # the snapshot history can be large and no task needs it: the groups name their files
         metadata = table.metadata.model_copy(update={
             "snapshots": [], "snapshot_log": [], "metadata_log": [], "refs": {}, "current_snapshot_id": None,
@@ -138,8 +138,6 @@ def run_action_job(spark: SparkSession, context: TableContext, calls: Sequence[C
     order. A call is ``(function, args)``: ``function(table, *args, attempt=n)`` a module-level function
     of ours, ``args`` picklable."""
     import pyarrow as pa
-
-    from spark_actors.artifacts import build_archive, ship_code
 
     started = time.monotonic()
     ship_code(spark)

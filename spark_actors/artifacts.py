@@ -18,9 +18,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import autooptimize
+
 log = logging.getLogger(__name__)
 
-#: the packages a task imports: the pyarrow rewrite, the digest, the Iceberg helpers, the task functions
+#: the packages a task imports: the pyarrow rewrite (autooptimize/arrow), the digest, the Iceberg helpers
+#: (autooptimize), the task functions (spark_actors)
 PACKAGES = ("autooptimize", "spark_actors")
 
 _lock = threading.Lock()
@@ -30,8 +33,6 @@ _shipped: set[tuple[str, str]] = set()  # (session id, content hash) already add
 
 def _sources() -> list[tuple[str, Path]]:
     """(name in the zip, file) of every .py file of :data:`PACKAGES`, in a stable order."""
-    import autooptimize
-
     root = Path(autooptimize.__file__).resolve().parent.parent
     out: list[tuple[str, Path]] = []
     for package in PACKAGES:

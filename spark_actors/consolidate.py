@@ -5,7 +5,6 @@ cast input (the caller reads the written output back with another reader)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -33,7 +32,8 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
+from autooptimize.engines.consolidation import ConsolidateOutput, PartitionOutput
+from autooptimize.engines.digest import spark_digest, spark_digest_columns
 from autooptimize.errors import InvalidArgument
 from spark_actors.rewrite import list_parquet
 from spark_actors.schema import FIELD_ID_KEY, spark_schema
@@ -46,19 +46,6 @@ PART_COL = "aop{}"
 # Spark writes both null and "" as HIVE_NULL directories; every string partition value is written
 # behind this marker, so "" reaches the directory as "v" and only a null becomes HIVE_NULL
 STRING_MARK = "v"
-
-
-@dataclass(frozen=True)
-class PartitionOutput:
-    values: tuple[Any, ...]  # the partition record's values (Iceberg's internal representation)
-    paths: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ConsolidateOutput:
-    partitions: tuple[PartitionOutput, ...]
-    digest_in: ContentDigest  # of the cast input, observed while writing (the caller reads the outputs back)
-    required_nulls: int  # rows with a null in a required column (must be 0 to commit)
 
 
 def check_supported_spec(spec: PartitionSpec, schema: Schema) -> None:

@@ -13,58 +13,31 @@ deleted row.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from functools import reduce
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyiceberg.schema import Schema
-from pyiceberg.types import PrimitiveType
 
-from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
-from autooptimize.errors import ActionRefused
+from autooptimize.engines.deletes import (
+    LOCAL_SCHEME,
+    CompactionOutput,
+    SequencedFile,
+    equality_fields,
+    join_key,
+)
+from autooptimize.engines.digest import spark_digest, spark_digest_columns
+from autooptimize.iceberg.deletes import POS_FILE_PATH_ID, POS_POS_ID
 from spark_actors.rewrite import list_parquet
 from spark_actors.schema import FIELD_ID_KEY, spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-POS_FILE_PATH_ID = 2147483546
-POS_POS_ID = 2147483545
-_SCHEME = r"^file:/+"
-
-
-def normalise_path(path: str) -> str:
-    """The join key of a file path: ``file:/x``, ``file:///x`` and ``/x`` all become ``/x``."""
-    return re.sub(_SCHEME, "/", path)
-
-
-@dataclass(frozen=True)
-class SequencedFile:
-    """A data or delete file with the data sequence number its manifest entry gives it."""
-
-    path: str
-    sequence_number: int
-    equality_ids: tuple[int, ...] | None = None  # equality delete files only
-    content_offset: int | None = None  # a deletion vector (Iceberg v3): its blob's offset in the Puffin file
-
-
-@dataclass(frozen=True)
-class CompactionOutput:
-    paths: tuple[str, ...]
-    rows_read: int  # data rows read (each matched to its input file)
-    digest_kept: ContentDigest  # the delete-applied input, observed while writing (the caller reads the outputs back)
-    lineage_kept: ContentDigest | None = None  # the same with _row_id and _last_updated_sequence_number (v3)
-
-    @property
-    def rows_deleted(self) -> int:
-        return self.rows_read - self.digest_kept.rows
-
 
 def _key(col: Column) -> Column:
     from pyspark.sql import functions as F
 
-    return F.regexp_replace(col, _SCHEME, "/")
+    return F.regexp_replace(col, LOCAL_SCHEME, "/")
 
 
 def _position_deletes(spark: SparkSession, files: DataFrame, deletes: list[SequencedFile]) -> DataFrame:
@@ -76,7 +49,7 @@ def _position_deletes(spark: SparkSession, files: DataFrame, deletes: list[Seque
         st.StructField("file_path", st.StringType(), True, {FIELD_ID_KEY: POS_FILE_PATH_ID}),
         st.StructField("pos", st.LongType(), True, {FIELD_ID_KEY: POS_POS_ID}),
     ])
-    seqs = spark.createDataFrame([(normalise_path(d.path), d.sequence_number) for d in deletes],
+    seqs = spark.createDataFrame([(join_key(d.path), d.sequence_number) for d in deletes],
                                  "_ao_dkey string, _ao_dseq long")
     raw = spark.read.schema(schema).parquet(*[d.path for d in deletes])
     return (
@@ -90,29 +63,12 @@ def _position_deletes(spark: SparkSession, files: DataFrame, deletes: list[Seque
     )
 
 
-def equality_fields(schema: Schema, ids: tuple[int, ...]) -> list[Any]:
-    """The table's fields with the equality ids ``ids``; ActionRefused for a missing or nested one."""
-    fields = []
-    for field_id in ids:
-        try:
-            field = schema.find_field(field_id)
-        except ValueError:
-            raise ActionRefused("equality_field_missing",
-                                f"equality delete field id {field_id} is not in the table's schema") from None
-        if field not in schema.fields or not isinstance(field.field_type, PrimitiveType):
-            raise ActionRefused("unsupported_equality_field",
-                                f"equality deletes on {field.name!r} (a nested or non-primitive field) are not "
-                                "supported yet")
-        fields.append(field)
-    return fields
-
-
 def _equality_deletes(spark: SparkSession, schema: Schema, ids: tuple[int, ...],
                       deletes: list[SequencedFile]) -> tuple[DataFrame, list[str]]:
     from pyspark.sql import functions as F
 
     fields = equality_fields(schema, ids)
-    seqs = spark.createDataFrame([(normalise_path(d.path), d.sequence_number) for d in deletes],
+    seqs = spark.createDataFrame([(join_key(d.path), d.sequence_number) for d in deletes],
                                  "_ao_dkey string, _ao_dseq long")
     raw = spark.read.schema(spark_schema(Schema(*fields))).parquet(*[d.path for d in deletes])
     names = [f"_ao_e{f.field_id}" for f in fields]
@@ -125,7 +81,7 @@ def _equality_deletes(spark: SparkSession, schema: Schema, ids: tuple[int, ...],
     return frame, [f.name for f in fields]
 
 
-def compact_group(
+def compact_group_sql(
     spark: SparkSession,
     schema: Schema,
     data_files: list[SequencedFile],
@@ -146,7 +102,7 @@ def compact_group(
     from pyspark.sql import functions as F
 
     # rows carry a small file number, not the path, so the delete side of the joins stays small
-    files = spark.createDataFrame([(normalise_path(f.path), f.sequence_number, i) for i, f in enumerate(data_files)],
+    files = spark.createDataFrame([(join_key(f.path), f.sequence_number, i) for i, f in enumerate(data_files)],
                                   "_ao_key string, _ao_seq long, _ao_fid int")
     data = spark.read.schema(spark_schema(schema)).parquet(*[f.path for f in data_files])
     columns = list(data.columns)

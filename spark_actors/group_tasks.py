@@ -22,6 +22,16 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
+from autooptimize.arrow.consolidate import consolidate_files_arrow
+from autooptimize.arrow.deletes import compact_group_arrow
+from autooptimize.arrow.partition import check_partition
+from autooptimize.arrow.rewrite import rewrite_group_arrow
+from autooptimize.engines.digest import DigestAccumulator
+from autooptimize.iceberg.checksum import parquet_digest
+from autooptimize.iceberg.commit import data_file_from_footer
+from autooptimize.iceberg.paths import delete_file, delete_tree
+from autooptimize.iceberg.v3 import with_lineage
+
 
 @dataclass(frozen=True)
 class GroupWritten:
@@ -42,15 +52,13 @@ class GroupWritten:
 
 
 #: Beside a group's directory while a task writes it (``<directory>.writing``): a fenced attempt's output is
-#: touched only once its tasks are gone or this marker is (services/rewrite/outputs.writing).
+#: touched only once its tasks are gone or this marker is (services/rewrite/outputs.still_writing).
 WRITING_SUFFIX = ".writing"
 
 
 def _fresh_directory(table: Table, directory: str, attempt: int) -> None:
     """A retried task starts from an empty directory (the first attempt requires one: check_writable)."""
     if attempt > 0:
-        from autooptimize.iceberg.paths import delete_tree
-
         delete_tree(table.location(), directory, table.io)
 
 
@@ -69,9 +77,6 @@ def writing(table: Table, directory: str) -> Iterator[None]:
 
 def _read_back(table: Table, paths: list[str], partitions: list[tuple[int, Record]], sort_order_id: int | None,
                seconds: dict[str, float]) -> tuple[Any, list[DataFile]]:
-    from autooptimize.iceberg.checksum import parquet_digest
-    from autooptimize.iceberg.commit import data_file_from_footer
-
     started = time.monotonic()
     digest = parquet_digest(table.schema(), paths, table.io)
     seconds["read_back"] = time.monotonic() - started
@@ -85,13 +90,10 @@ def _read_back(table: Table, paths: list[str], partitions: list[tuple[int, Recor
 def rewrite_group(table: Table, inputs: list[DataFile], directory: str, files_out: int, codec: str,
                   spec_id: int | None, input_partition: tuple[int, Record] | None, sort: list[Any] | None,
                   zorder: list[Any] | None, sort_order_id: int | None, *, attempt: int = 0) -> GroupWritten:
-    """A merge, sort, z-order or respec group (spark_actors.arrow_rewrite.rewrite_group_arrow), read back.
+    """A merge, sort, z-order or respec group (autooptimize.arrow.rewrite.rewrite_group_arrow), read back.
 
     With ``spec_id`` (a respec) each output is also checked to hold only rows of the partition it is
     recorded under."""
-    from spark_actors.arrow_partition import check_partition
-    from spark_actors.arrow_rewrite import rewrite_group_arrow
-
     _fresh_directory(table, directory, attempt)
     seconds: dict[str, float] = {}
     started = time.monotonic()
@@ -111,11 +113,8 @@ def rewrite_group(table: Table, inputs: list[DataFile], directory: str, files_ou
 
 def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes: list[Any], directory: str,
                   files_out: int, codec: str, partition: tuple[int, Record], *, attempt: int = 0) -> GroupWritten:
-    """A delete compaction group (spark_actors.arrow_deletes.compact_group_arrow), read back; an output
+    """A delete compaction group (autooptimize.arrow.deletes.compact_group_arrow), read back; an output
     that holds no row (every row deleted) is removed."""
-    from autooptimize.iceberg.paths import delete_file, delete_tree
-    from spark_actors.arrow_deletes import compact_group_arrow
-
     _fresh_directory(table, directory, attempt)
     seconds: dict[str, float] = {}
     started = time.monotonic()
@@ -131,8 +130,6 @@ def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes:
         delete_tree(table.location(), directory, table.io)
     lineage_in = lineage_out = None
     if written.lineage_kept is not None:  # a v3 table: the rows' lineage read back too (by field id)
-        from autooptimize.iceberg.checksum import parquet_digest
-        from autooptimize.iceberg.v3 import with_lineage
 
         found = parquet_digest(with_lineage(table.schema()), [str(f.file_path) for f in kept], table.io)
         lineage_in = (written.lineage_kept.rows, written.lineage_kept.checksum)
@@ -144,20 +141,14 @@ def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes:
 
 
 def warm(table: Table, *, attempt: int = 0) -> int:
-    """Import what the tasks use and load the digest's compiled kernels (numba: from its cache on disk,
-    else compiled) in this executor's Python worker. A reused worker pays that once; held a moment so
-    that the tasks of a warm-up job land on distinct workers."""
+    """Load the digest's compiled kernels (numba: from its cache on disk, else compiled) in this executor's
+    Python worker; unpickling this function imported this module, and with it what the tasks use. A
+    reused worker pays that once; held a moment so that the tasks of a warm-up job land on distinct
+    workers."""
     import datetime as dt
     import os
 
     import pyarrow as pa
-
-    import autooptimize.iceberg.checksum  # noqa: F401
-    import spark_actors.arrow_consolidate  # noqa: F401
-    import spark_actors.arrow_deletes  # noqa: F401
-    import spark_actors.arrow_partition  # noqa: F401
-    import spark_actors.arrow_rewrite  # noqa: F401
-    from autooptimize.engines.digest import DigestAccumulator
 
     sample = pa.table({"i": pa.array([1, None], pa.int64()), "j": pa.array([1, 2], pa.int32()),
                        "f": [0.5, None], "s": ["a", None], "b": pa.array([b"x", b"y"]), "t": [True, False],
@@ -174,9 +165,6 @@ def calibrate(table: Table, inputs: list[DataFile], directory: str, codec: str, 
               *, attempt: int = 0) -> tuple[int, int]:
     """(rows, bytes) of ``inputs`` written as one file under ``directory`` with the pyarrow path (removed
     afterwards): the output bytes per row a merge will write."""
-    from autooptimize.iceberg.paths import delete_tree
-    from spark_actors.arrow_rewrite import rewrite_group_arrow
-
     delete_tree(table.location(), directory, table.io)
     try:
         out = rewrite_group_arrow(table, inputs, directory, 1, codec, input_partition=partition)
@@ -186,16 +174,12 @@ def calibrate(table: Table, inputs: list[DataFile], directory: str, codec: str, 
     return out.rows_in, size
 
 
-def consolidate(table: Table, spec_id: int, groups: list[list[str]], output_dir: str, rows_per_file: int,
-                codec: str, *, attempt: int = 0) -> tuple[Any, Any, dict[str, DataFile]]:
-    """A buffered-write batch (spark_actors.arrow_consolidate.consolidate_files_arrow) on an executor: the
+def consolidate_batch(table: Table, spec_id: int, groups: list[list[str]], output_dir: str, rows_per_file: int,
+                      codec: str, *, attempt: int = 0) -> tuple[Any, Any, dict[str, DataFile]]:
+    """A buffered-write batch (autooptimize.arrow.consolidate.consolidate_files_arrow) on an executor: the
     writer's output, the outputs' digest read back by field id, and each output's DataFile (from its footer).
     The buffered files must be readable where the task runs (one host, or a shared buffer zone)."""
     from pyiceberg.typedef import Record
-
-    from autooptimize.iceberg.checksum import parquet_digest
-    from autooptimize.iceberg.commit import data_file_from_footer
-    from spark_actors.arrow_consolidate import consolidate_files_arrow
 
     _fresh_directory(table, output_dir, attempt)
     spec = table.metadata.specs()[spec_id]

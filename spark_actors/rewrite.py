@@ -14,10 +14,11 @@ from pyiceberg.schema import Schema
 
 from autooptimize.domain.zorder import ZKey
 from autooptimize.engines.digest import ContentDigest, spark_digest, spark_digest_columns
+from autooptimize.engines.types import output_schema_problem
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.paths import walk
 from spark_actors.schema import spark_schema
-from spark_actors.types import output_schema_problem
+from spark_actors.zorder import z_column
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,7 +41,7 @@ def list_parquet(directory: str, io: Any = None) -> list[str]:
     )
 
 
-def rewrite_group(
+def rewrite_group_sql(
     spark: SparkSession,
     schema: Schema,
     inputs: list[str],
@@ -81,8 +82,6 @@ def rewrite_group(
         spread = observed.coalesce(1) if files_out <= 1 else observed.repartitionByRange(files_out, keys[0])
         shaped = spread.sortWithinPartitions(*keys)
     elif zorder:
-        from spark_actors.zorder import z_column
-
         z = z_column(zorder)
         spread = observed.coalesce(1) if files_out <= 1 else observed.repartitionByRange(files_out, z)
         shaped = spread.sortWithinPartitions(z)

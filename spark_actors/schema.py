@@ -60,7 +60,7 @@ def _spark_type(field: NestedField, t: IcebergType) -> Any:
     if isinstance(t, StructType):
         return st.StructType([_spark_field(f) for f in t.fields])
     # list/map (element/key/value ids are not written), fixed and uuid (written as BINARY) go through
-    # spark_actors.arrow_rewrite; see spark_actors.types. Anything else is refused.
+    # autooptimize.arrow.rewrite; see autooptimize.engines.types. Anything else is refused.
     raise ActionRefused(
         "unsupported_type",
         f"column {field.name!r} has type {t}, which the rewrite does not support yet",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from autooptimize.config import Settings
 from autooptimize.errors import ServiceUnavailable
+from spark_actors.server import resolve_remote
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,8 +58,6 @@ def get_session(settings: Settings) -> SparkSession:
 def _create(settings: Settings) -> SparkSession:
     from pyspark.sql import SparkSession
 
-    from spark_actors.server import resolve_remote
-
     remote = resolve_remote(settings)
     try:
         session = SparkSession.builder.remote(remote).create()
@@ -84,8 +83,6 @@ def fence(settings: Settings, session_id: str) -> int:
     the session is released afterwards, so asking again finds it closed, which also means nothing runs.
     """
     from pyspark.sql import SparkSession
-
-    from spark_actors.server import resolve_remote
 
     with _lock:
         if _session is not None and _owner_pid == os.getpid() and _session.session_id == session_id:

@@ -14,10 +14,12 @@ from autooptimize.services import actions
 from autooptimize.services.attempt import attempt_limit_seconds
 from autooptimize.services.kinds import KINDS
 from autooptimize.services.ports import ActionTicket
+from autooptimize.services.sweeper import sweep_actions as sweep
 from tasks.app import app
 from tasks.retry import MAX_RETRIES, backoff_delay
 from tasks.routing import task_name
 from tasks.rpq import LeaseKeeper, LeaseTicket, QueueItem, build_queue, wake
+from tasks.send import CeleryDispatch
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +120,6 @@ def _execute_leased(settings: Settings, action_id: str, payload: str) -> dict:
 def sweep_actions() -> dict[str, list[str]]:
     """Re-queue, or fail past AO_MAX_ATTEMPTS, actions left queued or running with no live lease
     (services/sweeper.py): through Celery, or the reliable priority queue in rpq mode."""
-    from autooptimize.services.sweeper import sweep_actions as sweep
-    from tasks.send import CeleryDispatch
-
     settings = get_settings()
     queued = None
     if settings.dispatch == "rpq":

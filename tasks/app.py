@@ -20,7 +20,9 @@ from celery.signals import worker_process_init, worker_process_shutdown
 from autooptimize.config import Settings, get_settings
 from autooptimize.redact import install_log_redaction
 from autooptimize.services.attempt import attempt_limit_seconds
-from tasks.routing import CONTROL_QUEUE, queues
+from autooptimize.storage.db import reset_engines_after_fork
+from spark_actors.session import close_session, reset_after_fork
+from tasks.routing import CONTROL_QUEUE, celery_queues
 
 
 def visibility_timeout(settings: Settings) -> int:
@@ -39,7 +41,7 @@ def make_app() -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_default_queue=CONTROL_QUEUE,
-        task_queues=queues(settings.priority_classes),
+        task_queues=celery_queues(settings.priority_classes),
         task_create_missing_queues=False,
         broker_transport_options={
             "priority_steps": list(range(10)),
@@ -66,8 +68,6 @@ app = make_app()
 @worker_process_init.connect
 def _after_fork(**_: object) -> None:
     # Pools and Spark sessions must not be shared with the parent process.
-    from autooptimize.storage.db import reset_engines_after_fork
-    from spark_actors.session import reset_after_fork
 
     reset_engines_after_fork()
     reset_after_fork()
@@ -76,6 +76,5 @@ def _after_fork(**_: object) -> None:
 @worker_process_shutdown.connect
 def _before_exit(**_: object) -> None:
     # Release the server-side session now, so exit never waits on a server that is going away.
-    from spark_actors.session import close_session
 
     close_session()

@@ -8,8 +8,10 @@ from celery import Task
 
 from autooptimize.config import get_settings
 from autooptimize.errors import Retry, ServiceUnavailable
+from autooptimize.services.buffer.consolidate import consolidate_table, tick
 from tasks.app import app
 from tasks.retry import MAX_RETRIES, backoff_delay
+from tasks.send import CeleryDispatch
 
 log = logging.getLogger(__name__)
 
@@ -17,9 +19,6 @@ log = logging.getLogger(__name__)
 @app.task(name="autooptimize.consolidate", bind=True, max_retries=MAX_RETRIES)
 def consolidate(self: Task, table: str, flush: bool = False) -> dict:
     """Finish abandoned batches of ``table`` and consolidate while its rules fire (idempotent)."""
-    from autooptimize.services.buffer.consolidate import consolidate_table
-    from tasks.send import CeleryDispatch
-
     settings = get_settings()
     try:
         result = consolidate_table(settings, table, flush=flush, dispatch=CeleryDispatch(settings))
@@ -36,8 +35,5 @@ def consolidate(self: Task, table: str, flush: bool = False) -> dict:
 @app.task(name="autooptimize.buffer_tick")
 def buffer_tick() -> dict:
     """Land settled files from the watched folder; queue consolidations whose rules fire."""
-    from autooptimize.services.buffer.consolidate import tick
-    from tasks.send import CeleryDispatch
-
     settings = get_settings()
     return tick(settings, CeleryDispatch(settings))

@@ -25,7 +25,7 @@ def all_queue_names(priority_classes: tuple[str, ...]) -> list[str]:
     return [CONTROL_QUEUE, BUFFER_QUEUE] + [actor_queue(p) for p in priority_classes]
 
 
-def queues(priority_classes: tuple[str, ...]) -> list[Queue]:
+def celery_queues(priority_classes: tuple[str, ...]) -> list[Queue]:
     # Every queue has its own routing key. Without one Celery binds each queue to the default exchange
     # with the default key (ao.control), and on Redis a message is then copied to every queue bound
     # with that key: each merge would reach every actor queue and the control queue.

@@ -18,9 +18,8 @@ os.environ["AO_HOME"] = _HOME
 os.environ.setdefault("AO_SPARK_REMOTE", "local")
 os.environ.setdefault("AO_SPARK_PORT", "15012")
 os.environ.setdefault("AO_SPARK_DRIVER_MEMORY", "1g")
-# Tests that predate the live-partition policy assert bin-packing plans on tables they have just written
-# (every partition live); the tiered policy is tested on its own, with the policy set explicitly.
-os.environ.setdefault("AO_MERGE_POLICY", "binpack")
+# The default merge policy (tiered) runs in every test that does not choose another: a test that asserts
+# a bin-packing plan asks for it (the ``binpack`` fixture), as an operator would with AO_MERGE_POLICY.
 os.environ.pop("PYICEBERG_HOME", None)
 
 import pytest  # noqa: E402
@@ -68,6 +67,15 @@ def spark_server(settings):
     close_session()
     if settings.spark_remote == "local":
         stop_local_server(settings)
+
+
+@pytest.fixture
+def binpack_settings(settings, monkeypatch):
+    """The settings with the bin-packing merge policy (and AO_MERGE_POLICY=binpack for the processes the
+    test starts), as an operator chooses it: for tests that assert the plan bin packing makes of a table
+    just written (every partition live, where the default tiered policy waits)."""
+    monkeypatch.setenv("AO_MERGE_POLICY", "binpack")
+    return settings.model_copy(update={"merge_policy": "binpack"})
 
 
 @pytest.fixture

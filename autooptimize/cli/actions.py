@@ -7,7 +7,10 @@ import json
 from typing import Any
 
 from autooptimize.cli.common import current_settings, print_result
+from autooptimize.cli.progress import wait_with_progress
+from autooptimize.domain.simulate import SUGGEST_COLD_AFTER
 from autooptimize.errors import InvalidArgument
+from spark_actors.session import get_session
 
 OPTIMIZE_FIELDS = ("id", "state", "reason", "files_in", "files_out", "rows_in", "rows_out", "bytes_in",
                    "bytes_out", "snapshot_id")
@@ -45,8 +48,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.dry_run:  # a preview: planned in memory, no action to wait for
         result = handle.wait(timeout=args.timeout)
     elif args.wait:
-        from autooptimize.cli.progress import wait_with_progress
-
         result = wait_with_progress(current_settings(), handle.id, args.timeout)  # WaitTimeout: exit 4
     else:
         result = handle.result
@@ -117,7 +118,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     settings = current_settings()
 
     def spark() -> object:  # only before the table's first rewrite, to calibrate as the action will
-        from spark_actors.session import get_session
 
         return get_session(settings)
 
@@ -175,7 +175,6 @@ def _suggest(args: argparse.Namespace) -> int:
 
     if args.target_size:
         raise InvalidArgument("--suggest keeps the table's target size; leave out --target-size")
-    from autooptimize.domain.simulate import SUGGEST_COLD_AFTER
 
     cold: tuple[float, ...] = SUGGEST_COLD_AFTER
     if args.cold_after:

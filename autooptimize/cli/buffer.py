@@ -41,10 +41,10 @@ def _age(seconds: float | None) -> str:
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.1f}m"
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from autooptimize.services.buffer.rules import status
+def cmd_buffer_status(args: argparse.Namespace) -> int:
+    from autooptimize.services.buffer.rules import buffer_status
 
-    rows = status(current_settings(), args.table)
+    rows = buffer_status(current_settings(), args.table)
     if args.json:
         print(json.dumps(rows, default=str))
         return 0
@@ -135,7 +135,7 @@ def add_commands(sub: Any) -> None:
     st = bsub.add_parser("status", help="per table: buffered files, bytes, oldest age, which rule fires next")
     st.add_argument("table", nargs="?")
     st.add_argument("--json", action="store_true")
-    st.set_defaults(func=cmd_status)
+    st.set_defaults(func=cmd_buffer_status)
 
     fl = bsub.add_parser("flush", help="consolidate what is buffered now, whatever the rules say")
     fl.add_argument("table")

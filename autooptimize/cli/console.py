@@ -7,6 +7,8 @@ import argparse
 import json
 
 from autooptimize.cli.common import current_settings
+from autooptimize.domain.histogram import format_bytes
+from autooptimize.storage.readmodel import HistoryFilter
 
 HISTORY_FIELDS = ("id", "table", "partition", "kind", "trigger", "state", "reason", "files_in", "files_out",
                   "bytes_in", "bytes_out", "rows_in", "rows_out", "seconds", "phases", "commit_conflicts",
@@ -21,9 +23,7 @@ def cmd_console(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from autooptimize.domain.histogram import format_bytes
     from autooptimize.services.overview import action_list
-    from autooptimize.storage.readmodel import HistoryFilter
 
     where = HistoryFilter(table=args.table, kind=args.kind, state=args.state, trigger=args.trigger,
                           limit=args.limit)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from autooptimize.config import Settings
+from autooptimize.domain.histogram import format_bytes
 from autooptimize.errors import WaitTimeout
 from autooptimize.storage.models import ActionState
 
@@ -16,8 +17,6 @@ POLL_SECONDS = 0.5
 
 def describe(progress: dict[str, Any]) -> str:
     """One line: ``rewriting · attempt 1 · 3 groups, 12.0 MiB checkpointed``."""
-    from autooptimize.domain.histogram import format_bytes
-
     parts = [progress["phase"]]
     if progress["attempt"] > 1:
         parts.append(f"attempt {progress['attempt']}")

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autooptimize.cli.common import current_settings
+from autooptimize.cli.runtime import flower_credentials, worker_argv
 from autooptimize.config import Settings
+from autooptimize.console.auth import console_credentials
 from autooptimize.errors import InvalidArgument
 from autooptimize.processes import (
     STOP_GRACE_SECONDS,
@@ -23,11 +25,13 @@ from autooptimize.processes import (
     stop_processes,
     stop_signals,
 )
+from autooptimize.storage.db import upgrade
+from spark_actors import server
+from tasks.routing import CONTROL_QUEUE, all_queue_names
+from tasks.send import CeleryDispatch, decide_requester, send_scan
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from autooptimize.storage.db import upgrade
-
     settings = current_settings()
     upgrade(settings, args.revision)  # an unknown revision: InvalidArgument before anything is touched
     print(f"database {settings.database_url} is at revision {args.revision}")  # printed redacted
@@ -35,7 +39,6 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from autooptimize.cli.runtime import worker_argv
     from tasks.app import app
 
     app.worker_main(worker_argv(current_settings(), queues=args.queues, concurrency=args.concurrency,
@@ -51,7 +54,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_listener(args: argparse.Namespace) -> int:
     from autooptimize.services.submit_decided import on_attention_handler
     from scheduler.listener import main as listener_main
-    from tasks.send import CeleryDispatch, decide_requester, send_scan
 
     settings = current_settings()
     argv = ["--interval", str(args.interval), "--workers", str(args.workers)] + (["--once"] if args.once else [])
@@ -77,7 +79,6 @@ def cmd_beat(args: argparse.Namespace) -> int:
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
-    from autooptimize.cli.runtime import flower_credentials
     from tasks.app import app
 
     settings = current_settings()
@@ -90,8 +91,6 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
 
 def cmd_spark(args: argparse.Namespace) -> int:
-    from spark_actors import server
-
     settings = current_settings()
     if args.spark_command == "serve":
         server.serve_foreground(settings)
@@ -184,9 +183,6 @@ def _celery(*args: str) -> list[str]:
 
 def _start_children(children: Supervisor, settings: Settings, workers: int, flower: bool, beat: bool,
                     console: bool = True) -> None:
-    from autooptimize.cli.runtime import flower_credentials, worker_argv
-    from tasks.routing import CONTROL_QUEUE, all_queue_names
-
     # actors take the rewrites and consolidations; scans and decisions have a worker of their own, so a
     # backlog of merges never delays noticing the next commit (nor a scan a merge slot)
     actor_queues = ",".join(q for q in all_queue_names(settings.priority_classes) if q != CONTROL_QUEUE)
@@ -211,7 +207,6 @@ def _start_children(children: Supervisor, settings: Settings, workers: int, flow
         where = f"password in {path}" if path else "password from AO_FLOWER_PASSWORD"
         print(f"Flower: http://{settings.flower_address}:{settings.flower_port} (user {user!r}, {where})")
     if console:  # the web console and /metrics (autooptimize.console); its password stays in AO_HOME
-        from autooptimize.console.auth import console_credentials
 
         console_user, _, console_path = console_credentials(settings)
         children.start("console", [sys.executable, "-m", "autooptimize.cli", "console"])
@@ -226,9 +221,6 @@ def run_service(settings: Settings, *, workers: int = 1, flower: bool = True, be
     seconds and a few more, the Spark server last and only if this run started it. From the first
     line on a signal stops whatever has started so far. Returns 0 when stopped by a signal, 1 when a
     child kept crashing."""
-    from autooptimize.storage.db import upgrade
-    from spark_actors import server
-
     if workers < 1:
         raise InvalidArgument(f"--workers must be ≥ 1 (got {workers})")
     logs = settings.home_dir / "logs"

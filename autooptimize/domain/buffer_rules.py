@@ -52,23 +52,23 @@ class BufferLevel:
 
 
 @dataclass(frozen=True)
-class Decision:
+class FlushDecision:
     fire: bool
     rule: str | None  # the rule that fires now: max_age | max_bytes | max_files
     next_rule: str | None  # the rule expected to fire next when none fires now
     seconds_to_next: float | None  # by age; None when empty
 
 
-def evaluate(rules: BufferRules, level: BufferLevel) -> Decision:
+def evaluate(rules: BufferRules, level: BufferLevel) -> FlushDecision:
     """Which rule fires now, or which fires next (the age rule always fires eventually)."""
     if level.files <= 0 or level.oldest_age_seconds is None:
-        return Decision(False, None, None, None)
+        return FlushDecision(False, None, None, None)
     if rules.max_bytes is not None and level.bytes >= rules.max_bytes:
-        return Decision(True, "max_bytes", None, 0.0)
+        return FlushDecision(True, "max_bytes", None, 0.0)
     if rules.max_files is not None and level.files >= rules.max_files and level.bytes >= rules.min_bytes:
-        return Decision(True, "max_files", None, 0.0)
+        return FlushDecision(True, "max_files", None, 0.0)
     if level.oldest_age_seconds >= rules.max_age_seconds:
-        return Decision(True, "max_age", None, 0.0)
+        return FlushDecision(True, "max_age", None, 0.0)
     remaining = rules.max_age_seconds - level.oldest_age_seconds
     # closest size rule by fill ratio, when it is nearer than the age rule's fill ratio
     fills = {"max_age": level.oldest_age_seconds / rules.max_age_seconds}
@@ -76,7 +76,7 @@ def evaluate(rules: BufferRules, level: BufferLevel) -> Decision:
         fills["max_bytes"] = level.bytes / rules.max_bytes
     if rules.max_files is not None and level.bytes >= rules.min_bytes:
         fills["max_files"] = level.files / rules.max_files
-    return Decision(False, None, max(fills, key=lambda k: fills[k]), remaining)
+    return FlushDecision(False, None, max(fills, key=lambda k: fills[k]), remaining)
 
 
 def batch_limits(rules: BufferRules) -> tuple[int | None, int | None]:

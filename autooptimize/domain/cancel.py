@@ -17,7 +17,7 @@ from contextlib import contextmanager
 _event: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("ao_stop", default=None)
 
 
-class Stopped(RuntimeError):
+class AttemptStopped(RuntimeError):
     """The attempt was stopped while this work ran; its output is left for the attempt's clean-up."""
 
 
@@ -33,4 +33,4 @@ def cancellable(event: threading.Event) -> Iterator[threading.Event]:
 def raise_if_stopped(where: str) -> None:
     event = _event.get()
     if event is not None and event.is_set():
-        raise Stopped(f"{where}: the attempt was stopped")
+        raise AttemptStopped(f"{where}: the attempt was stopped")

@@ -20,7 +20,7 @@ MAX_BUCKETS = 24
 
 
 @dataclass(frozen=True)
-class Histogram:
+class SizeHistogram:
     """Counts and bytes per bucket; ``edges[i]`` is bucket i's lower edge (bytes), the last is open."""
 
     edges: tuple[int, ...]
@@ -57,7 +57,7 @@ def power_of_two_edges(sizes: Iterable[int], target: int | None = None) -> tuple
     return tuple(edges)
 
 
-def size_histogram(sizes: Iterable[int], edges: Sequence[int]) -> Histogram:
+def size_histogram(sizes: Iterable[int], edges: Sequence[int]) -> SizeHistogram:
     """Count ``sizes`` (and their bytes) into the buckets of ``edges`` (from :func:`power_of_two_edges`)."""
     if not edges or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
         raise InvalidArgument(f"edges must start at 0 and increase, got {list(edges)!r}")
@@ -68,10 +68,10 @@ def size_histogram(sizes: Iterable[int], edges: Sequence[int]) -> Histogram:
         index = _bucket(size, edges)
         counts[index] += 1
         totals[index] += size
-    return Histogram(tuple(edges), tuple(counts), tuple(totals))
+    return SizeHistogram(tuple(edges), tuple(counts), tuple(totals))
 
 
-def histograms(series: dict[str, Sequence[int]], target: int | None = None) -> dict[str, Histogram]:
+def histograms(series: dict[str, Sequence[int]], target: int | None = None) -> dict[str, SizeHistogram]:
     """One histogram per named series, all on the same edges (and the target's bucket among them)."""
     edges = power_of_two_edges([s for sizes in series.values() for s in sizes], target)
     return {name: size_histogram(sizes, edges) for name, sizes in series.items()}

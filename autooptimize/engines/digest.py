@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from autooptimize.engines import xxh64_jit as jit
 from autooptimize.engines.xxh64 import SPARK_SEED, hash_bytes, hash_int, hash_long
 
 if TYPE_CHECKING:
@@ -187,8 +188,6 @@ def _raw(arr: pa.Array, dtype: type) -> np.ndarray:
 def _fused_column(arr: pa.Array, hash_value: bool, position: int, lane1: np.ndarray, lane2: np.ndarray) -> bool:
     """Hash one column into both lanes in place with the fused kernels; False when its type has none
     (the caller then takes the column-by-column path, which is the definition)."""
-    from autooptimize.engines import xxh64_jit as jit
-
     valid = np.ones(len(arr), np.bool_) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
     if not hash_value:
         jit.chain_marker(valid, position, lane1, lane2)

@@ -29,6 +29,7 @@ from pyiceberg.manifest import (
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from autooptimize.domain.profile import phase
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.commits import CommitStats, apply_with_retry
 from autooptimize.iceberg.staging import StagedReplace
@@ -64,7 +65,6 @@ def commit_replace(
     """
     if (not added and not allow_no_output) or not any(f.content == DataFileContent.DATA for f in removed):
         raise VerificationFailed("a rewrite must remove and add at least one data file")
-    from autooptimize.domain.profile import phase
 
     with phase("commit.stage"):
         staged = StagedReplace(table, removed, added, allowed_deletes=allowed_deletes)

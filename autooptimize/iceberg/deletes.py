@@ -33,6 +33,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.commits import StagedAppend, apply_with_retry
+from autooptimize.iceberg.files import partition_dir, partition_path
 
 # Reserved field ids of a position delete file (Iceberg spec, "Position Delete Files").
 POS_FILE_PATH_ID = 2147483546
@@ -62,8 +63,6 @@ def scope_of(table: Table, data_path: str) -> DeleteScope:
 
 
 def _delete_location(table: Table, scope: DeleteScope, kind: str) -> str:
-    from autooptimize.iceberg.files import partition_dir, partition_path
-
     location = table.location().rstrip("/")
     data_path = table.properties.get("write.data.path", f"{location}/data").rstrip("/")
     path = partition_path(table.specs()[scope.spec_id], table.schema(), scope.partition)

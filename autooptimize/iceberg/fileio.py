@@ -20,8 +20,8 @@ import pyarrow.fs as pafs
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-__all__ = ["exists", "filesystem", "io_properties", "is_local", "iter_files", "list_files", "local_io",
-           "normalise", "scheme_of"]
+__all__ = ["exists", "filesystem", "io_properties", "iter_files", "list_files", "local_io", "normalise",
+           "scheme_of", "table_is_local"]
 
 
 def local_io() -> PyArrowFileIO:
@@ -29,7 +29,7 @@ def local_io() -> PyArrowFileIO:
     return PyArrowFileIO()
 
 
-def is_local(table: Any) -> bool:
+def table_is_local(table: Any) -> bool:
     """Whether the table's location is on the local filesystem (``file://`` or a bare path)."""
     return scheme_of(str(table.location())) == "file"
 

@@ -117,7 +117,7 @@ class StoredFile:
     link: bool = False  # a symlink (listed, never followed)
 
 
-def list_files(location: str, directory: str, io: FileIO | None = None) -> Iterator[StoredFile]:
+def stored_files(location: str, directory: str, io: FileIO | None = None) -> Iterator[StoredFile]:
     """Every file and link below ``directory`` (recursively, under the table ``location``, through the
     table's FileIO ``io``), never following a link; nothing when it does not exist. PathRefused when
     ``directory`` itself resolves outside ``location``."""

@@ -45,7 +45,6 @@ from pyiceberg.manifest import (
     ManifestListWriterV2,
     ManifestWriter,
     PartitionFieldSummary,
-    _inherit_from_manifest,
 )
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
@@ -53,6 +52,7 @@ from pyiceberg.typedef import TableVersion
 from pyiceberg.types import IntegerType, ListType, LongType, NestedField, StructType
 
 from autooptimize.errors import TableRefused
+from autooptimize.iceberg.internals import inherit_from_manifest, record_slots, set_slot, slot
 
 #: Reserved field ids of the row lineage columns (spec, "Reserved Field IDs").
 ROW_ID_FIELD_ID = 2147483540
@@ -95,25 +95,21 @@ def with_int_equality_ids(entry_schema: Schema) -> Schema:
     return Schema(*fields)
 
 
-def _slot(record: Any, index: int) -> Any:
-    return record._data[index] if len(record._data) > index else None
-
-
 def first_row_id(data_file: DataFile) -> int | None:
     """The data file's ``first_row_id`` (inherited values included, when read by :func:`read_entries`)."""
-    return _slot(data_file, _FIRST_ROW_ID)  # type: ignore[no-any-return]
+    return slot(data_file, _FIRST_ROW_ID)  # type: ignore[no-any-return]
 
 
 def referenced_data_file(data_file: DataFile) -> str | None:
-    return _slot(data_file, _REFERENCED)  # type: ignore[no-any-return]
+    return slot(data_file, _REFERENCED)  # type: ignore[no-any-return]
 
 
 def content_offset(data_file: DataFile) -> int | None:
-    return _slot(data_file, _OFFSET)  # type: ignore[no-any-return]
+    return slot(data_file, _OFFSET)  # type: ignore[no-any-return]
 
 
 def content_size(data_file: DataFile) -> int | None:
-    return _slot(data_file, _SIZE)  # type: ignore[no-any-return]
+    return slot(data_file, _SIZE)  # type: ignore[no-any-return]
 
 
 def is_deletion_vector(data_file: DataFile) -> bool:
@@ -122,14 +118,15 @@ def is_deletion_vector(data_file: DataFile) -> bool:
 
 
 def manifest_first_row_id(manifest: ManifestFile) -> int | None:
-    return _slot(manifest, _MANIFEST_FIRST_ROW_ID)  # type: ignore[no-any-return]
+    return slot(manifest, _MANIFEST_FIRST_ROW_ID)  # type: ignore[no-any-return]
 
 
 def as_v3_file(data_file: DataFile) -> DataFile:
     """``data_file`` with room for the v3 fields (null when it had none), spec id kept."""
-    if len(data_file._data) >= len(_FILE_FIELDS):
+    values = record_slots(data_file)
+    if len(values) >= len(_FILE_FIELDS):
         return data_file
-    widened = DataFile(*data_file._data, *([None] * (len(_FILE_FIELDS) - len(data_file._data))))
+    widened = DataFile(*values, *([None] * (len(_FILE_FIELDS) - len(values))))
     spec_id = getattr(data_file, "_spec_id", None)  # not a manifest field: set by whoever made the file
     if spec_id is not None:
         widened.spec_id = spec_id
@@ -138,7 +135,8 @@ def as_v3_file(data_file: DataFile) -> DataFile:
 
 def _as_v3_manifest(manifest: ManifestFile) -> ManifestFile:
     size = len(MANIFEST_LIST_FILE_SCHEMAS[3].fields)
-    data = list(manifest._data) + [None] * max(0, size - len(manifest._data))
+    values = record_slots(manifest)
+    data = list(values) + [None] * max(0, size - len(values))
     return ManifestFile(*data)
 
 
@@ -171,7 +169,7 @@ def read_entries(manifest: ManifestFile, io: FileIO, discard_deleted: bool = Tru
             read_types={-1: ManifestEntry, 2: DataFile},
             read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
         ) as reader:
-            entries = [_inherit_from_manifest(entry, manifest) for entry in reader]
+            entries = [inherit_from_manifest(entry, manifest) for entry in reader]
     except ValueError as exc:  # an enum value the spec this version knows does not define
         if "DataFileContent" in str(exc):
             reason = "unsupported_delete_content"
@@ -185,7 +183,7 @@ def read_entries(manifest: ManifestFile, io: FileIO, discard_deleted: bool = Tru
     if next_row_id is not None:
         for entry in entries:
             if entry.status != ManifestEntryStatus.DELETED and first_row_id(entry.data_file) is None:
-                entry.data_file._data[_FIRST_ROW_ID] = next_row_id
+                set_slot(entry.data_file, _FIRST_ROW_ID, next_row_id)
                 next_row_id += int(entry.data_file.record_count)
     return [e for e in entries if not discard_deleted or e.status != ManifestEntryStatus.DELETED]
 
@@ -221,7 +219,7 @@ class ManifestWriterV3(ManifestWriter):
                 raise ValueError("only ADDED entries may have a null sequence number")
         data_file = as_v3_file(entry.data_file)
         if data_file.content != DataFileContent.DATA and first_row_id(data_file) is not None:
-            data_file._data[_FIRST_ROW_ID] = None  # the spec: always null for delete files
+            set_slot(data_file, _FIRST_ROW_ID, None)  # the spec: always null for delete files
         return ManifestEntry.from_args(status=entry.status, snapshot_id=entry.snapshot_id,
                                        sequence_number=entry.sequence_number,
                                        file_sequence_number=entry.file_sequence_number, data_file=data_file)
@@ -260,10 +258,10 @@ class ManifestListWriterV3(ManifestListWriterV2):
         manifest = super().prepare_manifest(_as_v3_manifest(manifest_file))  # a copy with 16 slots
         if manifest.content == ManifestContent.DATA:
             if manifest_first_row_id(manifest) is None:
-                manifest._data[_MANIFEST_FIRST_ROW_ID] = self._next_row_id
+                set_slot(manifest, _MANIFEST_FIRST_ROW_ID, self._next_row_id)
                 self._next_row_id += int(manifest.added_rows_count or 0) + int(manifest.existing_rows_count or 0)
         else:
-            manifest._data[_MANIFEST_FIRST_ROW_ID] = None
+            set_slot(manifest, _MANIFEST_FIRST_ROW_ID, None)
         return manifest
 
 

@@ -53,7 +53,7 @@ class HeldLease:
     ``stopped`` is None while the attempt may go on, else ``"lease_lost"`` or ``"timed_out"``.
     """
 
-    def __init__(self, settings: Settings, lease: leases.Lease, *, timeout: float | None = None) -> None:
+    def __init__(self, settings: Settings, lease: leases.LeaseGrant, *, timeout: float | None = None) -> None:
         self.settings, self.lease = settings, lease
         self.timeout = timeout
         self._deadline = None if timeout is None else time.monotonic() + timeout

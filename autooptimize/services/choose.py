@@ -14,12 +14,18 @@ from pyiceberg.table import Table
 
 from autooptimize.domain.actions import MergeRequest
 from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, PartitionFacts, SortFacts, decide
+from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan
 from autooptimize.errors import ActionRefused, InvalidArgument
 from autooptimize.iceberg.files import PartitionFiles
+from autooptimize.services import zorder
 from autooptimize.services.rewrite.lineage import keeps_lineage
-from autooptimize.services.rewrite.merge import plan_files, plan_partition, plan_partition_with_rule, refusal
+from autooptimize.services.rewrite.merge import merge_refusal, plan_files, plan_merge, plan_merge_with_rule
 from autooptimize.services.rewrite.sort import sort_spec
+from autooptimize.services.sizing import learned
+from autooptimize.services.sort import bound, plan_sort
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.stats import last_write_ms, median_partition_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +50,6 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
     """The dry-run request decide and explain plan with: the table's tuning (defaults when untracked),
     the sizing its rewrites measured, the same group cap the actions use, and (``table_id``: tracked)
     the table's median partition bytes for the policy's scale."""
-    from autooptimize.services.sizing import learned
-
     target = target_file_size or (tuning.target_file_size if tuning else settings.default_target_file_size)
     return MergeRequest(
         action_id="plan", identifier=identifier, spec_id=spec_id, partition_key=partition_key,
@@ -80,8 +84,6 @@ def partition_history(settings: Any, table_id: int | None, spec_id: int | None =
     after a merge the files alone would make a partition look cold). Nothing when untracked."""
     if table_id is None:
         return {"expected_partition_bytes": None, "last_write_ms": None}
-    from autooptimize.storage.db import session_scope
-    from autooptimize.storage.stats import last_write_ms, median_partition_bytes
 
     one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
     with session_scope(settings) as session:
@@ -89,15 +91,13 @@ def partition_history(settings: Any, table_id: int | None, spec_id: int | None =
                 "last_write_ms": last_write_ms(session, table_id, *one) if one is not None else None}
 
 
-def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
+def column_overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
     """Bytes of the partition's data files whose range of ``column`` overlaps another file's.
 
     After ordering by lower bound, a file overlaps an earlier one iff its lower bound is at most the
     largest upper bound before it, and a later one iff its upper bound reaches the next lower bound.
     Files without bounds (only nulls, or no statistics) count as overlapping.
     """
-    from autooptimize.services.sort import bound
-
     spans = []
     unknown = 0
     for f in pf.data_files:
@@ -121,23 +121,23 @@ def overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
 
 def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: frozenset[str]) -> Choice:
     """Measure ``pf`` and decide (see autooptimize.domain.decision)."""
-    problem = refusal(table, pf)
+    problem = merge_refusal(table, pf)
     merge_plan = None
     merge = None
     rule = None
     if problem is None or problem.reason == "has_delete_files":
-        merge_plan, rule = plan_partition_with_rule(table, pf, request)
+        merge_plan, rule = plan_merge_with_rule(table, pf, request)
         if merge_plan.is_empty:
             merge_plan = None
             if request.max_bytes is not None:  # nothing fits the budget: say so when something would help
-                unlimited = plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
+                unlimited = plan_merge(table, pf, dataclasses.replace(request, max_bytes=None))
                 if not unlimited.is_empty:
                     merge = MergeFacts(unlimited.bytes_rewritten, unlimited.files_in, unlimited.files_out,
                                        unlimited.mse_before, unlimited.mse_after, limited_by_budget=True)
     if merge_plan is not None:
         limited = False
         if request.max_bytes is not None and merge_plan.needs_attention_after:
-            unlimited = plan_partition(table, pf, dataclasses.replace(request, max_bytes=None))
+            unlimited = plan_merge(table, pf, dataclasses.replace(request, max_bytes=None))
             limited = unlimited.bytes_rewritten > request.max_bytes
         merge = MergeFacts(merge_plan.bytes_rewritten, merge_plan.files_in, merge_plan.files_out,
                            merge_plan.mse_before, merge_plan.mse_after, limited)
@@ -150,19 +150,16 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
         except (ActionRefused, InvalidArgument):
             order = None
         if order is not None:
-            from autooptimize.services.sort import plan_sort
-
             sort_plan, _ = plan_sort(plan_files(pf, request.sizing), [f.data_file for f in pf.data_files], table,
                                      order[0], request.target_file_size, request.tolerance,
                                      request.min_input_files, request.max_bytes,
                                      max_group_bytes=request.max_group_bytes)
-            sort = SortFacts(overlapping_bytes(table, pf, order[0][0]), pf.bytes, len(pf.data_files),
+            sort = SortFacts(column_overlapping_bytes(table, pf, order[0][0]), pf.bytes, len(pf.data_files),
                              sort_plan.bytes_rewritten, sort_plan.files_in, sort_plan.files_out,
                              sort_plan.mse_after)
     zorder_plan, zorder = _zorder_facts(table, pf, request, allowed, problem)
     stats = pf.delete_stats
     deletes = DeleteFacts(stats.files, stats.bytes, stats.rows_deleted_estimate, stats.data_rows, pf.bytes)
-    from autooptimize.domain.entropy import EntropyStats
 
     sizes = [f.size for f in pf.data_files]
     entropy = EntropyStats.from_sizes(sizes, request.target_file_size)
@@ -186,7 +183,6 @@ def _zorder_facts(table: Table, pf: PartitionFiles, request: MergeRequest, allow
     if ("zorder" not in allowed or pf.delete_files or problem is not None or not request.zorder_columns
             or keeps_lineage(table)):
         return None, None
-    from autooptimize.services import zorder
 
     try:
         columns = zorder.parse_zorder_columns(table, request.zorder_columns)

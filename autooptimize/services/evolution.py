@@ -26,6 +26,7 @@ from autooptimize.domain.checks import bool_option
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, expected_outputs, output_sizes
 from autooptimize.errors import InvalidArgument
+from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
 
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 
@@ -34,8 +35,6 @@ def validate_merge_options(table: Table, options: dict[str, Any]) -> dict[str, A
     """The merge action's options: ``respec`` (bool, default false), ``partial_progress`` (bool, default
     false), ``max_commits`` (int ≥ 1, default 10; see services/progress) and ``engine`` (``spark``,
     ``spark_sql`` or ``local``: AO_REWRITE_ENGINE for this action, see services/rewrite/engine.py)."""
-    from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
-
     valid = ("respec", "engine", *PROGRESS_OPTIONS)
     unknown = sorted(set(options) - set(valid))
     if unknown:

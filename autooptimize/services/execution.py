@@ -58,6 +58,7 @@ from autooptimize.storage import leases
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import ActionState, TrackedTable, Trigger
 from autooptimize.storage.repositories import audit, get_action, now
+from spark_actors.session import get_session
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ log = logging.getLogger(__name__)
 class Claim:
     """An action whose lease this process has just taken."""
 
-    lease: leases.Lease
+    lease: leases.LeaseGrant
     request: MergeRequest
     state: str  # the action's state when the lease was taken
     attempts: int  # attempts counted, this one included when it was started
@@ -162,8 +163,6 @@ def _run(settings: Settings, claimed: Claim, held: HeldLease, spark: Any, hooks:
             with phase("sizing"):
                 request = with_sizing(settings, request)
             if spark == "session" and not request.dry_run and kind.needs_spark:
-                from spark_actors.session import get_session
-
                 with phase("session"):
                     spark = get_session(settings)
             tag = spark_tag(request.action_id)

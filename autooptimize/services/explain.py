@@ -10,7 +10,8 @@ from typing import Any
 
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import EntropyStats
-from autooptimize.errors import TableRefused
+from autooptimize.domain.planning import PlanFile, plan_bin_pack
+from autooptimize.errors import InvalidArgument, TableRefused
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import live_partitions, parse_partition
 from autooptimize.services.choose import choose, planning_request
@@ -90,9 +91,6 @@ def whatif(settings: Settings, identifier: str, target_sizes: list[Any], toleran
            ) -> list[dict[str, Any]]:
     """Simulate settings on the table's current files: for each (target, tolerance), the files after,
     bytes rewritten, files replaced and the table's MSE before and after. Changes nothing."""
-    from autooptimize.domain.planning import PlanFile, plan_bin_pack
-    from autooptimize.errors import InvalidArgument
-
     if not target_sizes:
         raise InvalidArgument("whatif needs at least one target size (--target-size 64MiB,128MiB)")
     targets = [size_arg("target_file_size", t) for t in target_sizes]

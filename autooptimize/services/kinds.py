@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from autooptimize.errors import InvalidArgument
+
 
 @dataclass(frozen=True)
 class ActionKind:
@@ -30,8 +32,6 @@ class ActionKind:
     def validate(self, table: Any, options: dict[str, Any]) -> dict[str, Any]:
         if self.validator is None:
             if options:
-                from autooptimize.errors import InvalidArgument
-
                 raise InvalidArgument(f"action {self.name!r} takes no options (got {', '.join(sorted(options))})")
             return {}
         return _load(self.validator)(table, options)  # type: ignore[no-any-return]

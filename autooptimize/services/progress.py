@@ -45,14 +45,14 @@ DEFAULT_MAX_COMMITS = 10
 
 
 @dataclass(frozen=True)
-class Progress:
+class PartialProgress:
     """How an action commits: one snapshot, or parts of at most ``max_commits`` per attempt."""
 
     partial: bool = False
     max_commits: int = DEFAULT_MAX_COMMITS
 
     @classmethod
-    def of(cls, options: dict[str, Any] | None) -> Progress:
+    def of(cls, options: dict[str, Any] | None) -> PartialProgress:
         options = options or {}
         return cls(bool(options.get("partial_progress")), int(options.get("max_commits") or DEFAULT_MAX_COMMITS))
 

@@ -17,6 +17,8 @@ from autooptimize.domain.actions import MergeOutcome, MergeRequest
 from autooptimize.domain.partitions import format_human
 from autooptimize.services.attempt import HeldLease
 from autooptimize.services.choose import partition_history, policy_tuning
+from autooptimize.services.kinds import KINDS
+from autooptimize.services.sizing import learned
 from autooptimize.storage import leases
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
@@ -105,9 +107,6 @@ def action_request(settings: Settings, action: Action, tracked: TrackedTable) ->
 
 def with_sizing(settings: Settings, request: MergeRequest) -> MergeRequest:
     """For a partition's rewrite, ``request`` with the output sizing the table's rewrites measured."""
-    from autooptimize.services.kinds import KINDS
-    from autooptimize.services.sizing import learned
-
     if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
         request = dataclasses.replace(request, sizing=learned(settings, request.identifier))
     return request

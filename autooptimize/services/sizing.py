@@ -25,8 +25,12 @@ from sqlalchemy import select
 
 from autooptimize.config import Settings
 from autooptimize.domain.actions import NO_SIZING, Sizing
+from autooptimize.iceberg.paths import delete_tree
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
+from spark_actors.group_tasks import calibrate as write_sample
+from spark_actors.rewrite import list_parquet
+from spark_actors.schema import spark_schema
 
 REWRITE_KINDS = ("merge", "sort", "zorder", "compact_deletes")
 HISTORY_ACTIONS = 5
@@ -37,7 +41,7 @@ CALIBRATION_TARGETS = 4
 #: … and never more than this many raw bytes.
 CALIBRATION_MAX_BYTES = 256 * 1024 * 1024
 
-__all__ = ["NO_SIZING", "REWRITE_KINDS", "Sizing", "calibrate", "calibration_sample", "learned"]
+__all__ = ["NO_SIZING", "REWRITE_KINDS", "Sizing", "calibrate_spark_sql", "calibration_sample", "learned"]
 
 
 def learned(settings: Settings, identifier: str) -> Sizing:
@@ -74,19 +78,13 @@ def calibration_sample(sizes_and_paths: list[tuple[int, str]], target: int) -> l
 def calibrate_arrow(table: Any, inputs: list[Any], directory: str, codec: str, partition: Any) -> Sizing:
     """Write the DataFiles ``inputs`` as one file with the pyarrow path under ``directory`` (removed
     afterwards) and measure: the same sample an executor writes (spark_actors.group_tasks.calibrate)."""
-    from spark_actors.group_tasks import calibrate as write_sample
-
     rows, size = write_sample(table, inputs, directory, codec, partition)
     return Sizing(size / rows, "calibration") if rows else NO_SIZING
 
 
-def calibrate(spark: Any, table: Any, paths: list[str], directory: str, codec: str) -> Sizing:
+def calibrate_spark_sql(spark: Any, table: Any, paths: list[str], directory: str, codec: str) -> Sizing:
     """Write ``paths`` as one file with Spark under ``directory`` (removed afterwards) and measure."""
     import pyarrow.parquet as pq
-
-    from autooptimize.iceberg.paths import delete_tree
-    from spark_actors.rewrite import list_parquet
-    from spark_actors.schema import spark_schema
 
     delete_tree(table.location(), directory, table.io)
     try:

@@ -25,6 +25,8 @@ from pyiceberg.types import PrimitiveType
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, expected_outputs, plan_ordered
 from autooptimize.errors import ActionRefused, InvalidArgument, VerificationFailed
+from autooptimize.services.evolution import engine_option
+from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
 
 
 @dataclass(frozen=True)
@@ -112,9 +114,6 @@ def resolve_sort_order(table: Table, option: str | None, configured: str | None)
 def validate_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
     """The sort action's options: ``sort_order`` (checked against the table now), ``partial_progress``
     and ``max_commits`` (see services/progress), and ``engine`` (services/evolution.engine_option)."""
-    from autooptimize.services.evolution import engine_option
-    from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
-
     valid = ("sort_order", "engine", *PROGRESS_OPTIONS)
     unknown = sorted(set(options) - set(valid))
     if unknown:

@@ -11,6 +11,7 @@ from autooptimize.errors import TableRefused
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.services.actions import outcome_of
+from autooptimize.services.observe.attention import observed_state
 from autooptimize.services.table_refusals import note_refused, refused_view
 from autooptimize.services.tracking import tuning_of
 from autooptimize.storage.db import session_scope
@@ -87,8 +88,6 @@ def all_status(settings: Settings) -> list[dict[str, Any]]:
     or manifest reads, so this stays fast for many large tables); a table not observed yet, or marked
     for a rescan, is computed from its current snapshot (``source: snapshot``).
     """
-    from autooptimize.services.observe.attention import observed_state
-
     with session_scope(settings) as session:
         names = [r.identifier for r in tracked_tables(session, settings.catalog)]
     lines: list[dict[str, Any]] = []

@@ -12,13 +12,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+
 from autooptimize.config import Settings
 from autooptimize.domain.checks import bounded_int
 from autooptimize.domain.fairness.tenants import check_tenant
 from autooptimize.domain.sizes import parse_size
 from autooptimize.errors import InvalidArgument
-from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.catalog import get_catalog, load_table
 from autooptimize.services.kinds import KINDS
+from autooptimize.services.sort import parse_sort_order
+from autooptimize.services.zorder import parse_zorder_columns
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import TrackedTable
 from autooptimize.storage.repositories import audit, tracked_table
@@ -74,7 +79,7 @@ def size_arg(name: str, value: Any) -> int:
     return size
 
 
-def action_list(name: str, value: Any) -> list[str]:
+def action_kinds(name: str, value: Any) -> list[str]:
     """Action kinds from ``"merge,sort"`` or a list; InvalidArgument names an unknown one and the valid."""
     if isinstance(value, str):
         value = [a.strip() for a in value.split(",") if a.strip()]
@@ -88,11 +93,11 @@ def action_list(name: str, value: Any) -> list[str]:
 
 
 def _allowed(merged: dict[str, Any], allow: Any, disallow: Any) -> tuple[str, ...]:
-    actions = action_list("allowed_actions", merged["allowed_actions"])
+    actions = action_kinds("allowed_actions", merged["allowed_actions"])
     if allow is not None:
-        actions += [a for a in action_list("allow", allow) if a not in actions]
+        actions += [a for a in action_kinds("allow", allow) if a not in actions]
     if disallow is not None:
-        dropped = set(action_list("disallow", disallow))
+        dropped = set(action_kinds("disallow", disallow))
         actions = [a for a in actions if a not in dropped]
     if not actions:
         raise InvalidArgument(f"allowed_actions would be empty; allow at least one of {', '.join(ACTION_KINDS)} "
@@ -145,12 +150,9 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
     if not isinstance(merged["enabled"], bool):
         raise InvalidArgument(f"enabled must be true or false (got {merged['enabled']!r})")
     if sort_order:
-        from autooptimize.services.sort import parse_sort_order
-
         sort_order = ", ".join(c.spec() for c in parse_sort_order(table, sort_order))
     zorder_columns = merged["zorder_columns"]
     if zorder_columns:  # stored as validated: "a, b"
-        from autooptimize.services.zorder import parse_zorder_columns
 
         zorder_columns = ", ".join(c.name for c in parse_zorder_columns(table, zorder_columns))
     max_bytes = merged["max_bytes_per_action"]
@@ -239,11 +241,6 @@ def auto_track(settings: Settings, *, batch: int = 500) -> list[str]:
     ``batch`` at a time (a table tracked meanwhile by someone else is left as it is).
     """
     import fnmatch
-
-    from sqlalchemy import select
-    from sqlalchemy.dialects.postgresql import insert
-
-    from autooptimize.iceberg.catalog import get_catalog
 
     patterns = settings.auto_track_patterns
     if not patterns:

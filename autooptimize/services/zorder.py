@@ -24,6 +24,9 @@ from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, expected_outputs
 from autooptimize.domain.zorder import KIND_OF_TYPE, MAX_COLUMNS, MIN_COLUMNS, ZKey, bits_per_column, key_for
 from autooptimize.errors import ActionRefused, InvalidArgument
+from autooptimize.services.evolution import engine_option
+from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
+from autooptimize.services.sort import SortColumn, bound
 
 OPTION = "zorder_columns"
 
@@ -81,9 +84,6 @@ def resolve_zorder(table: Table, option: str | None, configured: str | None) -> 
 def validate_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
     """The zorder action's options: ``zorder_columns`` (checked against the table now), ``engine`` (as
     for a merge), ``partial_progress`` and ``max_commits`` (see services/progress)."""
-    from autooptimize.services.evolution import engine_option
-    from autooptimize.services.progress import PROGRESS_OPTIONS, validate_progress_options
-
     valid = (OPTION, "engine", *PROGRESS_OPTIONS)
     unknown = sorted(set(options) - set(valid))
     if unknown:
@@ -98,8 +98,6 @@ def validate_options(table: Table, options: dict[str, Any]) -> dict[str, Any]:
 
 def _bounds(table: Table, data_files: list[Any], column: ZColumn) -> tuple[Any, Any]:
     """The smallest lower and the largest upper bound of ``column`` over ``data_files`` (None: unknown)."""
-    from autooptimize.services.sort import SortColumn, bound
-
     as_sort = SortColumn(column.name, column.field_id)
     lows = [v for v in (bound(f, as_sort, table, "lower_bounds") for f in data_files) if v is not None]
     highs = [v for v in (bound(f, as_sort, table, "upper_bounds") for f in data_files) if v is not None]
@@ -132,8 +130,6 @@ def plan_zorder(files: list[PlanFile], target: int, tolerance: int, min_input_fi
 
 def boxes(table: Table, data_files: list[Any], columns: list[ZColumn]) -> list[list[tuple[Any, Any]] | None]:
     """Each file's ``(lower, upper)`` per key column from its bounds; None for a file lacking one."""
-    from autooptimize.services.sort import SortColumn, bound
-
     out: list[list[tuple[Any, Any]] | None] = []
     for f in data_files:
         box: list[tuple[Any, Any]] = []

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 
 @dataclass(frozen=True)
-class Lease:
+class LeaseGrant:
     """A lease this process holds: the action, the fencing token, who holds it and for how long."""
 
     action_id: str
@@ -37,7 +37,7 @@ class Lease:
 class Taken:
     """A lease just taken, and what became of the one before it (``None``: the action had none)."""
 
-    lease: Lease
+    lease: LeaseGrant
     previous_holder: str | None
     previous_released: bool  # the attempt before ended and said so; False: it died or lost its lease
 
@@ -79,11 +79,11 @@ def acquire(session: Session, action_id: str, holder: str, seconds: float) -> Ta
                expires_at = clock_timestamp() + make_interval(secs => :s), released_at = NULL
         WHERE action_id = :id RETURNING token
     """), {"id": action_id, "h": holder, "s": float(seconds)}).scalar_one()
-    return Taken(Lease(action_id, int(token), holder, float(seconds)),
+    return Taken(LeaseGrant(action_id, int(token), holder, float(seconds)),
                  previous_holder=None if never else row.holder, previous_released=never or bool(row.released))
 
 
-def renew(session: Session, lease: Lease) -> bool:
+def renew(session: Session, lease: LeaseGrant) -> bool:
     """Extend the lease by its term from now; False when it is no longer this holder's (taken over,
     released or already expired: an expired lease is not revived, someone may be cleaning up)."""
     renewed = session.execute(text(f"""
@@ -94,14 +94,14 @@ def renew(session: Session, lease: Lease) -> bool:
     return renewed is not None
 
 
-def confirm(session: Session, lease: Lease) -> bool:
+def confirm(session: Session, lease: LeaseGrant) -> bool:
     """Whether ``lease`` is still current, locking its row until the caller's transaction ends: a write
     made in the same transaction is made only by the holder, and no takeover slips in before it commits."""
     return session.execute(text(f"SELECT 1 FROM ao_action_leases WHERE {_CURRENT} FOR UPDATE"),
                            {"id": lease.action_id, "t": lease.token}).scalar() is not None
 
 
-def release(session: Session, lease: Lease) -> bool:
+def release(session: Session, lease: LeaseGrant) -> bool:
     """End the lease (only while it is this holder's); the next attempt may take it at once."""
     return session.execute(text("""
         UPDATE ao_action_leases SET released_at = clock_timestamp()

@@ -25,12 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spark_actors.java import with_java
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.helpers import free_port
 
 
 def base_python() -> str:
@@ -54,14 +49,14 @@ class StandaloneCluster:
 
         spark_home = Path(os.environ.get("SPARK_HOME") or _find_spark_home())
         self.home.mkdir(parents=True, exist_ok=True)
-        port, self.master_web = _free_port(), _free_port()
+        port, self.master_web = free_port(), free_port()
         self.master_url = f"spark://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
         env.update(
             SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1", SPARK_MASTER_HOST="127.0.0.1",
             SPARK_MASTER_PORT=str(port), SPARK_MASTER_WEBUI_PORT=str(self.master_web),
             SPARK_WORKER_INSTANCES=str(workers), SPARK_WORKER_CORES="1", SPARK_WORKER_MEMORY="1g",
-            SPARK_WORKER_PORT=str(_free_port()), SPARK_WORKER_WEBUI_PORT=str(_free_port()),
+            SPARK_WORKER_PORT=str(free_port()), SPARK_WORKER_WEBUI_PORT=str(free_port()),
             SPARK_WORKER_DIR=str(self.home / "work"), SPARK_PID_DIR=str(self.home / "pids"),
             SPARK_LOG_DIR=str(self.home / "logs"), SPARK_IDENT_STRING="ao-cluster-test",
             # executors: the base interpreter, the virtualenv's libraries, none of our code
@@ -77,7 +72,7 @@ class StandaloneCluster:
         # what sbin/start-worker.sh runs for each of SPARK_WORKER_INSTANCES
         for instance in range(1, workers + 1):
             self._run(daemon, "start", "org.apache.spark.deploy.worker.Worker", str(instance),
-                      "--webui-port", str(_free_port()), "--port", str(_free_port()), "--cores", "1",
+                      "--webui-port", str(free_port()), "--port", str(free_port()), "--cores", "1",
                       "--memory", "1g", "--work-dir", str(self.home / "work" / str(instance)), self.master_url)
         self.wait_workers(workers)
         return self

@@ -13,7 +13,7 @@ import pytest
 from autooptimize.services import actions, tracking
 from autooptimize.services.buffer.batch_commit import BATCH_ID_PROPERTY
 from autooptimize.services.buffer.consolidate import consolidate_table
-from autooptimize.services.buffer.hooks import Hooks
+from autooptimize.services.buffer.hooks import BufferHooks
 from autooptimize.services.buffer.landing import land
 from tests.integration.tables import DAY1, DAY2, SCHEMA, SPEC, batch
 
@@ -47,7 +47,7 @@ def test_a_batch_whose_commit_is_not_recorded_survives_expiry_and_is_not_committ
 
     # the worker dies after the catalog took the batch's snapshot, before PostgreSQL recorded it
     with pytest.raises(Crash):
-        consolidate_table(settings, ident, spark=spark, flush=True, hooks=Hooks(after_commit=_die))
+        consolidate_table(settings, ident, spark=spark, flush=True, hooks=BufferHooks(after_commit=_die))
     table.refresh()
     batch_snapshot = table.current_snapshot()
     batch_id = batch_snapshot.summary[BATCH_ID_PROPERTY]
@@ -91,7 +91,7 @@ def test_a_batch_whose_snapshot_another_engine_expired_is_not_committed_again(se
     pq.write_table(batch(0, 10, DAY1), path)
     land(settings, ident, [path], notify=False)
     with pytest.raises(Crash):
-        consolidate_table(settings, ident, spark=spark, flush=True, hooks=Hooks(after_commit=_die))
+        consolidate_table(settings, ident, spark=spark, flush=True, hooks=BufferHooks(after_commit=_die))
     table.refresh()
     batch_snapshot = table.current_snapshot()
     table.append(batch(1000, 5, DAY2))

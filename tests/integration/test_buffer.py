@@ -22,6 +22,7 @@ from autooptimize.services.buffer.consolidate import consolidate_table, tick
 from autooptimize.storage.buffer_models import BufferBatch, BufferFile, BufferTable
 from autooptimize.storage.db import session_scope
 from tasks.send import CeleryDispatch
+from tests.helpers import cli
 from tests.integration.tables import DAY1, DAY2, SCHEMA, SPEC, batch, files_on_disk, live_files
 
 pytestmark = pytest.mark.spark
@@ -230,7 +231,7 @@ def test_rules_fire_on_landing_and_batches_take_the_oldest_files_first(settings,
     queued = [json.loads(m) for m in client.lrange("ao.buffer", 0, -1)]
     assert len(queued) == 1, "one request per table while one is queued"
     assert queued[0]["headers"]["task"] == "autooptimize.consolidate"
-    [status] = buffer_rules.status(settings, identifier)
+    [status] = buffer_rules.buffer_status(settings, identifier)
     assert status["buffered_files"] == 10 and status["fires_now"] == "max_files"
 
     out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark)
@@ -241,7 +242,7 @@ def test_rules_fire_on_landing_and_batches_take_the_oldest_files_first(settings,
                                 .order_by(BufferFile.id)))
     assert [r.batch_id for r in landed[:4]] == [out["batches"][0]["batch"]] * 4
     assert [r.state for r in landed[8:]] == ["buffered", "buffered"]
-    [status] = buffer_rules.status(settings, identifier)
+    [status] = buffer_rules.buffer_status(settings, identifier)
     assert status["buffered_files"] == 2 and status["fires_now"] is None and status["next_rule"] == "max_files"
     assert committed_ids(table) == expected_ids(8)
 
@@ -295,14 +296,14 @@ KILL_SCRIPT = """
 import os, sys
 from autooptimize.config import get_settings
 from autooptimize.services.buffer.consolidate import consolidate_table
-from autooptimize.services.buffer.hooks import Hooks
+from autooptimize.services.buffer.hooks import BufferHooks
 from tasks.send import CeleryDispatch
 
 def die(*_):
     os.kill(os.getpid(), 9)
 
 settings = get_settings()
-consolidate_table(settings, sys.argv[1], flush=True, hooks=Hooks(**{sys.argv[2]: die}),
+consolidate_table(settings, sys.argv[1], flush=True, hooks=BufferHooks(**{sys.argv[2]: die}),
                   dispatch=CeleryDispatch(settings))
 print("survived")
 """
@@ -352,51 +353,42 @@ def test_kill_9_of_the_consolidation_worker_at_each_step(settings, spark, catalo
         assert batch_ids == {batch_snapshots[0].summary[BATCH_ID_PROPERTY]}
 
 
-def _cli(*args: str):
-    import subprocess
-    import sys
-
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    return subprocess.run([sys.executable, "-m", "autooptimize.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
-
-
 def test_cli_land_status_rules_flush(settings, spark, catalog, table, tmp_path):
     identifier = ident(table)
     files = write_files(tmp_path, 4)
     junk = tmp_path / "junk.parquet"
     junk.write_text("nope")
 
-    landed = _cli("land", identifier, *map(str, files), str(junk), "--json")
+    landed = cli("land", identifier, *map(str, files), str(junk), "--json")
     assert landed.returncode == 2, landed.stderr
     assert len(json.loads(landed.stdout)["landed"]) == 4
     assert "rejected" in landed.stderr and "junk.parquet" in landed.stderr and "not a readable Parquet" in landed.stderr
 
-    rules = _cli("buffer", "rules", identifier, "--max-age", "10m", "--max-files", "50", "--json")
+    rules = cli("buffer", "rules", identifier, "--max-age", "10m", "--max-files", "50", "--json")
     assert rules.returncode == 0, rules.stderr
     assert json.loads(rules.stdout)["max_age_seconds"] == 600
-    bad_rules = _cli("buffer", "rules", identifier, "--max-age", "later")
+    bad_rules = cli("buffer", "rules", identifier, "--max-age", "later")
     assert bad_rules.returncode == 2 and "max-age must be a duration" in bad_rules.stderr and "'later'" in bad_rules.stderr
 
-    status = _cli("buffer", "status", identifier, "--json")
+    status = cli("buffer", "status", identifier, "--json")
     assert status.returncode == 0, status.stderr
     [row] = json.loads(status.stdout)
     assert row["buffered_files"] == 4 and row["buffered_bytes"] == sum(p.stat().st_size for p in files)
     assert row["next_rule"] in ("max_age", "max_files") and row["fires_now"] is None
     assert 0 <= row["oldest_age_seconds"] < 300 and 300 < row["seconds_to_max_age"] <= 600
-    text = _cli("buffer", "status")
+    text = cli("buffer", "status")
     assert identifier in text.stdout and "next rule" in text.stdout
 
-    flushed = _cli("buffer", "flush", identifier, "--wait", "--json")
+    flushed = cli("buffer", "flush", identifier, "--wait", "--json", timeout=300)
     assert flushed.returncode == 0, flushed.stderr
     summary = json.loads(flushed.stdout)
     assert summary["batches"] == 1 and summary["files"] == 4 and summary["rows"] == 80
     assert committed_ids(table) == expected_ids(4)
-    [row] = json.loads(_cli("buffer", "status", identifier, "--json").stdout)
+    [row] = json.loads(cli("buffer", "status", identifier, "--json").stdout)
     assert row["buffered_files"] == 0 and row["last_commit"]["snapshot_id"] == table.current_snapshot().snapshot_id
 
-    assert _cli("land", "test.does_not_exist", str(files[0])).returncode == 2
-    assert _cli("buffer", "flush", "bad-name", "--wait").returncode == 2
+    assert cli("land", "test.does_not_exist", str(files[0])).returncode == 2
+    assert cli("buffer", "flush", "bad-name", "--wait").returncode == 2
 
 
 def test_watched_folder_lands_settled_files_and_quarantines_bad_ones(settings, catalog, table, tmp_path):
@@ -434,7 +426,7 @@ def test_landing_keeps_working_during_a_consolidation_and_the_callback_hears_of_
     import http.server
     import threading
 
-    from autooptimize.services.buffer.hooks import Hooks
+    from autooptimize.services.buffer.hooks import BufferHooks
 
     received: list[dict] = []
 
@@ -461,13 +453,13 @@ def test_landing_keeps_working_during_a_consolidation_and_the_callback_hears_of_
             during.append(land(settings, identifier, late))
 
         out = consolidate_table(settings, identifier, dispatch=CeleryDispatch(settings), spark=spark, flush=True,
-                                hooks=Hooks(after_write=land_while_consolidating))
+                                hooks=BufferHooks(after_write=land_while_consolidating))
     finally:
         server.shutdown()
         server.server_close()
     assert len(during[0]["landed"]) == 3
     assert [b["files"] for b in out["batches"]] == [4], "files landed after the flush began wait their turn"
-    [row] = buffer_rules.status(settings, identifier)
+    [row] = buffer_rules.buffer_status(settings, identifier)
     assert row["buffered_files"] == 3
     assert [r["batch"] for r in received] == [out["batches"][0]["batch"]]
     assert received[0]["snapshot_id"] == out["batches"][0]["snapshot_id"] and received[0]["rows"] == 80

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from sqlalchemy import func, select, text
 
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, AuditLog, TrackedTable
+from tests.helpers import cli
 from tests.integration.tables import DAY1, identifier, make_table
-
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "autooptimize.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
 
 
 def _counts(settings) -> tuple[int, int, int]:
@@ -51,7 +44,7 @@ def table(settings, catalog):
 def test_bad_input_exits_2_names_the_problem_and_writes_nothing(settings, table, args, needles):
     before = _counts(settings)
     snapshot = table.refresh().current_snapshot().snapshot_id
-    result = _cli(*[a.format(table=identifier(table)) for a in args])
+    result = cli(*[a.format(table=identifier(table)) for a in args])
     assert result.returncode == 2, result.stderr
     for needle in needles:
         assert needle in result.stderr, (needle, result.stderr)
@@ -71,7 +64,7 @@ def test_bad_input_exits_2_names_the_problem_and_writes_nothing(settings, table,
     ],
 )
 def test_broken_configuration_is_named(settings, env, code, needles):
-    result = _cli("status", env=env)
+    result = cli("status", env=env)
     assert result.returncode == code, result.stderr
     for needle in needles:
         assert needle in result.stderr, (needle, result.stderr)
@@ -81,7 +74,7 @@ def test_broken_configuration_is_named(settings, env, code, needles):
 
 def test_unreachable_redis_is_named_and_nothing_is_written(settings, table):
     before = _counts(settings)
-    result = _cli("optimize", identifier(table), env={"AO_REDIS_URL": "redis://127.0.0.1:1/0"})
+    result = cli("optimize", identifier(table), env={"AO_REDIS_URL": "redis://127.0.0.1:1/0"})
     assert result.returncode == 3
     assert "Redis" in result.stderr and "127.0.0.1:1" in result.stderr
     assert _counts(settings) == before
@@ -89,16 +82,16 @@ def test_unreachable_redis_is_named_and_nothing_is_written(settings, table):
 
 def test_track_and_status_json(settings, table):
     ident = identifier(table)
-    tracked = json.loads(_cli("track", ident, "--target-size", "64MiB", "--tolerance", "16MiB", "--priority",
+    tracked = json.loads(cli("track", ident, "--target-size", "64MiB", "--tolerance", "16MiB", "--priority",
                               "high", "--weight", "2", "--json").stdout)
     assert tracked["target_file_size"] == 64 * 1024 * 1024 and tracked["tolerance"] == 16 * 1024 * 1024
     assert tracked["priority_class"] == "high" and tracked["weight"] == 2
-    status = json.loads(_cli("status", ident, "--json").stdout)
+    status = json.loads(cli("status", ident, "--json").stdout)
     assert [p["partition"] for p in status["partitions"]] == ["day=2026-01-01"]
     part = status["partitions"][0]
     assert part["n"] == 3 and part["small_files"] == 3
     assert {"partition", "n", "sse", "mse", "bytes", "small_files", "last_action"} <= set(part)
-    overview = json.loads(_cli("status", "--json").stdout)
+    overview = json.loads(cli("status", "--json").stdout)
     assert ident in [line["table"] for line in overview]
 
 

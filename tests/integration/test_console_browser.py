@@ -28,8 +28,9 @@ from autooptimize.domain.histogram import power_of_two_edges, size_histogram
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, AuditLog, TrackedTable
 from autooptimize.storage.repositories import audit_events
+from tests.helpers import free_port
 from tests.integration.tables import identifier, live_files, make_table
-from tests.integration.web import ROOT, free_port, get, wait_until_answering
+from tests.integration.web import ROOT, get, wait_until_answering
 
 pytestmark = [pytest.mark.spark, pytest.mark.browser]
 

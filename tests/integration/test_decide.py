@@ -3,6 +3,8 @@ a partition judged and unchanged since is not measured again."""
 
 from __future__ import annotations
 
+import pytest
+
 from autooptimize.services import actions, tracking
 from autooptimize.services.observe.scan import scan_table
 from autooptimize.services.submit_decided import submit_for_partition
@@ -11,7 +13,8 @@ from autooptimize.storage.repositories import tracked_table
 from tests.integration.tables import DAY1, batch, identifier, key_of, make_table
 
 
-def test_a_judged_partition_is_not_resubmitted_until_it_changes(settings, catalog):
+def test_a_judged_partition_is_not_resubmitted_until_it_changes(binpack_settings, catalog):
+    settings = binpack_settings  # asserts a bin-packing plan (conftest)
     table = make_table(catalog, {DAY1: 1})
     ident = identifier(table)
     tracking.track(settings, ident, target_file_size="1MiB")
@@ -88,7 +91,6 @@ def test_tables_not_observed_recently_are_stale(settings, catalog):
 
 
 def test_whatif_simulates_settings_without_changing_anything(settings, catalog):
-    import pytest
 
     from autooptimize.errors import InvalidArgument
     from autooptimize.services.explain import whatif
@@ -107,7 +109,8 @@ def test_whatif_simulates_settings_without_changing_anything(settings, catalog):
         whatif(settings, identifier(table), ["0"])
 
 
-def test_min_interval_defers_a_new_action_on_a_recently_merged_partition(settings, catalog):
+def test_min_interval_defers_a_new_action_on_a_recently_merged_partition(binpack_settings, catalog):
+    settings = binpack_settings  # asserts a bin-packing plan (conftest)
     from sqlalchemy import select, update
 
     from autooptimize.storage.models import Action, AuditLog
@@ -155,7 +158,8 @@ def test_a_delete_heavy_partition_gets_delete_compaction_and_explain_agrees(sett
     assert actions.get_outcome(settings, action_id)["kind"] == "compact_deletes"
 
 
-def test_deletes_block_merging_when_compaction_is_not_allowed(settings, catalog):
+def test_deletes_block_merging_when_compaction_is_not_allowed(binpack_settings, catalog):
+    settings = binpack_settings  # asserts a bin-packing plan (conftest)
     from autooptimize.services.explain import explain
     from tests.integration.deletes import data_files, delete_positions
 
@@ -168,7 +172,8 @@ def test_deletes_block_merging_when_compaction_is_not_allowed(settings, catalog)
     assert submit_for_partition(settings, _table_id(settings, ident), 0, key_of(DAY1), dispatch=False) is None
 
 
-def test_an_unsorted_partition_with_a_sort_order_gets_a_sort(settings, catalog):
+def test_an_unsorted_partition_with_a_sort_order_gets_a_sort(binpack_settings, catalog):
+    settings = binpack_settings  # asserts a bin-packing plan (conftest)
     import pyarrow as pa
 
     from autooptimize.services.explain import explain
@@ -191,7 +196,8 @@ def test_an_unsorted_partition_with_a_sort_order_gets_a_sort(settings, catalog):
     assert actions.get_outcome(settings, action_id)["kind"] == "sort"
 
 
-def test_a_budget_too_small_for_any_group_is_reported(settings, catalog):
+def test_a_budget_too_small_for_any_group_is_reported(binpack_settings, catalog):
+    settings = binpack_settings  # asserts a bin-packing plan (conftest)
     from autooptimize.services.explain import explain
 
     table = make_table(catalog, {DAY1: 6}, rows=50)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy" / "redis.sh"
@@ -20,13 +21,8 @@ PASSWORD = "s3cret-redis-pass-1234"
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
-
-def _cli(port: int, *args: str, auth: bool = True) -> str:
+def _redis_cli(port: int, *args: str, auth: bool = True) -> str:
     env = {k: v for k, v in os.environ.items() if k != "REDISCLI_AUTH"}
     if auth:
         env["REDISCLI_AUTH"] = PASSWORD
@@ -36,16 +32,16 @@ def _cli(port: int, *args: str, auth: bool = True) -> str:
 
 
 def test_the_redis_password_protects_the_server_and_is_on_no_command_line(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "REDISCLI_AUTH": PASSWORD, "TMPDIR": str(tmp_path)}
     server = subprocess.Popen(["sh", str(SCRIPT), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
                                "--save", ""], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 20
-        while "PONG" not in _cli(port, "ping"):
+        while "PONG" not in _redis_cli(port, "ping"):
             assert server.poll() is None and time.monotonic() < deadline, "redis-server did not start"
             time.sleep(0.1)
-        assert "NOAUTH" in _cli(port, "ping", auth=False)
+        assert "NOAUTH" in _redis_cli(port, "ping", auth=False)
         cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes().decode().split("\0")
         assert cmdline[0].startswith("redis-server") and PASSWORD not in " ".join(cmdline)
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout

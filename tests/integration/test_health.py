@@ -15,7 +15,8 @@ from autooptimize.storage.readmodel import table_figures
 from tests.integration.tables import DAY1, DAY2, identifier, key_of, make_table
 
 
-def test_a_one_file_partition_under_the_target_is_healthy_everywhere(settings, catalog):
+def test_a_one_file_partition_under_the_target_is_healthy_everywhere(binpack_settings, catalog):
+    settings = binpack_settings  # asserts a bin-packing plan (conftest)
     lone = make_table(catalog, {DAY1: 1}, rows=2000, name="health_lone")  # one file, far under 1 MiB
     mixed = make_table(catalog, {DAY1: 1, DAY2: 3}, rows=2000, name="health_mixed")
     names = [identifier(lone), identifier(mixed)]

@@ -20,7 +20,7 @@ from autooptimize.services import tracking
 from autooptimize.services.buffer import landing
 from autooptimize.services.buffer.batch_commit import BATCH_ID_PROPERTY
 from autooptimize.services.buffer.consolidate import consolidate_table
-from autooptimize.services.buffer.hooks import Hooks as BufferHooks
+from autooptimize.services.buffer.hooks import BufferHooks
 from autooptimize.storage.buffer_models import BufferBatch
 from autooptimize.storage.db import get_engine, session_scope
 from autooptimize.storage.locks import AdvisoryLock

@@ -319,7 +319,8 @@ def test_retries_exhausted_after_a_crash_cleans_up(settings, spark, catalog):
     assert len(live_files(table)) == 4
 
 
-def test_explain_is_what_optimize_then_does(settings, spark, catalog):
+def test_explain_is_what_optimize_then_does(binpack_settings, spark, catalog):
+    settings = binpack_settings  # asserts a bin-packing plan (conftest)
     import json
     import os
     import subprocess

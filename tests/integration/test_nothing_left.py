@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from spark_actors.server import SERVER_CLASS, running_server
-from tests.integration.processes import TreeWatch, alive, children_of, free_port, kill_leftovers, wait_until
+from tests.helpers import free_port
+from tests.integration.processes import TreeWatch, alive, children_of, kill_leftovers, wait_until
 
 pytestmark = pytest.mark.spark
 

@@ -153,7 +153,8 @@ def test_demo_with_an_s3_warehouse_runs_the_readme_lines_end_to_end(settings, tm
     import time
     from pathlib import Path
 
-    from tests.integration.processes import TreeWatch, free_port, kill_leftovers
+    from tests.helpers import free_port
+    from tests.integration.processes import TreeWatch, kill_leftovers
 
     repo = Path(__file__).resolve().parents[2]
     port = str(free_port())

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime
 
@@ -25,15 +23,12 @@ from autooptimize.errors import ConfigError, InvalidArgument
 from autooptimize.services import actions, hygiene
 from autooptimize.storage.db import session_scope, upgrade
 from autooptimize.storage.models import Action, AuditLog, TrackedTable
+from tests.helpers import cli
 from tests.integration.state import assert_unchanged, everything
 from tests.integration.tables import DAY1, DAY2, identifier, make_table
 
 DESTRUCTIVE_ACTIONS = ("expire_snapshots", "remove_orphans")
 
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "autooptimize.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
 
 
 def _tracked(settings, ident: str) -> TrackedTable | None:
@@ -161,7 +156,7 @@ def test_redis_password_never_printed(settings, catalog):
     table = make_table(catalog, {DAY1: 2}, rows=5)
     for url in ("redis://:Hunter2-Redis-Pw@127.0.0.1:1/0", "redis://default:Hunter2-Redis-Pw@127.0.0.1:1/0",
                 "redis://127.0.0.1:1/0?password=Hunter2-Redis-Pw"):
-        result = _cli("optimize", identifier(table), env={"AO_REDIS_URL": url})
+        result = cli("optimize", identifier(table), env={"AO_REDIS_URL": url})
         assert result.returncode == 3, result.stderr
         assert "cannot reach Redis" in result.stderr and "127.0.0.1:1" in result.stderr
         assert "Hunter2" not in result.stderr + result.stdout, result.stderr
@@ -204,7 +199,7 @@ def test_flower_task_arguments_are_redacted(settings):
 
 @pytest.mark.parametrize("name", ["AO_FLOWER_PASSWORD", "AO_SPARK_TOKEN"])
 def test_empty_passwords_and_tokens_are_refused(settings, name, monkeypatch):
-    result = _cli("status", env={name: ""})
+    result = cli("status", env={name: ""})
     assert result.returncode == 2 and f"{name}: is empty" in result.stderr, result.stderr
     monkeypatch.setenv(name, "")
     with pytest.raises(ConfigError, match=name):

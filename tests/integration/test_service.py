@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,15 +19,11 @@ from autooptimize import api
 from autooptimize.iceberg.checksum import table_checksum
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit_events
+from tests.helpers import free_port
 from tests.integration.tables import DAY1, DAY2, identifier, live_files, make_table
 
 pytestmark = pytest.mark.spark
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str, auth: tuple[str, str] | None = None) -> tuple[int, bytes]:
@@ -61,9 +56,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_up_runs_worker_and_authenticated_flower_then_stops_cleanly(settings, spark, catalog):
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "AO_FLOWER_PORT": str(port), "AO_FLOWER_USER": "ops", "AO_FLOWER_PASSWORD": "s3cret-pw",
-           "AO_CONSOLE_PORT": str(_free_port())}
+           "AO_CONSOLE_PORT": str(free_port())}
     proc = subprocess.Popen([sys.executable, "-m", "autooptimize.cli", "up", "--workers", "1"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

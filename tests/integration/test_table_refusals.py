@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, select, text
 
 from autooptimize.errors import TableRefused
 from autooptimize.iceberg.deletes import commit_delete_files, scope_of, write_equality_deletes
+from autooptimize.iceberg.internals import set_slot
 from autooptimize.services import actions
 from autooptimize.services.explain import explain
 from autooptimize.services.status import table_status
@@ -85,7 +86,7 @@ def test_an_unknown_delete_file_content_is_refused_with_its_reason(settings, spa
     name = identifier(table)
     first = str(table.inspect.files().to_pylist()[0]["file_path"])
     delete = write_equality_deletes(table, scope_of(table, first), ["id"], [{"id": 1}])
-    delete._data[0] = 3  # a content the spec does not define (0 data, 1 position, 2 equality deletes)
+    set_slot(delete, 0, 3)  # a content the spec does not define (0 data, 1 position, 2 equality deletes)
     with monkeypatch.context() as patched:  # pyiceberg's summary would refuse to count it
         patched.setattr("autooptimize.iceberg.staging._collector", lambda *_: {})
         commit_delete_files(table, [delete])

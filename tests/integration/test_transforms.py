@@ -78,7 +78,8 @@ def _failures(settings) -> list[str]:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_transform_round_trips_listener_decide_merge_status_and_cli(case, settings, spark, catalog, capsys):
+def test_transform_round_trips_listener_decide_merge_status_and_cli(case, binpack_settings, spark, catalog, capsys):
+    settings = binpack_settings  # asserts a bin-packing plan (conftest)
     spec, columns, printed = CASES[case]
     ident = f"test.transform_{case.replace('-', '_')}_{next(_tables)}"
     table = catalog.create_table(ident, schema=SCHEMA, partition_spec=spec)

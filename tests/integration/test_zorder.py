@@ -83,7 +83,7 @@ def _run(settings, spark, table, **options):
     return action_id, actions.execute(settings, action_id, spark=spark)
 
 
-# the default engine (numpy z-values on the executors, spark_actors/zorder_arrow.py) and Spark SQL's
+# the default engine (numpy z-values on the executors, autooptimize/arrow/zorder.py) and Spark SQL's
 # expression (spark_actors/zorder.py)
 ENGINES = pytest.mark.parametrize("engine", ["spark", "spark_sql"])
 

@@ -1,7 +1,7 @@
 """The house rules, checked on the source: imports point down, no cycles, no module over 400 lines.
 
 Every import counts, those inside functions included (an import deferred into a function is still a
-dependency). Layers, from the bottom: ``domain`` (and ``errors``); the adapters ``storage``,
+dependency). Layers, from the bottom: ``domain`` (and ``errors``); the adapters ``storage``, ``arrow``,
 ``iceberg``, ``engines`` and ``spark_actors``; ``services``; the entry points ``tasks``, ``scheduler``,
 ``api``, ``cli`` and ``console``.
 """
@@ -18,7 +18,7 @@ PACKAGES = ("autooptimize", "tasks", "scheduler", "spark_actors")
 MAX_LINES = 400
 
 ENTRY_POINTS = ("tasks", "scheduler", "autooptimize.api", "autooptimize.cli", "autooptimize.console")
-ADAPTERS = ("autooptimize.storage", "autooptimize.iceberg", "autooptimize.engines", "spark_actors")
+ADAPTERS = ("autooptimize.storage", "autooptimize.iceberg", "autooptimize.engines", "autooptimize.arrow", "spark_actors")
 # What each layer may not import (a prefix matches the module and everything below it).
 FORBIDDEN: dict[tuple[str, ...], tuple[str, ...]] = {
     ("autooptimize.domain",): ("autooptimize.storage", "autooptimize.iceberg", "autooptimize.engines",
@@ -224,3 +224,104 @@ def test_every_path_in_the_where_to_find_it_table_exists():
                     missing.append(one)
     assert seen >= 40, f"only {seen} paths found: the table's format changed"
     assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+# -- imports at the top ----------------------------------------------------------------------------
+# A module's own imports sit at its top, where a reader sees what it depends on. An import of our own
+# modules inside a function is allowed when it keeps a costly dependency (Celery, FastAPI, pyspark) off
+# the import path of a module that does not otherwise load it (computed below: the CLI's commands, for
+# one, import the Celery-backed API only when run), when it is a command of the CLI importing a module
+# that loads autooptimize.iceberg (whose import checks pyiceberg's configuration file: a bad one must be
+# the ConfigError cli.main maps to exit code 2, raised inside it, not a traceback at import), or when it
+# is listed here with why.
+COSTLY = ("celery", "fastapi", "uvicorn", "pyspark")
+DEFERRED_IMPORTS: dict[tuple[str, str], str] = {
+    # (importing module, imported module): why it is inside a function
+    ("spark_actors.action_job", "spark_actors.action_job"):
+        "runs on the executor after the task has put our shipped code first on sys.path",
+}
+# Modules under parallel work (dispatcher, listener, decided submissions, change polling, console,
+# tasks' control and send) when this check landed: their imports move up once that work is merged.
+PENDING = ("scheduler.dispatcher", "autooptimize.services.submit_decided", "autooptimize.services.observe.changes",
+           "autooptimize.console.app", "tasks.control", "tasks.send")
+
+
+def _top_level_imports(path: Path) -> tuple[set[str], set[str]]:
+    """(our modules, third-party top-level packages) imported when ``path`` is imported (type-checking
+    blocks left out; a module-level ``try`` counts)."""
+    ours: set[str] = set()
+    third: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        for n in node.body if isinstance(node, ast.Try) else [node]:
+            if isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom) and not n.level:
+                names = [f"{n.module}.{a.name}" for a in n.names] if _ours(n.module or "") else [n.module or ""]
+            else:
+                continue
+            for name in names:
+                (ours.add(_resolve(name)) if _ours(name) else third.add(name.split(".")[0]))
+    return ours, third
+
+
+def _loading(seed: set[str] | None = None) -> set[str]:
+    """Our modules whose import loads one of ``seed`` (default: a module importing one of :data:`COSTLY`),
+    directly or through our other modules and their packages."""
+    graph: dict[str, set[str]] = {}
+    costly: set[str] = set(seed or ())
+    for module, path in SOURCES.items():
+        ours, third = _top_level_imports(path)
+        parents = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
+        graph[module] = ours | (parents & set(SOURCES))
+        if seed is None and third & set(COSTLY):
+            costly.add(module)
+    grew = True
+    while grew:
+        grew = False
+        for module, targets in graph.items():
+            if module not in costly and targets & costly:
+                costly.add(module)
+                grew = True
+    return costly
+
+
+def _function_level_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, our module) of every import of our own modules inside a function of ``path``."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, ast.Import):
+                found.extend((child.lineno, _resolve(a.name)) for a in child.names if _ours(a.name))
+            elif in_function and isinstance(child, ast.ImportFrom) and _ours(child.module or ""):
+                found.extend((child.lineno, _resolve(f"{child.module}.{a.name}")) for a in child.names)
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(path.read_text()), False)
+    return found
+
+
+def test_imports_of_our_modules_sit_at_the_top_unless_deferred_for_a_reason() -> None:
+    costly = _loading()
+    checks_config = _loading({"autooptimize.iceberg"})
+    assert {"tasks.app", "autooptimize.console.app"} <= costly  # guards the computation itself
+    assert {"autooptimize.iceberg.catalog", "autooptimize.api"} <= checks_config
+
+    def deferred(module: str, target: str) -> bool:
+        return ((module, target) in DEFERRED_IMPORTS or (target in costly and module not in costly)
+                or (_within(module, ("autooptimize.cli",)) and target in checks_config))
+
+    wrong = sorted(
+        f"{SOURCES[module].relative_to(ROOT)}:{line} imports {target} inside a function"
+        for module, path in SOURCES.items() if module not in PENDING
+        for line, target in _function_level_imports(path)
+        if not deferred(module, target)
+    )
+    assert not wrong, ("move these imports to the top of their module (or say in DEFERRED_IMPORTS why "
+                       "not):\n" + "\n".join(wrong))
+
+
+def test_every_deferred_import_is_still_there() -> None:
+    present = {(module, target) for module, path in SOURCES.items() for _, target in _function_level_imports(path)}
+    assert set(DEFERRED_IMPORTS) <= present, f"stale entries: {set(DEFERRED_IMPORTS) - present}"
+    assert all(module in SOURCES for module in PENDING)

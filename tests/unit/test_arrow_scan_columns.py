@@ -1,4 +1,4 @@
-"""Which files the pyarrow path reads directly (spark_actors.arrow_rewrite.scan): only those whose top-level
+"""Which files the pyarrow path reads directly (autooptimize.arrow.rewrite.scan): only those whose top-level
 columns are the table's own by name, field id and type; everything else goes through pyiceberg's ArrowScan,
 which maps columns by field id (renames, promotions, added or dropped columns, nested types)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from spark_actors.arrow_rewrite import _same_columns
+from autooptimize.arrow.rewrite import _same_columns
 
 
 def _field(name: str, type_: pa.DataType, field_id: int, nullable: bool = True) -> pa.Field:

@@ -1,11 +1,11 @@
-"""Sorting a group on the pyarrow path (spark_actors/arrow_sort.py)."""
+"""Sorting a group on the pyarrow path (autooptimize/arrow/sort.py)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 
-from spark_actors.arrow_sort import PER_KEY_NULLS, sortable, sorted_slices
+from autooptimize.arrow.sort import PER_KEY_NULLS, sortable, sorted_slices
 
 
 def test_slices_are_sorted_and_hold_disjoint_ranges_of_the_first_key() -> None:

@@ -1,4 +1,4 @@
-"""The pyarrow path's writer choices (spark_actors/arrow_rewrite.py)."""
+"""The pyarrow path's writer choices (autooptimize/arrow/writers.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ def test_near_unique_columns_are_written_without_a_dictionary() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from spark_actors.arrow_rewrite import dictionary_columns
+    from autooptimize.arrow.writers import dictionary_columns
 
     n = 50_000
     data = pa.table({"id": pa.array(range(n), pa.int64()), "v": [f"value-{i}" for i in range(n)],

@@ -11,8 +11,9 @@ def test_the_archive_holds_every_module_a_task_imports_and_nothing_else():
     content, path = build_archive()
     with zipfile.ZipFile(path) as zf:
         names = set(zf.namelist())
-    for module in ("spark_actors/action_job.py", "spark_actors/group_tasks.py", "spark_actors/arrow_rewrite.py",
-                   "spark_actors/arrow_deletes.py", "spark_actors/arrow_consolidate.py",
+    for module in ("spark_actors/action_job.py", "spark_actors/group_tasks.py", "autooptimize/arrow/rewrite.py",
+                   "autooptimize/arrow/deletes.py", "autooptimize/arrow/consolidate.py", "autooptimize/arrow/writers.py",
+                   "autooptimize/arrow/__init__.py", "autooptimize/engines/deletes.py",
                    "autooptimize/engines/xxh64_jit.py", "autooptimize/iceberg/checksum.py",
                    "autooptimize/iceberg/commit.py", "autooptimize/__init__.py", "spark_actors/__init__.py"):
         assert module in names, module

@@ -7,10 +7,10 @@ import os
 from autooptimize.iceberg.fileio import (
     exists,
     filesystem,
-    is_local,
     list_files,
     normalise,
     scheme_of,
+    table_is_local,
 )
 
 
@@ -57,7 +57,7 @@ def test_locations_are_spelled_one_way():
         def location(self) -> str:
             return self._location
 
-    assert is_local(_Table("file:///w/t")) and is_local(_Table("/w/t")) and not is_local(_Table("s3://b/t"))
+    assert table_is_local(_Table("file:///w/t")) and table_is_local(_Table("/w/t")) and not table_is_local(_Table("s3://b/t"))
     _, path, prefix = filesystem(None, "file:///w/t")
     assert (path, prefix) == ("/w/t", "file://")
 

@@ -22,6 +22,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField
 
+from autooptimize.iceberg.internals import record_slots, set_slot
 from autooptimize.iceberg.v3 import (
     ManifestListWriterV3,
     ManifestWriterV3,
@@ -42,7 +43,7 @@ def _file(path: str, rows: int, first: int | None = None) -> DataFile:
         record_count=rows, file_size_in_bytes=100, sort_order_id=None, equality_ids=None, key_metadata=None,
     ))
     data_file.spec_id = 0
-    data_file._data[16] = first
+    set_slot(data_file, 16, first)
     return data_file
 
 
@@ -69,13 +70,12 @@ def test_the_specs_row_lineage_example(tmp_path):
     added3 = _manifest(io, directory, "added3", [(ManifestEntryStatus.ADDED, _file("data5", 125)),
                                                  (ManifestEntryStatus.DELETED, _file("gone", 10, 600)),
                                                  (ManifestEntryStatus.EXISTING, _file("data6", 25, 500))])
-    existing = ManifestFile(*added1._data, None)  # an older manifest, already assigned 925
-    existing._data[0] = f"{directory}/existing.avro"
-    existing._data[6] = 7
-    existing._data[4] = existing._data[5] = 1
-    existing._data[15] = 925
-    deletes = ManifestFile(*added1._data, None)
-    deletes._data[0], deletes._data[3] = f"{directory}/deletes.avro", ManifestContent.DELETES
+    existing = ManifestFile(*record_slots(added1), None)  # an older manifest, already assigned 925
+    for index, value in ((0, f"{directory}/existing.avro"), (6, 7), (4, 1), (5, 1), (15, 925)):
+        set_slot(existing, index, value)
+    deletes = ManifestFile(*record_slots(added1), None)
+    set_slot(deletes, 0, f"{directory}/deletes.avro")
+    set_slot(deletes, 3, ManifestContent.DELETES)
 
     path = f"{directory}/snap.avro"
     with ManifestListWriterV3(io.new_output(path), SNAPSHOT, 7, 5, 1000, "null") as writer:
@@ -98,5 +98,5 @@ def test_a_manifest_without_first_row_id_leaves_its_files_without_one(tmp_path):
     """Files of a table upgraded to v3 before any snapshot assigned ids: their rows' _row_id reads as null."""
     io = PyArrowFileIO()
     manifest = _manifest(io, f"file://{tmp_path}", "old", [(ManifestEntryStatus.ADDED, _file("data1", 5))])
-    assert manifest_first_row_id(ManifestFile(*manifest._data, None)) is None
-    assert [first_row_id(e.data_file) for e in read_entries(ManifestFile(*manifest._data, None), io)] == [None]
+    assert manifest_first_row_id(ManifestFile(*record_slots(manifest), None)) is None
+    assert [first_row_id(e.data_file) for e in read_entries(ManifestFile(*record_slots(manifest), None), io)] == [None]

@@ -1,4 +1,4 @@
-"""spark_actors/zorder_arrow.py: the vectorised z-value equals autooptimize.domain.zorder.z_value row by
+"""autooptimize/arrow/zorder.py: the vectorised z-value equals autooptimize.domain.zorder.z_value row by
 row (every key kind, nulls, 1 to 3 keys, degenerate bounds), and zorder_slices keeps every row once, in
 z order, cut into files of disjoint z ranges."""
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from autooptimize.arrow.zorder import z_values, zorder_slices
 from autooptimize.domain.zorder import STRING_BYTES, ZKey, bits_per_column, key_for, z_value
-from spark_actors.zorder_arrow import z_values, zorder_slices
 
 # A column: (name, kind, arrow array, the values as the reference takes them: dates as days and
 # timestamps as microseconds since 1970, decimals as Decimal, strings as str, binary as bytes).

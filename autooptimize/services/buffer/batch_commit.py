@@ -17,14 +17,15 @@ from autooptimize.config import Settings
 from autooptimize.errors import ConflictAbort, VerificationFailed
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.catalog import load_table
-from autooptimize.iceberg.commit import ACTION_KIND_PROPERTY
+from autooptimize.iceberg.commit import ACTION_KIND_PROPERTY, live_data_paths
 from autooptimize.iceberg.commits import StagedAppend, apply_with_retry
 from autooptimize.redact import redact
-from autooptimize.services.buffer.hooks import Hooks, call_hook
+from autooptimize.services.buffer.hooks import BufferHooks, call_hook
 from autooptimize.services.refusals import record_refusals
 from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit, now
+from spark_actors.rewrite import list_parquet
 
 log = logging.getLogger(__name__)
 BATCH_ID_PROPERTY = "autooptimize.batch-id"
@@ -102,7 +103,7 @@ def commit_append(settings: Settings, table: Table, batch_id: str, data_files: l
         return done.snapshot_id
 
 
-def record_commit(settings: Settings, batch_id: str, identifier: str, snapshot_id: int, hooks: Hooks,
+def record_commit(settings: Settings, batch_id: str, identifier: str, snapshot_id: int, hooks: BufferHooks,
                    reason: str | None, seconds: float | None = None) -> dict[str, Any]:
     with session_scope(settings) as session:
         batch = session.get(BufferBatch, batch_id, with_for_update=True)
@@ -207,9 +208,6 @@ def _owned_batch_dir(table: Table, directory: str) -> bool:
 def delete_uncommitted(table: Table, batch_dir: str) -> None:
     """Remove a batch directory that no snapshot references (the caller checked the history).
     PathRefused for a directory that is not a batch directory resolving inside the table."""
-    from autooptimize.iceberg.commit import live_data_paths
-    from spark_actors.rewrite import list_parquet
-
     if "/ao-batch-" not in batch_dir:
         raise paths.PathRefused(batch_dir, table.location(), "not_a_batch_directory", "delete")
     paths.check(table.location(), batch_dir, "delete")

@@ -3,7 +3,7 @@ partition, and verify rows and content checksum (the output read back by field i
 unusable files are quarantined.
 
 Under the default engine (``spark``) the batch is one task of a Spark job on an executor
-(spark_actors/group_tasks.consolidate: pyarrow, spark_actors/arrow_consolidate.py), which also reads the
+(spark_actors/group_tasks.consolidate_batch: pyarrow, autooptimize/arrow/consolidate.py), which also reads the
 outputs back and their footers; this process compares. Under ``spark_sql`` Spark's own reader and writer
 write it (file:// only), under ``local`` pyarrow in this process; both are read back here."""
 
@@ -21,18 +21,22 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 from sqlalchemy import select
 
+from autooptimize.arrow.consolidate import consolidate_files_arrow
 from autooptimize.config import Settings
 from autooptimize.errors import FileRejected, Retry, ServiceUnavailable, VerificationFailed
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.checksum import parquet_digest
 from autooptimize.iceberg.commit import data_file_from_footer
-from autooptimize.iceberg.fileio import is_local
-from autooptimize.services.buffer.hooks import Hooks, call_hook
+from autooptimize.iceberg.fileio import table_is_local
+from autooptimize.services.buffer.hooks import BufferHooks, call_hook
 from autooptimize.services.buffer.landing import QUARANTINE_DIR, check_file
 from autooptimize.services.refusals import record_refusals
 from autooptimize.storage.buffer_models import BufferFile, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit
+from spark_actors import group_tasks
+from spark_actors.action_job import TableContext, run_action_job
+from spark_actors.consolidate import consolidate_files
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +48,12 @@ def _claimed_files(settings: Settings, batch_id: str) -> list[BufferFile]:
 
 
 def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, identifier: str,
-                    output_dir: str, hooks: Hooks) -> tuple[dict[str, Any], list[Any]] | None:
+                    output_dir: str, hooks: BufferHooks) -> tuple[dict[str, Any], list[Any]] | None:
     """Write the batch's files, quarantining unreadable ones; None when none is left."""
-    from spark_actors.arrow_consolidate import consolidate_files_arrow
-    from spark_actors.consolidate import consolidate_files
-
     schema, spec = table.schema(), table.spec()
     # Spark's own Parquet writer reaches only local files; the buffered files are on this worker's disk
     on_executor = settings.rewrite_engine == "spark"
-    on_arrow = not is_local(table) or settings.rewrite_engine == "local"
+    on_arrow = not table_is_local(table) or settings.rewrite_engine == "local"
     for _ in range(3):
         files = _claimed_files(settings, batch_id)
         missing = [f for f in files if not Path(f.path).is_file()]
@@ -143,12 +144,9 @@ def write_verified(settings: Settings, spark: Any, table: Table, batch_id: str, 
 
 def _on_executor(spark: Any, table: Table, spec_id: int, groups: list[list[str]], output_dir: str,
                  rows_per_file: int, codec: str) -> tuple[Any, Any, dict[str, Any]]:
-    """The batch as one task of a Spark job (spark_actors/group_tasks.consolidate): (output, digest read
+    """The batch as one task of a Spark job (spark_actors/group_tasks.consolidate_batch): (output, digest read
     back, DataFile by path). The task's error is raised here as if the write ran in this process."""
-    from spark_actors import group_tasks
-    from spark_actors.action_job import TableContext, run_action_job
-
-    job = run_action_job(spark, TableContext.of(table), [(group_tasks.consolidate, (
+    job = run_action_job(spark, TableContext.of(table), [(group_tasks.consolidate_batch, (
         spec_id, groups, output_dir, rows_per_file, codec))])
     out, digest, files = job.values()[0]
     return out, digest, files

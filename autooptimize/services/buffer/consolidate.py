@@ -49,7 +49,7 @@ from autooptimize.services.buffer.batch_commit import (
     record_commit,
 )
 from autooptimize.services.buffer.batch_write import checkpointed_files, write_verified
-from autooptimize.services.buffer.hooks import Hooks, call_hook
+from autooptimize.services.buffer.hooks import BufferHooks, call_hook
 from autooptimize.services.buffer.landing import request_consolidation, sweep_orphans, table_info
 from autooptimize.services.buffer.rules import buffer_level, rules_of
 from autooptimize.services.buffer.watch import poll_watch
@@ -60,6 +60,7 @@ from autooptimize.storage.buffer_models import BatchState, BufferBatch, BufferFi
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.locks import AdvisoryLock
 from autooptimize.storage.repositories import audit, now
+from spark_actors.session import get_session
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ log = logging.getLogger(__name__)
 # --- the per-table loop --------------------------------------------------------------------------
 
 def consolidate_table(settings: Settings, identifier: str, *, spark: Any = None, flush: bool = False,
-                      hooks: Hooks | None = None, wait: float | None = None,
+                      hooks: BufferHooks | None = None, wait: float | None = None,
                       dispatch: Dispatch | None = None) -> dict[str, Any]:
     """Finish abandoned batches of ``identifier``, then consolidate while a rule fires (``flush``: until
     everything buffered when called is consolidated, whatever the rules say).
@@ -80,7 +81,7 @@ def consolidate_table(settings: Settings, identifier: str, *, spark: Any = None,
     """
     info = table_info(settings, identifier)
     table_id = info.buffer_table_id
-    hooks = hooks or Hooks()
+    hooks = hooks or BufferHooks()
     batches: list[dict[str, Any]] = []
     with AdvisoryLock(settings, f"ao.consolidate:{table_id}", wait=wait) as lock, fenced(lock):
         if not lock.held:
@@ -113,8 +114,6 @@ def consolidate_table(settings: Settings, identifier: str, *, spark: Any = None,
 
 
 def _spark(settings: Settings) -> Any:
-    from spark_actors.session import get_session
-
     return get_session(settings)
 
 
@@ -185,9 +184,9 @@ def claim_batch(settings: Settings, table_id: int, *, flush_until: datetime | No
 
 # --- one batch -----------------------------------------------------------------------------------
 
-def run_batch(settings: Settings, batch_id: str, spark: Any, hooks: Hooks | None = None) -> dict[str, Any]:
+def run_batch(settings: Settings, batch_id: str, spark: Any, hooks: BufferHooks | None = None) -> dict[str, Any]:
     """Execute (or finish) one batch; see the module docstring for the guarantees."""
-    hooks = hooks or Hooks()
+    hooks = hooks or BufferHooks()
     started = time.monotonic()
     with session_scope(settings) as session:
         batch = session.get(BufferBatch, batch_id, with_for_update=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 
 @dataclass
-class Hooks:
+class BufferHooks:
     """Fault-injection points (tests kill the process in them); each defaults to doing nothing."""
 
     after_claim: Callable[[str], None] | None = None

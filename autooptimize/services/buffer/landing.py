@@ -33,7 +33,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 
 from autooptimize.config import Settings
-from autooptimize.domain.buffer_rules import Decision, evaluate
+from autooptimize.domain.buffer_rules import FlushDecision, evaluate
 from autooptimize.errors import ActionRefused, FileRejected, InvalidArgument, ServiceUnavailable
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.catalog import load_table, parse_identifier
@@ -43,6 +43,8 @@ from autooptimize.services.refusals import record_refusals
 from autooptimize.storage.buffer_models import BufferFile, BufferTable, FileState
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import audit
+from spark_actors.consolidate import check_supported_spec
+from spark_actors.schema import spark_schema
 
 log = logging.getLogger(__name__)
 TABLE_CACHE_SECONDS = 10.0
@@ -73,7 +75,6 @@ def table_info(settings: Settings, identifier: str) -> TableInfo:
     if info is not None and time.monotonic() - info.loaded < TABLE_CACHE_SECONDS:
         return info
     table = load_table(settings, identifier)
-    from spark_actors.consolidate import check_supported_spec
 
     check_supported_spec(table.spec(), table.schema())
     _check_supported_schema(identifier, table.schema())
@@ -85,8 +86,6 @@ def table_info(settings: Settings, identifier: str) -> TableInfo:
 
 
 def _check_supported_schema(identifier: str, schema: Schema) -> None:
-    from spark_actors.schema import spark_schema
-
     try:
         spark_schema(schema)
     except ActionRefused as exc:
@@ -295,7 +294,7 @@ def _place(settings: Settings, identifier: str, zone: Path, source: Path, move: 
     return target
 
 
-def _after_landing(settings: Settings, identifier: str, table_id: int, dispatch: Dispatch | None) -> Decision:
+def _after_landing(settings: Settings, identifier: str, table_id: int, dispatch: Dispatch | None) -> FlushDecision:
     """Evaluate the table's rules; when one fires, ask for a consolidation (once per table at a time)."""
     with session_scope(settings) as session:
         row = session.get(BufferTable, table_id)

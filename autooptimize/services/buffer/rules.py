@@ -132,7 +132,7 @@ def _redacted(url: str | None) -> str | None:
     return redact(url) if url else None
 
 
-def status(settings: Settings, identifier: str | None = None) -> list[dict[str, Any]]:
+def buffer_status(settings: Settings, identifier: str | None = None) -> list[dict[str, Any]]:
     """Per buffered table: files and bytes waiting, oldest age, batches in flight, which rule fires next."""
     if identifier is not None:
         parse_identifier(identifier)

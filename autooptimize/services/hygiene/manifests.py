@@ -21,6 +21,7 @@ from autooptimize.iceberg.manifests import (
 from autooptimize.services.hygiene.common import SAMPLE, check_option_names, int_option
 from autooptimize.services.hygiene.digest import live_digest
 from autooptimize.services.rewrite.kind import CheckpointWriter
+from autooptimize.services.tracking import size_arg
 
 
 def validate_rewrite_manifests(table: Table, options: dict[str, Any]) -> dict[str, Any]:
@@ -31,8 +32,6 @@ def validate_rewrite_manifests(table: Table, options: dict[str, Any]) -> dict[st
     if "manifest_threshold" in options:
         out["manifest_threshold"] = int_option(kind, "manifest_threshold", options["manifest_threshold"], 1)
     if "target_manifest_size" in options:
-        from autooptimize.services.tracking import size_arg
-
         out["target_manifest_size"] = size_arg(f"option target_manifest_size of {kind}", options["target_manifest_size"])
     return out
 

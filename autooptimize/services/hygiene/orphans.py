@@ -21,7 +21,7 @@ from autooptimize.iceberg.references import (
     ReferenceReader,
     StoredFile,
     delete_files,
-    list_files,
+    stored_files,
     table_directories,
 )
 from autooptimize.services.hygiene.common import (
@@ -86,7 +86,7 @@ def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_
             scan.skipped_dirs[name] = "outside_table_location"
             continue
         try:
-            for stored in list_files(table.location(), directory, table.io):
+            for stored in stored_files(table.location(), directory, table.io):
                 files.setdefault(stored.path, stored)
         except PathRefused:  # the directory itself leads out of the table (a link on its way)
             scan.skipped_dirs[name] = "resolves_outside_table_location"

@@ -14,6 +14,7 @@ from autooptimize.config import Settings
 from autooptimize.domain.durations import format_duration
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.manifests import data_manifests
+from autooptimize.services.actions import submit
 from autooptimize.services.hygiene.common import audit_action
 from autooptimize.services.hygiene.expire import plan_expiry, retention
 from autooptimize.services.ports import Dispatch
@@ -66,8 +67,6 @@ def sweep_hygiene(settings: Settings, *, dispatch: Dispatch | None = None,
                   now: datetime | None = None) -> dict[str, list[str]]:
     """Submit the hygiene actions every enabled tracked table needs (trigger: schedule); returns the kinds
     submitted per table. Idempotent: a queued or running action of the same kind is not duplicated."""
-    from autooptimize.services.actions import submit
-
     now = now or datetime.now(UTC)
     with session_scope(settings) as session:
         rows = [(t.id, t.identifier, tuple(t.allowed_actions or ())) for t in tracked_tables(session, settings.catalog)

@@ -12,6 +12,7 @@ from autooptimize.domain.partitions import format_human
 from autooptimize.errors import InvalidArgument
 from autooptimize.services.observe.common import ObserveReport, OnAttention, TrackedSettings
 from autooptimize.storage.db import session_scope
+from autooptimize.storage.observe_models import TableCursor
 from autooptimize.storage.observe_work import AttentionRow, attention_rows, pending_partitions
 from autooptimize.storage.repositories import decision_failures, tracked_table
 from autooptimize.storage.stats import (
@@ -129,8 +130,6 @@ def sweep_attention(settings: Settings, on_attention: OnAttention, identifier: s
 def observed_state(settings: Settings, identifier: str) -> dict[str, Any]:
     """What PostgreSQL holds for a table, without touching the catalog: the cursor and per-partition stats
     (worst MSE first). ``observed`` is False until the listener has seen the table once."""
-    from autooptimize.storage.observe_models import TableCursor
-
     with session_scope(settings) as session:
         row = tracked_table(session, settings.catalog, identifier)
         if row is None:

@@ -14,9 +14,11 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from autooptimize.arrow.deletes import compact_group_arrow
 from autooptimize.config import Settings
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeOutcome, MergeRequest
 from autooptimize.domain.entropy import EntropyStats
+from autooptimize.engines.deletes import SequencedFile
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.commit import (
@@ -26,7 +28,7 @@ from autooptimize.iceberg.commit import (
     data_file_from_footer,
 )
 from autooptimize.iceberg.commits import CommitStats
-from autooptimize.iceberg.fileio import is_local
+from autooptimize.iceberg.fileio import table_is_local
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.iceberg.v3 import content_offset, is_deletion_vector
 from autooptimize.services.compact import (
@@ -48,9 +50,14 @@ from autooptimize.services.rewrite.kind import (
     Unit,
     commit_facts,
     group_result,
+    live_inputs,
 )
 from autooptimize.services.rewrite.lifecycle import run_rewrite
+from autooptimize.services.rewrite.merge_group import record_task_seconds
 from autooptimize.services.rewrite.verify import as_digest, output_digest, read_back_digest, verify_group
+from spark_actors import group_tasks
+from spark_actors.action_job import TableContext, run_action_job
+from spark_actors.deletes import compact_group_sql
 
 
 def _mse(sizes: list[int], target: int) -> float:
@@ -122,14 +129,11 @@ class CompactKind:
                 request: MergeRequest) -> GroupResult:
         """One partition in this process (``local``) or as its own Spark SQL job (``spark_sql``, file://);
         under ``spark`` through :meth:`rewrite_action`."""
-        from spark_actors.arrow_deletes import compact_group_arrow
-        from spark_actors.deletes import SequencedFile, compact_group
-
         plan: CompactionPlan = unit.work
         deletes = _deletes(plan)
         # Spark SQL's job reads Parquet delete files only and writes no row lineage: deletion vectors and v3
         # tables take the pyarrow path (on the executors, or here)
-        spark_can = is_local(table) and not lineage.keeps_lineage(table) and not any(
+        spark_can = table_is_local(table) and not lineage.keeps_lineage(table) and not any(
             d.content_offset is not None for d in deletes)
         engine = choose_engine(request, spark_can=spark_can)
         if engine == Engine.SPARK:
@@ -138,7 +142,7 @@ class CompactKind:
             data = [SequencedFile(f.path, sequence_number(f)) for f in plan.inputs]
             # below ~1M delete rows (tens of MB as file numbers, positions and keys) a broadcast beats a shuffle
             broadcast = sum(d.record_count for d in plan.deletes) <= BROADCAST_DELETE_ROWS
-            result = compact_group(spark, table.schema(), data, deletes, directory, plan.files_out, codec, broadcast)
+            result = compact_group_sql(spark, table.schema(), data, deletes, directory, plan.files_out, codec, broadcast)
         else:
             result = compact_group_arrow(table, *_job_args(plan, deletes, directory, codec))
         digest_out = read_back_digest(hooks, list(result.paths), lambda: output_digest(table, list(result.paths)))
@@ -165,10 +169,6 @@ class CompactKind:
                        hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
         """Every partition's compaction as a task of one Spark job on the executors, verified here from
         the figures the tasks return (spark_actors/group_tasks.compact_group)."""
-        from autooptimize.services.rewrite.merge_group import record_task_seconds
-        from spark_actors import group_tasks
-        from spark_actors.action_job import TableContext, run_action_job
-
         plans: list[CompactionPlan] = [u.work for u in units]
         deletes = [_deletes(plan) for plan in plans]
         calls = [(group_tasks.compact_group, _job_args(plan, d, directory, codec))
@@ -196,14 +196,8 @@ class CompactKind:
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
         """Commit the outputs; the plan facts name the delete files it removed and the rows deleted."""
-        table.refresh()
-        partitions = live_partitions(table)
-        live = {f.path: f for pf in partitions.values() for f in pf.data_files}
-        live_deletes = {f.path: f for pf in partitions.values() for f in pf.delete_files}
+        live, live_deletes = live_inputs(table, groups)
         inputs = [p for g in groups for p in g.inputs]
-        gone = [p for p in inputs if p not in live]
-        if gone:
-            raise ConflictAbort(f"{len(gone)} input file(s) are no longer live, e.g. {gone[0]}")
         unapplied = [p for g in groups for p in g.deletes or () if p not in live_deletes]
         if unapplied:
             raise ConflictAbort(f"delete file {unapplied[0]} the output applied is no longer live")
@@ -252,7 +246,6 @@ class CompactKind:
 
 def _deletes(plan: CompactionPlan) -> list[Any]:
     """The plan's delete files with their data sequence numbers (ActionRefused for a malformed one)."""
-    from spark_actors.deletes import SequencedFile
 
     deletes = [  # read from its location: a deletion vector is a blob of a Puffin file (its offset)
         SequencedFile(d.location, sequence_number(d), None if is_position(d) else tuple(d.data_file.equality_ids or ()),
@@ -265,7 +258,7 @@ def _deletes(plan: CompactionPlan) -> list[Any]:
 
 
 def _job_args(plan: CompactionPlan, deletes: list[Any], directory: str, codec: str) -> tuple[Any, ...]:
-    """The arguments of the pyarrow compaction after the table (spark_actors/arrow_deletes.compact_group_arrow)."""
+    """The arguments of the pyarrow compaction after the table (autooptimize/arrow/deletes.compact_group_arrow)."""
     with_seq = [(f.data_file, sequence_number(f)) for f in plan.inputs]
     return (with_seq, deletes, directory, plan.files_out, codec, (plan.partition.spec_id, plan.partition.record))
 

@@ -8,6 +8,8 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from autooptimize.arrow.partition import check_partition
+from autooptimize.arrow.rewrite import rewrite_group_arrow
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks
 from autooptimize.domain.profile import phase
 from autooptimize.iceberg.commit import data_file_from_footer
@@ -15,7 +17,6 @@ from autooptimize.iceberg.files import LiveFile, PartitionFiles
 from autooptimize.services.evolution import decode_partition, encode_partition
 from autooptimize.services.rewrite.kind import group_result
 from autooptimize.services.rewrite.verify import output_digest, read_back_digest, verify_group
-from spark_actors.arrow_partition import check_partition
 
 
 def local_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory: str, files_out: int,
@@ -27,11 +28,9 @@ def local_rewrite(table: Table, pf: PartitionFiles, inputs: list[str], directory
 
     Raises VerificationFailed unless rows and content checksum of the outputs (read back by field id
     with plain pyarrow) equal those of the inputs (read through pyiceberg, or directly when their columns are
-    exactly the table's: spark_actors.arrow_rewrite.scan), the footers hold those rows,
+    exactly the table's: autooptimize.arrow.rewrite.scan), the footers hold those rows,
     and every respec output holds only rows of the partition it is recorded under.
     """
-    from spark_actors.arrow_rewrite import rewrite_group_arrow
-
     spec = table.spec() if respec else None
     with phase("group.read_write"):
         result = rewrite_group_arrow(table, [by_path[p].data_file for p in inputs], directory, files_out, codec,

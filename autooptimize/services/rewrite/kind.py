@@ -10,8 +10,10 @@ from typing import Any, Protocol
 from pyiceberg.table import Table
 
 from autooptimize.domain.actions import GroupResult, Hooks, MergeRequest
+from autooptimize.domain.profile import phase
+from autooptimize.errors import ConflictAbort
 from autooptimize.iceberg.commits import CommitStats
-from autooptimize.iceberg.files import PartitionFiles
+from autooptimize.iceberg.files import LiveFile, PartitionFiles, live_partitions
 
 CheckpointWriter = Callable[[dict[str, Any]], None]
 
@@ -87,3 +89,17 @@ def group_result(pf: PartitionFiles, inputs: list[str], bytes_in: int, paths: li
     return GroupResult(spec_id=pf.spec_id, partition=pf.key, inputs=tuple(inputs), outputs=tuple(paths),
                        bytes_in=bytes_in, bytes_out=sum(sizes), rows_in=rows_in, rows_out=digest_out.rows,
                        checksum_in=checksum_in, checksum_out=digest_out.checksum, output_sizes=sizes, **facts)
+
+
+def live_inputs(table: Table, groups: list[GroupResult]) -> tuple[dict[str, LiveFile], dict[str, LiveFile]]:
+    """The table's live data and delete files by path, on its reloaded head, before a commit; ConflictAbort
+    when an input of ``groups`` is no longer live (someone else rewrote or deleted it meanwhile)."""
+    with phase("commit.reload"):
+        table.refresh()
+        partitions = live_partitions(table)
+        live = {f.path: f for pf in partitions.values() for f in pf.data_files}
+        live_deletes = {f.path: f for pf in partitions.values() for f in pf.delete_files}
+    gone = [p for g in groups for p in g.inputs if p not in live]
+    if gone:
+        raise ConflictAbort(f"{len(gone)} input file(s) are no longer live, e.g. {gone[0]}")
+    return live, live_deletes

@@ -38,7 +38,7 @@ from autooptimize.errors import ActionRefused, CommitOutcomeUnknown, ConflictAbo
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import action_parts, find_action_snapshot
 from autooptimize.iceberg.staging import metadata_path
-from autooptimize.services.progress import Progress, write_groups
+from autooptimize.services.progress import PartialProgress, write_groups
 from autooptimize.services.rewrite.kind import CheckpointWriter, RewriteKind
 from autooptimize.services.rewrite.outputs import (
     WRITER_WAIT_SECONDS,
@@ -46,7 +46,7 @@ from autooptimize.services.rewrite.outputs import (
     action_dirs,
     fence_earlier_writer,
     remove_uncommitted,
-    writing,
+    still_writing,
 )
 from autooptimize.services.rewrite.parts import Parts, inputs_live_outputs_exist, resume_parts
 
@@ -85,7 +85,7 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, s
     if committed is not None:
         return committed_outcome(request, committed.snapshot_id)
 
-    progress = Progress.of(request.options)
+    progress = PartialProgress.of(request.options)
     unsettled = request.resume_point.unsettled_commit
     if unsettled is not None and not commit_settled(table, *unsettled):
         # an earlier attempt's commit may still land: re-commit its verified output (the catalog then takes
@@ -337,5 +337,5 @@ def _interrupt(spark: Any, tag: str, directories: list[str]) -> None:
         return
     spark.interruptTag(tag)
     deadline = time.monotonic() + WRITER_WAIT_SECONDS
-    while writing(directories) and time.monotonic() < deadline:
+    while still_writing(directories) and time.monotonic() < deadline:
         time.sleep(0.2)

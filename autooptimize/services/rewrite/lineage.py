@@ -1,7 +1,7 @@
 """Rewriting a format v3 table: row lineage kept and deletion vectors folded in (Iceberg spec, "Row
 Lineage", "Deletion Vectors").
 
-A v3 merge group goes through the delete-applying pyarrow rewrite (spark_actors/arrow_deletes.py) with
+A v3 merge group goes through the delete-applying pyarrow rewrite (autooptimize/arrow/deletes.py) with
 the deletion vectors of its inputs: under the ``spark`` engine as a task of the action's Spark job
 (spark_actors/group_tasks.compact_group), under ``local`` in the worker. It drops the vectors' rows,
 writes every kept row's ``_row_id`` and ``_last_updated_sequence_number`` materialised, and the commit
@@ -23,11 +23,14 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from autooptimize.arrow.deletes import compact_group_arrow
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeRequest
+from autooptimize.engines.deletes import SequencedFile
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
+from autooptimize.iceberg.checksum import parquet_digest
 from autooptimize.iceberg.commit import data_file_from_footer
 from autooptimize.iceberg.files import LiveFile, PartitionFiles
-from autooptimize.iceberg.v3 import content_offset, is_deletion_vector, referenced_data_file
+from autooptimize.iceberg.v3 import content_offset, is_deletion_vector, referenced_data_file, with_lineage
 from autooptimize.services.compact import sequence_number
 from autooptimize.services.rewrite.kind import group_result
 from autooptimize.services.rewrite.verify import as_digest, output_digest, read_back_digest, verify_group
@@ -65,8 +68,7 @@ def vectors_of(pf: PartitionFiles, inputs: list[LiveFile]) -> list[LiveFile]:
 
 def job_args(g: Any, codec: str) -> tuple[tuple[Any, ...], list[LiveFile]]:
     """The arguments of a v3 merge group's delete-applying rewrite after the table
-    (spark_actors/arrow_deletes.compact_group_arrow, group_tasks.compact_group), and the vectors applied."""
-    from spark_actors.deletes import SequencedFile
+    (autooptimize/arrow/deletes.compact_group_arrow, group_tasks.compact_group), and the vectors applied."""
 
     pf = g.unit.partition
     files = [g.by_path[p] for p in g.inputs]
@@ -79,9 +81,6 @@ def job_args(g: Any, codec: str) -> tuple[tuple[Any, ...], list[LiveFile]]:
 def verify_lineage(table: Table, where: str, paths: list[str], expected: Any) -> None:
     """VerificationFailed unless the outputs, read back by field id with their row lineage columns, hold
     exactly the (row, _row_id, _last_updated_sequence_number) triples the rewrite observed."""
-    from autooptimize.iceberg.checksum import parquet_digest
-    from autooptimize.iceberg.v3 import with_lineage
-
     found = parquet_digest(with_lineage(table.schema()), paths, table.io) if expected is not None else None
     lineage_match(where, expected, found)
 
@@ -107,8 +106,6 @@ def written_lineage(table: Table, where: str, written: Any, hooks: Hooks) -> Non
 
 def rewrite_local(table: Table, g: Any, codec: str, hooks: Hooks) -> GroupResult:
     """One v3 merge group in the worker (``local``), its deletion vectors applied and its lineage kept."""
-    from spark_actors.arrow_deletes import compact_group_arrow
-
     pf = g.unit.partition
     args, vectors = job_args(g, codec)
     result = compact_group_arrow(table, *args)
@@ -124,7 +121,7 @@ def rewrite_local(table: Table, g: Any, codec: str, hooks: Hooks) -> GroupResult
                      as_digest(result.digest_kept), digest_out, footer_rows, outputs, Engine.LOCAL, None, None)
 
 
-def verify_written(table: Table, g: Any, written: Any, hooks: Hooks, executor: str, codec: str) -> GroupResult:
+def verify_lineage_written(table: Table, g: Any, written: Any, hooks: Hooks, executor: str, codec: str) -> GroupResult:
     """A v3 merge group an executor wrote (group_tasks.compact_group), verified from its figures."""
     _, vectors = job_args(g, codec)
     written_lineage(table, g.directory, written, hooks)

@@ -22,7 +22,8 @@ from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_b
 from autooptimize.domain.policy import SKIP_RULES, is_live
 from autooptimize.domain.policy import plan_partition as plan_by_policy
 from autooptimize.domain.profile import phase
-from autooptimize.errors import ActionRefused, ConflictAbort
+from autooptimize.engines.types import SPARK, engine_for, unsupported_reason
+from autooptimize.errors import ActionRefused
 from autooptimize.iceberg.commit import (
     ACTION_ID_PROPERTY,
     ACTION_KIND_PROPERTY,
@@ -32,7 +33,7 @@ from autooptimize.iceberg.commit import (
     data_file_from_footer,
 )
 from autooptimize.iceberg.commits import CommitStats
-from autooptimize.iceberg.fileio import is_local
+from autooptimize.iceberg.fileio import table_is_local
 from autooptimize.iceberg.files import PartitionFiles, live_partitions
 from autooptimize.services import evolution
 from autooptimize.services.rewrite import lineage
@@ -43,6 +44,7 @@ from autooptimize.services.rewrite.kind import (
     Planned,
     Unit,
     commit_facts,
+    live_inputs,
 )
 from autooptimize.services.rewrite.lifecycle import run_rewrite
 from autooptimize.services.rewrite.merge_group import prepare_group, rewrite_in_one_job, rewrite_one
@@ -53,7 +55,9 @@ from autooptimize.services.rewrite.sort import (
     sort_spec,
     zorder_spec,
 )
-from autooptimize.services.sizing import NO_SIZING, calibrate, calibrate_arrow, calibration_sample
+from autooptimize.services.sizing import NO_SIZING, calibrate_arrow, calibrate_spark_sql, calibration_sample
+from spark_actors import group_tasks
+from spark_actors.action_job import TableContext, run_action_job
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +97,7 @@ def select_partitions(table: Table, spec_id: int | None, key: str | None) -> lis
     return [pf for _, pf in sorted(parts.items())]
 
 
-def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
+def merge_refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
     """Why this partition cannot be merged safely by this version, or None."""
     if pf.delete_files and not lineage.merges_with_vectors(table, pf):
         return ActionRefused(
@@ -101,7 +105,6 @@ def refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
             f"partition {pf.human or '(unpartitioned)'} has {len(pf.delete_files)} delete file(s); "
             "fold them into the data first with the compact_deletes action, then merge",
         )
-    from spark_actors.types import unsupported_reason
 
     reason = unsupported_reason(table.schema())
     if reason is not None:
@@ -124,7 +127,7 @@ def plan_partitions(
     order = sort_spec(table, request)
     zorder = zorder_spec(table, request)
     for pf in partitions:
-        problem = refusal(table, pf)
+        problem = merge_refusal(table, pf)
         if problem is not None:
             skipped[pf.key] = problem.reason
             continue
@@ -133,7 +136,7 @@ def plan_partitions(
         elif order is not None:
             plan, reason = plan_sorted_partition(table, pf, plan_files(pf, request.sizing), order[0], request)
         else:
-            plan, rule = plan_partition_with_rule(table, pf, request)
+            plan, rule = plan_merge_with_rule(table, pf, request)
             rules[pf.key] = rule
             reason = None if not plan.is_empty else rule if rule in SKIP_RULES else (
                 "below_threshold" if not plan.needs_attention_before else "nothing_to_merge")
@@ -144,13 +147,13 @@ def plan_partitions(
     return plans, skipped, rules
 
 
-def plan_partition(table: Table, pf: PartitionFiles, request: MergeRequest) -> Plan:
+def plan_merge(table: Table, pf: PartitionFiles, request: MergeRequest) -> Plan:
     """The merge plan of one partition (respec, the live-partition policy, or bin packing apart by
     field ids), capped per group."""
-    return plan_partition_with_rule(table, pf, request)[0]
+    return plan_merge_with_rule(table, pf, request)[0]
 
 
-def plan_partition_with_rule(table: Table, pf: PartitionFiles, request: MergeRequest) -> tuple[Plan, str]:
+def plan_merge_with_rule(table: Table, pf: PartitionFiles, request: MergeRequest) -> tuple[Plan, str]:
     """The merge plan of one partition and the rule that made it: ``respec``, ``binpack``, or one of
     :data:`autooptimize.domain.policy.RULES` (``tiered``, ``live_wait``, ``cold_finish``, …)."""
     files = plan_files(pf, request.sizing)
@@ -195,10 +198,10 @@ def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], reque
     """
     target = request.target_file_size
     engine = Engine(request.engine)
-    if engine == Engine.SPARK_SQL and not is_local(table):  # Spark's own writer reaches only local files
+    if engine == Engine.SPARK_SQL and not table_is_local(table):  # Spark's own writer reaches only local files
         return request
     for pf in partitions:
-        if refusal(table, pf) is not None:
+        if merge_refusal(table, pf) is not None:
             continue
         candidates = [(f.size, f.path) for f in pf.data_files if f.size < target]
         if sum(size for size, _ in candidates) < target or len(candidates) < request.min_input_files:
@@ -210,19 +213,16 @@ def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], reque
         directory = f"{action_dir(table, pf, request.action_id)}/calibration"
         # measured with the writer that will write the groups: pyarrow's and Spark's files of the same rows
         # differ in size by up to 3× (seen in tests/integration/test_sizing.py)
-        from spark_actors.types import SPARK, engine_for
 
         by_path = {f.path: f.data_file for f in pf.data_files}
         if engine == Engine.SPARK:  # on an executor, like the groups (spark_actors/group_tasks.calibrate)
-            from spark_actors import group_tasks
-            from spark_actors.action_job import TableContext, run_action_job
 
             job = run_action_job(spark, TableContext.of(table), [(group_tasks.calibrate, (
                 [by_path[p] for p in sample], directory, codec, (pf.spec_id, pf.record)))])
             rows, size = job.values()[0]
             sizing = Sizing(size / rows, "calibration") if rows else NO_SIZING
         elif engine == Engine.SPARK_SQL and engine_for(table.schema(), field_ids=True) == SPARK:
-            sizing = calibrate(spark, table, sample, directory, codec)
+            sizing = calibrate_spark_sql(spark, table, sample, directory, codec)
         else:
             sizing = calibrate_arrow(table, [by_path[p] for p in sample], directory, codec, (pf.spec_id, pf.record))
         log.info("action %s: calibrated output at %.2f bytes/row from %d files", request.action_id,
@@ -258,7 +258,7 @@ class MergeKind:
                 request = calibrated(spark, table, partitions, request)
         plans, skipped, rules = plan_partitions(table, partitions, request)
         if request.partition_key is not None and skipped:
-            problem = refusal(table, partitions[0])
+            problem = merge_refusal(table, partitions[0])
             if problem is not None:
                 raise problem
         total = EntropyStats.empty()
@@ -294,15 +294,8 @@ class MergeKind:
     def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
         """One REPLACE snapshot of ``groups`` (whole groups); ``part``/``parts`` mark a partial-progress part."""
-        with phase("commit.reload"):
-            table.refresh()
-            partitions = live_partitions(table)  # not ``parts``: that is the parameter (parts of the action)
-            live = {f.path: f for pf in partitions.values() for f in pf.data_files}
-            live_deletes = {f.path: f for pf in partitions.values() for f in pf.delete_files}
+        live, live_deletes = live_inputs(table, groups)
         inputs = [p for g in groups for p in g.inputs]
-        gone = [p for p in inputs if p not in live]
-        if gone:
-            raise ConflictAbort(f"{len(gone)} input file(s) are no longer live, e.g. {gone[0]}")
         with phase("commit.footers"):
             added = _added_files(table, live, groups)
         properties = {ACTION_ID_PROPERTY: request.action_id, ACTION_KIND_PROPERTY: request.kind}

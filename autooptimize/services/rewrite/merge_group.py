@@ -10,11 +10,13 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from autooptimize.arrow.sort import sortable
 from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeRequest
 from autooptimize.domain.profile import add_seconds, phase
+from autooptimize.engines.types import SPARK, engine_for
 from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.commit import data_file_from_footer
-from autooptimize.iceberg.fileio import is_local
+from autooptimize.iceberg.fileio import table_is_local
 from autooptimize.services import evolution
 from autooptimize.services.evolution import encode_partition
 from autooptimize.services.rewrite import lineage
@@ -30,7 +32,9 @@ from autooptimize.services.rewrite.verify import (
     verify_group,
 )
 from autooptimize.services.zorder import group_keys
-from spark_actors.arrow_sort import sortable
+from spark_actors import group_tasks
+from spark_actors.action_job import TableContext, run_action_job
+from spark_actors.rewrite import rewrite_group_sql
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +57,6 @@ class MergeGroup:
 
 def prepare_group(table: Table, unit: Unit, directory: str, request: MergeRequest) -> MergeGroup:
     """What the group's rewrite needs, and the engine that rewrites it (or ActionRefused)."""
-    from spark_actors.types import SPARK, engine_for
-
     pf, group = unit.partition, unit.work
     by_path = {f.path: f for f in pf.data_files}
     inputs = [f.path for f in group.files]
@@ -67,11 +69,11 @@ def prepare_group(table: Table, unit: Unit, directory: str, request: MergeReques
         raise VerificationFailed(f"group {directory} mixes files with and without field ids")
     field_ids = with_ids.pop()
     # Spark's own Parquet IO reaches only local files (no Hadoop S3 filesystem here)
-    spark_can = engine_for(table.schema(), field_ids=field_ids) == SPARK and is_local(table)
+    spark_can = engine_for(table.schema(), field_ids=field_ids) == SPARK and table_is_local(table)
     columns = order[0] if order else None
     keys = spark_sort(columns)
     ordered = order is not None or zorder is not None
-    # a z-order's z-value is a Spark expression (spark_actors/zorder.py) or numpy (spark_actors/zorder_arrow.py)
+    # a z-order's z-value is a Spark expression (spark_actors/zorder.py) or numpy (autooptimize/arrow/zorder.py)
     arrow_sortable = zorder is not None or sortable([f.name for f in table.schema().fields], keys)
     zkeys = group_keys(table, [by_path[p].data_file for p in inputs], zorder) if zorder else None
     if lineage.keeps_lineage(table):  # v3: only the delete-applying pyarrow rewrite carries row lineage
@@ -94,9 +96,6 @@ def rewrite_in_one_job(spark: Any, table: Table, units: list[Unit], directories:
     """Every group of the action: those of the ``spark`` engine as the tasks of one Spark job on the
     executors (spark_actors/action_job.py), verified here from what the tasks return; any other
     (a sort only Spark SQL can do) after it, one by one."""
-    from spark_actors import group_tasks
-    from spark_actors.action_job import TableContext, run_action_job
-
     prepared = [prepare_group(table, u, d, request) for u, d in zip(units, directories, strict=True)]
     on_job = [g for g in prepared if g.engine == Engine.SPARK]
     results: dict[int, GroupResult] = {}
@@ -120,7 +119,7 @@ def rewrite_in_one_job(spark: Any, table: Table, units: list[Unit], directories:
         for g, outcome in zip(on_job, job.outcomes, strict=True):
             if outcome.error is not None:
                 raise outcome.error
-            results[id(g)] = (lineage.verify_written(table, g, outcome.value, hooks, outcome.executor, codec)
+            results[id(g)] = (lineage.verify_lineage_written(table, g, outcome.value, hooks, outcome.executor, codec)
                               if lineage.keeps_lineage(table)
                               else verify_written(table, g, outcome.value, hooks, outcome.executor))
     for g in prepared:
@@ -154,8 +153,6 @@ def verify_written(table: Table, g: MergeGroup, written: Any, hooks: Hooks, exec
 
 
 def rewrite_one(spark: Any, table: Table, g: MergeGroup, codec: str, hooks: Hooks) -> GroupResult:
-    from spark_actors.rewrite import rewrite_group
-
     pf, group, inputs, by_path, directory = g.unit.partition, g.unit.work, g.inputs, g.by_path, g.directory
     if g.engine == Engine.LOCAL and lineage.keeps_lineage(table):
         return lineage.rewrite_local(table, g, codec, hooks)
@@ -166,7 +163,7 @@ def rewrite_one(spark: Any, table: Table, g: MergeGroup, codec: str, hooks: Hook
                              if g.columns else None)
     by_id = inputs_digest(table, inputs)  # pyarrow reads the inputs while Spark rewrites them
     with phase("group.spark_job"):
-        result = rewrite_group(spark, table.schema(), inputs, directory, group.files_out, codec,
+        result = rewrite_group_sql(spark, table.schema(), inputs, directory, group.files_out, codec,
                                sort=g.keys, io=table.io, zorder=g.zkeys)
     paths = list(result.paths)
     digest_in = as_digest(result.digest_in)

@@ -20,6 +20,7 @@ from autooptimize.errors import Retry
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.commit import action_added_paths, live_data_paths
 from autooptimize.iceberg.files import PartitionFiles, partition_dir
+from spark_actors.session import fence
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def action_dirs(table: Table, action_id: str) -> list[str]:
                   if e.kind == "dir" and e.uri.rsplit("/", 1)[-1] == f"ao-{action_id}")
 
 
-def writing(directories: list[str] | tuple[str, ...], io: Any = None) -> bool:
+def still_writing(directories: list[str] | tuple[str, ...], io: Any = None) -> bool:
     """True while a Spark SQL job's ``_temporary`` directory, or a task's ``.writing`` marker
     (spark_actors/group_tasks.writing), exists below one of ``directories`` (listed through ``io``, the
     table's FileIO); links are not followed."""
@@ -122,8 +123,6 @@ def fence_earlier_writer(settings: Settings, table: Table, request: MergeRequest
     Raises Retry when the interrupted job has not cleaned up within ``wait`` seconds: the action is
     tried again later rather than racing a writer.
     """
-    from spark_actors.session import fence
-
     previous = request.resume_point.writer_session_id
     if not previous:
         return
@@ -142,7 +141,7 @@ def fence_earlier_writer(settings: Settings, table: Table, request: MergeRequest
             quiet_since = None
         elif quiet_since is None:
             quiet_since = now_
-        if quiet_since is not None and (not writing(action_dirs(table, request.action_id), table.io)
+        if quiet_since is not None and (not still_writing(action_dirs(table, request.action_id), table.io)
                                         or now_ - quiet_since >= WRITER_GRACE_SECONDS):
             return
         if now_ >= deadline:

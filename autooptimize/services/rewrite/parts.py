@@ -12,7 +12,7 @@ from autooptimize.domain.job_groups import per_commit
 from autooptimize.errors import ConflictAbort
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import action_parts, live_data_paths
-from autooptimize.services.progress import Progress
+from autooptimize.services.progress import PartialProgress
 from autooptimize.services.rewrite.kind import CheckpointWriter, RewriteKind
 from autooptimize.services.rewrite.outputs import action_dirs, fence_earlier_writer, remove_uncommitted
 
@@ -36,7 +36,7 @@ class Parts:
 
     def __init__(self, kind: RewriteKind, settings: Settings, request: MergeRequest, hooks: Hooks,
                  save: CheckpointWriter, state: Checkpoint, done: list[GroupResult], jobs: int,
-                 progress: Progress) -> None:
+                 progress: PartialProgress) -> None:
         self.kind, self.request, self.hooks, self.save, self.state = kind, request, hooks, save, state
         self.settings, self.progress = settings, progress
         self.done = list(done)

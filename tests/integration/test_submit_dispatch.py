@@ -1,4 +1,5 @@
-"""Services hand their work to the Dispatch port they are given (here an in-memory recorder): no broker."""
+"""Services hand their work to the Dispatch port they are given (here an in-memory recorder): no broker,
+but real PostgreSQL and a real table (so it lives with the integration tests)."""
 
 from __future__ import annotations
 

@@ -29,36 +29,29 @@ the Spark path's, computed with pyarrow and numpy).
 from __future__ import annotations
 
 import math
-import uuid
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.fileformat import FileFormatFactory
-from pyiceberg.io.pyarrow import (
-    ArrowScan,
-    _determine_partitions,
-    _get_parquet_writer_kwargs,
-    _to_requested_schema,
-    schema_to_pyarrow,
-)
-from pyiceberg.manifest import DataFile, FileFormat
+from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
+from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.typedef import Record
 
+from autooptimize.arrow.sort import SortKey, sorted_slices
+from autooptimize.arrow.writers import Writers, is_empty_dir, write, write_rolling
+from autooptimize.arrow.zorder import zorder_slices
 from autooptimize.domain.cancel import raise_if_stopped
 from autooptimize.engines.digest import DigestAccumulator
+from autooptimize.engines.types import output_schema_problem, unsupported_reason
 from autooptimize.errors import ActionRefused, VerificationFailed
-from autooptimize.iceberg.fileio import exists, list_files
-from spark_actors.arrow_sort import SortKey, sorted_slices
-from spark_actors.types import output_schema_problem, unsupported_reason
-from spark_actors.zorder_arrow import zorder_slices
+from autooptimize.iceberg.internals import split_by_partition
 
 
 @dataclass(frozen=True)
@@ -69,125 +62,6 @@ class ArrowOutput:
     partitions: tuple[tuple[int, Record], ...]
     rows_in: int
     checksum_in: str
-
-
-ROW_GROUP_ROWS = 1_048_576  # pyiceberg's write.parquet.row-group-limit default
-ROW_GROUP_BYTES = 128 * 1024 * 1024  # in memory; Iceberg's write.parquet.row-group-size-bytes default
-
-
-@dataclass
-class _Writer:
-    """One output file. Batches (as read, of one Arrow schema) are held until a row group's worth has
-    come, then converted and written at once: written one by one, the batches of small inputs made a
-    row group each (125 row groups in a 25 MB file), and converting each cost more than the write."""
-
-    path: str
-    stream: Any
-    arrow_schema: pa.Schema  # with field ids
-    kwargs: dict[str, Any]  # the table's Parquet writer properties
-    partition: tuple[int, Record]
-    schema: Any  # the Iceberg schema written
-    row_group_rows: int = ROW_GROUP_ROWS
-    writer: pq.ParquetWriter | None = None  # opened at the first row group, when the data is known
-    rows: int = 0
-    pending: list[pa.RecordBatch] = field(default_factory=list)
-    pending_rows: int = 0
-    bytes_per_row: float = 0.0  # of the first batch held, to bound what is held by bytes too
-
-    def add(self, batch: pa.RecordBatch) -> None:
-        if self.pending and not batch.schema.equals(self.pending[0].schema):
-            self.flush()  # files of a group may read as string and as large_string: one schema per concat
-        if not self.bytes_per_row:
-            self.bytes_per_row = max(1.0, batch.nbytes / max(1, batch.num_rows))
-        self.pending.append(batch)
-        self.pending_rows += batch.num_rows
-        self.rows += batch.num_rows
-        if self.pending_rows >= self.row_group_rows or self.pending_rows * self.bytes_per_row >= ROW_GROUP_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.pending:
-            held = pa.Table.from_batches(self.pending).combine_chunks()
-            if self.writer is None:
-                self.writer = pq.ParquetWriter(self.stream, schema=self.arrow_schema,
-                                               use_dictionary=dictionary_columns(held), **self.kwargs)
-            for batch in held.to_batches():
-                # pyiceberg's own write-side conversion: field ids, required-ness and physical types
-                converted = _to_requested_schema(self.schema, self.schema, batch, include_field_ids=True,
-                                                 format_model=FileFormatFactory.get(FileFormat.PARQUET))
-                self.writer.write_table(pa.Table.from_batches([converted.cast(self.arrow_schema)]),
-                                        row_group_size=self.row_group_rows)
-        self.pending, self.pending_rows = [], 0
-
-    def close(self) -> None:
-        self.flush()
-        if self.writer is None:  # no row came: still a valid (empty) Parquet file
-            self.writer = pq.ParquetWriter(self.stream, schema=self.arrow_schema, **self.kwargs)
-        self.writer.close()
-        self.stream.close()
-
-
-#: A column whose first row group has more distinct values than this share of its rows is written
-#: without a dictionary: pyarrow keeps a dictionary up to its page limit whatever it saves, and for
-#: near-unique values (ids, payloads) that made files 3× larger than plain encoding (Spark's writer
-#: falls back to plain when the dictionary does not pay).
-DICTIONARY_MAX_DISTINCT_SHARE = 0.3
-DICTIONARY_SAMPLE_ROWS = 16_384  # judged on this many rows of the first row group
-
-
-def dictionary_columns(data: pa.Table) -> list[str] | bool:
-    """The top-level columns worth a dictionary in ``data``, judged on its first rows (nested ones keep
-    it); True: all of them."""
-    import pyarrow.compute as pc
-
-    sample = data.slice(0, DICTIONARY_SAMPLE_ROWS)  # counting every distinct value cost more than the write
-    rows = max(1, sample.num_rows)
-    keep: list[str] = []
-    for name, column in zip(sample.column_names, sample.columns, strict=True):
-        if pa.types.is_nested(column.type):
-            keep.append(name)
-            continue
-        try:
-            distinct = pc.count_distinct(column, mode="all").as_py()
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
-            keep.append(name)
-            continue
-        if distinct <= DICTIONARY_MAX_DISTINCT_SHARE * rows:
-            keep.append(name)
-    return True if len(keep) == data.num_columns else keep
-
-
-@dataclass
-class _Writers:
-    table: Table
-    schema: pa.Schema
-    codec: str
-    open: dict[str, _Writer] = field(default_factory=dict)
-    done: list[_Writer] = field(default_factory=list)
-    iceberg_schema: Any = None  # what the files hold when not the table's schema (v3: with row lineage)
-
-    def get(self, directory: str, partition: tuple[int, Record]) -> _Writer:
-        current = self.open.get(directory)
-        if current is None:
-            path = f"{directory}/part-{len(self.done) + len(self.open):05d}-{uuid.uuid4()}.parquet"
-            stream = self.table.io.new_output(path).create(overwrite=False)
-            kwargs = _get_parquet_writer_kwargs(self.table.properties) | {"compression": self.codec}
-            limit = int(self.table.properties.get("write.parquet.row-group-limit", ROW_GROUP_ROWS))
-            current = _Writer(path, stream, self.schema, kwargs, partition, self.iceberg_schema or self.table.schema(),
-                              row_group_rows=max(1, limit))
-            self.open[directory] = current
-        return current
-
-    def roll(self, directory: str) -> None:
-        current = self.open.pop(directory, None)
-        if current is not None:
-            current.close()
-            self.done.append(current)
-
-    def close(self) -> list[_Writer]:
-        for directory in list(self.open):
-            self.roll(directory)
-        return self.done
 
 
 #: Files read ahead, in threads, while the caller consumes the current one (bounded in bytes as well).
@@ -268,10 +142,6 @@ def _same_columns(found: pa.Schema, expected: pa.Schema) -> bool:
     return True
 
 
-def _is_empty_dir(table: Table, directory: str) -> bool:
-    return not exists(table.io, directory) and not list_files(table.io, directory)
-
-
 def check_writable(table: Table, output_dir: str) -> Any:
     """The table's schema, once the pyarrow path can write its types and ``output_dir`` does not exist yet
     (ActionRefused, VerificationFailed)."""
@@ -279,7 +149,7 @@ def check_writable(table: Table, output_dir: str) -> Any:
     reason = unsupported_reason(schema)
     if reason is not None:
         raise ActionRefused("unsupported_type", reason)
-    if not _is_empty_dir(table, output_dir):
+    if not is_empty_dir(table, output_dir):
         raise VerificationFailed(f"output directory {output_dir} already exists")
     return schema
 
@@ -301,8 +171,8 @@ def rewrite_group_arrow(
     about ``files_out`` files. With ``spec`` every row goes to its partition under ``spec`` (one
     sub-directory and one file per partition met), and each output records that partition. With
     ``sort`` (no ``spec``) the group is sorted in memory and cut into files of disjoint ranges of the
-    first key (spark_actors/arrow_sort.py). With ``zorder`` (ZKeys; no ``spec``) it is ordered by the
-    z-value and cut into files of disjoint z ranges (spark_actors/zorder_arrow.py).
+    first key (autooptimize/arrow/sort.py). With ``zorder`` (ZKeys; no ``spec``) it is ordered by the
+    z-value and cut into files of disjoint z ranges (autooptimize/arrow/zorder.py).
     """
     schema = check_writable(table, output_dir)
     if spec is None and input_partition is None:
@@ -313,7 +183,7 @@ def rewrite_group_arrow(
     arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
     expected_rows = sum(int(f.record_count) for f in inputs)
     rows_per_file = max(1, math.ceil(expected_rows / max(1, files_out)))
-    writers = _Writers(table, arrow_schema, codec)
+    writers = Writers(table, arrow_schema, codec)
     digest_in = DigestAccumulator()
     held: list[pa.Table] = []  # a sort needs the whole group
     try:
@@ -324,13 +194,13 @@ def rewrite_group_arrow(
                 held.append(pa.Table.from_batches([batch]))
             elif spec is None:
                 assert input_partition is not None
-                _write_rolling(writers, output_dir, batch, rows_per_file, input_partition)
+                write_rolling(writers, output_dir, batch, rows_per_file, input_partition)
             else:
-                for part in _determine_partitions(spec, schema, pa.Table.from_batches([batch])):
+                for part in split_by_partition(spec, schema, pa.Table.from_batches([batch])):
                     directory = f"{output_dir}/{part.partition_key.to_path()}" if spec.fields else output_dir
                     partition = (spec.spec_id, part.partition_key.partition)
                     for chunk in part.arrow_table_partition.to_batches():
-                        _write(writers.get(directory, partition), schema, chunk)
+                        write(writers.get(directory, partition), schema, chunk)
         if ordered:
             assert input_partition is not None
             data = pa.concat_tables(held, promote_options="permissive") if held else arrow_schema.empty_table()
@@ -338,7 +208,7 @@ def rewrite_group_arrow(
             pieces = zorder_slices(data, zorder, files_out) if zorder else sorted_slices(data, sort or [], files_out)
             for piece in pieces:
                 for chunk in piece.to_batches():
-                    _write(writers.get(output_dir, input_partition), schema, chunk)
+                    write(writers.get(output_dir, input_partition), schema, chunk)
                 writers.roll(output_dir)
     finally:
         written = writers.close()
@@ -358,22 +228,3 @@ def check_outputs(table: Table, paths: list[str], schema: Any = None) -> None:
         problem = output_schema_problem(schema or table.schema(), path, table.io)
         if problem is not None:
             raise VerificationFailed(problem)
-
-
-def _write(writer: _Writer, schema: Any, batch: pa.RecordBatch) -> None:
-    if batch.num_rows == 0:
-        return
-    writer.add(batch)  # converted to the file's schema as a row group is written (_Writer.flush)
-
-
-def _write_rolling(writers: _Writers, directory: str, batch: pa.RecordBatch, rows_per_file: int,
-                   partition: tuple[int, Record]) -> None:
-    schema = writers.table.schema()
-    offset = 0
-    while offset < batch.num_rows:
-        writer = writers.get(directory, partition)
-        take = min(rows_per_file - writer.rows, batch.num_rows - offset)
-        _write(writer, schema, batch.slice(offset, take))
-        offset += take
-        if writer.rows >= rows_per_file:
-            writers.roll(directory)

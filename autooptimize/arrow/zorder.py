@@ -1,7 +1,7 @@
 """The z-value of a pyarrow Table, vectorised with numpy, and a group cut into z-ordered files.
 
 Spark computes the z-value as an SQL expression (spark_actors/zorder.py); a z-order group rewritten on
-the pyarrow path (spark_actors/arrow_rewrite.py) needs the same number without a JVM. The definition is
+the pyarrow path (autooptimize/arrow/rewrite.py) needs the same number without a JVM. The definition is
 autooptimize/domain/zorder.py (``ordinal``, ``scale``, ``interleave``): this module applies the same
 float64 operations in the same order, so ``floor`` sees the same doubles and every code, hence every
 z-value, is bit-for-bit the reference's (tests/unit/test_zorder_arrow.py checks it row by row).
@@ -14,7 +14,7 @@ Interleaving spreads each code with a 256-entry table per byte instead of one nu
 
 :func:`zorder_slices` keeps the contract of the Spark rewrite (spark_actors/rewrite.py:
 ``repartitionByRange(files_out, z)`` then ``sortWithinPartitions(z)``): the outputs hold disjoint z
-ranges, each sorted by z, which is arrow_sort.py's cutting rule applied to the z-value.
+ranges, each sorted by z, which is arrow/sort.py's cutting rule applied to the z-value.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def zorder_slices(data: pa.Table, keys: Sequence[ZKey], files_out: int) -> list[
     """``data`` sorted by z-value (stable) and cut into at most ``files_out`` slices of disjoint z ranges.
 
     Cut ``k`` goes at row ``rows·k // files_out``, moved forward to where the z-value changes (as
-    arrow_sort.sorted_slices; Spark's ``repartitionByRange`` likewise never splits equal z-values), so
+    arrow.sort.sorted_slices; Spark's ``repartitionByRange`` likewise never splits equal z-values), so
     slices are near-equal unless many rows share a z-value. Each slice has exactly ``data``'s columns.
     """
     rows = data.num_rows

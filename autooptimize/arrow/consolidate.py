@@ -17,15 +17,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.io.pyarrow import _determine_partitions, schema_to_pyarrow
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
+from autooptimize.arrow.writers import Writers, is_empty_dir, write_rolling
+from autooptimize.engines.consolidation import ConsolidateOutput, PartitionOutput
 from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.errors import VerificationFailed
-from spark_actors.arrow_rewrite import _is_empty_dir, _write_rolling, _Writers
-from spark_actors.consolidate import ConsolidateOutput, PartitionOutput
+from autooptimize.iceberg.internals import split_by_partition
 
 
 def cast_file(path: str, expected: pa.Schema) -> pa.Table:
@@ -66,7 +67,7 @@ def consolidate_files_arrow(table: Table, spec: PartitionSpec, groups: list[list
     directory per partition of ``spec`` and at most ``rows_per_file`` rows per file. Nothing is written
     when a required column holds a null (``required_nulls`` says how many rows)."""
     schema = table.schema()
-    if not _is_empty_dir(table, output_dir):
+    if not is_empty_dir(table, output_dir):
         raise VerificationFailed(f"output directory {output_dir} already exists")
     expected = schema_to_pyarrow(schema, include_field_ids=False)
     required = [f.name for f in schema.fields if f.required]
@@ -78,10 +79,10 @@ def consolidate_files_arrow(table: Table, spec: PartitionSpec, groups: list[list
         return ConsolidateOutput(partitions=(), digest_in=digest_in.digest, required_nulls=nulls)
     data = pa.concat_tables(tables) if tables else expected.empty_table()
     del tables
-    writers = _Writers(table, schema_to_pyarrow(schema, include_field_ids=True), codec)
+    writers = Writers(table, schema_to_pyarrow(schema, include_field_ids=True), codec)
     by_dir: dict[str, tuple[tuple[Any, ...], list[str]]] = {}
     try:
-        parts = _determine_partitions(spec, schema, data) if spec.fields else None
+        parts = split_by_partition(spec, schema, data) if spec.fields else None
         claimed: dict[str, tuple[Any, ...]] = {}
         pieces = ([(_directory(output_dir, p.partition_key.to_path(), p.partition_key.partition, claimed),
                     p.partition_key.partition, p.arrow_table_partition)
@@ -90,7 +91,7 @@ def consolidate_files_arrow(table: Table, spec: PartitionSpec, groups: list[list
             for batch in piece.to_batches():
                 if batch.num_rows:
                     digest_in.add(batch)
-                    _write_rolling(writers, directory, batch, rows_per_file, (spec.spec_id, record))
+                    write_rolling(writers, directory, batch, rows_per_file, (spec.spec_id, record))
             writers.roll(directory)
             by_dir[directory] = (_values(record), [])
     finally:

@@ -2,12 +2,12 @@
 through the table's FileIO, so it reaches object stores (run as a task of the action's Spark job by
 spark_actors/group_tasks.compact_group, or in the worker under the ``local`` engine).
 
-Each data file is read with :func:`spark_actors.arrow_rewrite.scan_files` (in the table's current schema,
+Each data file is read with :func:`autooptimize.arrow.rewrite.scan_files` (in the table's current schema,
 every row in file order, so a row's position is its index in the file; the next files read ahead). Then, as in Iceberg's spec
 ("Scan Planning"):
 
 * a position delete removes the rows at its positions of the files it names, when its data sequence
-  number is >= the data file's. Paths are compared after :func:`spark_actors.deletes.normalise_path`;
+  number is >= the data file's. Paths are compared after :func:`autooptimize.engines.deletes.join_key`;
 * an equality delete removes the rows whose key columns equal one of its rows, null equal to null,
   when its data sequence number is strictly greater than the data file's. Its columns are read by
   field id and cast to the data's types.
@@ -31,13 +31,20 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
+from autooptimize.arrow.lineage import lineage_columns, with_lineage
+from autooptimize.arrow.rewrite import check_outputs, check_writable, scan_files
+from autooptimize.arrow.writers import Writers, write_rolling
 from autooptimize.domain.cancel import raise_if_stopped
+from autooptimize.engines.deletes import (
+    LOCAL_SCHEME,
+    CompactionOutput,
+    SequencedFile,
+    equality_fields,
+    join_key,
+)
 from autooptimize.engines.digest import DigestAccumulator
 from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.v3 import LAST_UPDATED, ROW_ID, MalformedDeleteFile, vector_positions
-from spark_actors.arrow_lineage import lineage_columns, with_lineage
-from spark_actors.arrow_rewrite import _write_rolling, _Writers, check_outputs, check_writable, scan_files
-from spark_actors.deletes import _SCHEME, CompactionOutput, SequencedFile, equality_fields, normalise_path
 
 FIELD_ID = b"PARQUET:field_id"
 _ROW = "_ao_row"
@@ -107,7 +114,7 @@ def _equality_deletes(table: Table, ids: tuple[int, ...], deletes: list[Sequence
 
 
 def _position_deletes(table: Table, deletes: list[SequencedFile]) -> pa.Table:
-    """(file key, pos, sequence number) of every position delete; keys normalised as :func:`normalise_path`."""
+    """(file key, pos, sequence number) of every position delete; keys normalised as :func:`join_key`."""
     parts = []
     for d in deletes:
         if d.content_offset is not None:  # a deletion vector: one blob of a Puffin file (Iceberg v3)
@@ -122,7 +129,7 @@ def _position_deletes(table: Table, deletes: list[SequencedFile]) -> pa.Table:
                 data = pq.read_table(stream, columns=["file_path", "pos"])
         if data.column("file_path").null_count or data.column("pos").null_count:
             raise ActionRefused("malformed_delete_file", f"position delete file {d.path} has null values")
-        key = pc.replace_substring_regex(data.column("file_path"), pattern=_SCHEME, replacement="/")
+        key = pc.replace_substring_regex(data.column("file_path"), pattern=LOCAL_SCHEME, replacement="/")
         parts.append(pa.table({"key": key, "pos": data.column("pos").cast(pa.int64()),
                                "seq": pa.array(np.full(data.num_rows, d.sequence_number, dtype=np.int64))}))
     return pa.concat_tables(parts) if parts else pa.table({"key": pa.array([], pa.string()),
@@ -134,7 +141,7 @@ def _deleted_positions(positions: pa.Table, data: SequencedFile) -> np.ndarray:
     """Sorted distinct positions of ``data`` that apply under the sequence rule."""
     if not positions.num_rows:
         return np.array([], np.int64)
-    mine = pc.and_(pc.equal(positions.column("key"), normalise_path(data.path)),
+    mine = pc.and_(pc.equal(positions.column("key"), join_key(data.path)),
                    pc.greater_equal(positions.column("seq"), data.sequence_number))
     return np.unique(positions.column("pos").filter(mine).to_numpy())
 
@@ -159,7 +166,7 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
     ``files_out`` files under ``output_dir`` (which must not exist), in the inputs' ``partition``."""
     schema = check_writable(table, output_dir)
     assert partition is not None
-    # a v3 table's rows keep their lineage: both columns materialised into the outputs (arrow_lineage)
+    # a v3 table's rows keep their lineage: both columns materialised into the outputs (arrow/lineage.py)
     lineage = table.metadata.format_version >= 3
     data_names = [f.name for f in schema.fields]
     written_schema = with_lineage(schema) if lineage else schema
@@ -173,7 +180,7 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
     equality = [_equality_deletes(table, ids, group, types) for ids, group in sorted(by_ids.items())]
     rows_in = sum(int(f.record_count) for f, _ in data_files)
     rows_per_file = max(1, math.ceil(rows_in / max(1, files_out)))
-    writers = _Writers(table, arrow_schema, codec, iceberg_schema=written_schema)
+    writers = Writers(table, arrow_schema, codec, iceberg_schema=written_schema)
     kept = DigestAccumulator()
     kept_lineage = DigestAccumulator()
     rows_read = 0
@@ -201,7 +208,7 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
                         kept.add(chunk.select(data_names) if lineage else chunk)
                         if lineage:
                             kept_lineage.add(chunk)
-                        _write_rolling(writers, output_dir, chunk, rows_per_file, partition)
+                        write_rolling(writers, output_dir, chunk, rows_per_file, partition)
             if offset != int(data_file.record_count):
                 raise VerificationFailed(f"read {offset} rows of {data_file.file_path}, whose metadata says "
                                          f"{data_file.record_count}")

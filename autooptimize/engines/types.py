@@ -1,6 +1,6 @@
 """Which engine rewrites a group, and a check that an output file has the table's physical types.
 
-Measured on pyspark 4.3 over Spark Connect (see the arrow_rewrite module doc for the figures):
+Measured on pyspark 4.3 over Spark Connect (see the autooptimize.arrow.rewrite module doc for the figures):
 
 * Spark round-trips boolean, int, long, float, double, decimal, date, time (with
   ``spark.sql.timeType.enabled``), timestamp, timestamptz, string, binary, and structs of those,
@@ -9,7 +9,7 @@ Measured on pyspark 4.3 over Spark Connect (see the arrow_rewrite module doc for
   binary, then writes BINARY), fixed[L] (written as BINARY), list and map (the element, key and
   value ids are not written, so pyiceberg cannot read the output without a name mapping).
   Those schemas, and files that carry no field ids, are rewritten by pyiceberg's own reader and a
-  pyarrow writer (:mod:`spark_actors.arrow_rewrite`).
+  pyarrow writer (:mod:`autooptimize.arrow.rewrite`).
 * Anything neither path knows (nanosecond timestamps, unknown, variant, geometry) is refused.
 """
 

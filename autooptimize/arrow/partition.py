@@ -10,8 +10,9 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
+from autooptimize.arrow.rewrite import scan
 from autooptimize.errors import VerificationFailed
-from spark_actors.arrow_rewrite import scan
+from autooptimize.iceberg.internals import nested_column
 
 
 def _plain_data_file(table: Table, path: str, partition: tuple[int, Record]) -> DataFile:
@@ -34,14 +35,13 @@ def read_back(table: Table, paths: list[str], partitions: list[tuple[int, Record
 def check_partition(table: Table, spec: PartitionSpec, path: str, partition: tuple[int, Record]) -> None:
     """Raise VerificationFailed unless every row of the output at ``path`` maps to ``record`` under ``spec``."""
     import pyarrow.compute as pc
-    from pyiceberg.io.pyarrow import _get_field_from_arrow_table
 
     record = partition[1]
     data = read_back(table, [path], [partition])
     schema = table.schema()
     for pos, pfield in enumerate(spec.fields):
         source = schema.find_field(pfield.source_id)
-        column = _get_field_from_arrow_table(data, schema.find_column_name(pfield.source_id))
+        column = nested_column(data, schema.find_column_name(pfield.source_id))
         values = pfield.transform.pyarrow_transform(source.field_type)(column)
         distinct = pc.unique(values).to_pylist()
         if distinct != [record[pos]]:
