@@ -24,13 +24,17 @@ from autooptimize.redact import install_log_redaction
 from autooptimize.services import actions as _actions
 from autooptimize.services import status as _status
 from autooptimize.services import tracking as _tracking
+from autooptimize.services.budget import summary as budget_summary
 from autooptimize.services.buffer.consolidate import consolidate_table
 from autooptimize.services.buffer.landing import land as land_files
 from autooptimize.services.buffer.rules import buffer_status as buffered_status
 from autooptimize.services.buffer.rules import set_rules
+from autooptimize.services.explain import explain as _explain
+from autooptimize.services.notify import notify as notify_table
 from autooptimize.services.preview import preview
 from autooptimize.storage.models import ActionState, Trigger
 from scheduler.orient import queue_status
+from scheduler.wake import publish
 from tasks.send import CeleryDispatch
 
 install_log_redaction()
@@ -135,9 +139,6 @@ def notify(table: str, snapshot_id: int | None = None, *, settings: Settings | N
     table's shard observes it at once rather than on its next poll. The notice is kept in PostgreSQL until
     observed, so it survives a lost wake-up. Returns ``table``, ``snapshot_id``, ``shard``, ``notified_at``
     and ``woken``; TableNotFound for an untracked table, InvalidArgument for a bad snapshot id."""
-    from autooptimize.services.notify import notify as notify_table
-    from scheduler.wake import publish
-
     settings = _settings(settings)
     return notify_table(settings, _table(table), snapshot_id, wake=lambda t, s: publish(settings, t, s))
 
@@ -146,8 +147,6 @@ def explain(table: str, partition: str | None = None, *, settings: Settings | No
     """Per partition: the action decide would choose and why, its plan, and the budget's view of it
     (``budget``: value, estimated core-seconds, value per cost, the latest verdict). Changes nothing;
     plans on raw file sizes before the table's first rewrite (the CLI may calibrate with Spark)."""
-    from autooptimize.services.explain import explain as _explain
-
     if partition is not None and not isinstance(partition, str):
         raise InvalidArgument(f"partition must be a string such as 'day=2026-01-01' (got {partition!r})")
     return _explain(_settings(settings), _table(table), partition)
@@ -156,9 +155,7 @@ def explain(table: str, partition: str | None = None, *, settings: Settings | No
 def budget(*, settings: Settings | None = None) -> dict[str, Any]:
     """The budget now: AO_BUDGET_CORE_SECONDS_PER_HOUR, its mode, the rolling hour's spend (admitted
     candidates, other actions), the candidates per verdict and the deferrals recorded."""
-    from autooptimize.services.budget import summary
-
-    return summary(_settings(settings))
+    return budget_summary(_settings(settings))
 
 
 def queues(*, settings: Settings | None = None) -> dict[str, Any]:

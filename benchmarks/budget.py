@@ -148,7 +148,7 @@ def child(mode: str, args: dict[str, Any]) -> dict[str, Any]:
         scan_table(settings, f"estate.{name}")
     port = Queue()
     handed = sweep_attention(settings, on_attention_handler(settings, port))
-    ticked = budget.tick(settings, port) if settings.budget_core_seconds_per_hour is not None else None
+    ticked = budget.run_budget_tick(settings, port) if settings.budget_core_seconds_per_hour is not None else None
     cpu = time.process_time()
     outcomes = [actions.execute(settings, action_id, spark=None) for action_id in port.ids]
     cpu = time.process_time() - cpu

@@ -82,7 +82,7 @@ class ShardOwnership:
         still current (and holds the lease row until the write commits), else raises LeaseLost."""
 
         def check(session: Session, table_id: int) -> None:
-            if not shard_leases.confirm(session, self.catalog, shard, token):
+            if not shard_leases.confirm_shard(session, self.catalog, shard, token):
                 with self._mutex:
                     if self._held.get(shard) == token:
                         del self._held[shard]
@@ -103,12 +103,12 @@ class ShardOwnership:
             self._rows_ensured = True
         with session_scope(self._settings) as session:
             members = shard_leases.heartbeat(session, self.catalog, self.holder, self.term_seconds)
-            kept = shard_leases.renew(session, self.catalog, held, self.term_seconds)
+            kept = shard_leases.renew_shards(session, self.catalog, held, self.term_seconds)
             lost = sorted(set(held) - kept)
             held = {s: t for s, t in held.items() if s in kept}
             plan = rebalance(held, self.shards, members)
             for shard in plan.release:
-                shard_leases.release(session, self.catalog, shard, held.pop(shard))
+                shard_leases.release_shard(session, self.catalog, shard, held.pop(shard))
             taken = shard_leases.take(session, self.catalog, self.holder, self.shards, plan.take, self.term_seconds)
             held.update(taken)
         with self._mutex:
@@ -151,7 +151,7 @@ class ShardOwnership:
         try:
             with session_scope(self._settings) as session:
                 for shard, token in held.items():
-                    shard_leases.release(session, self.catalog, shard, token)
+                    shard_leases.release_shard(session, self.catalog, shard, token)
                 shard_leases.leave(session, self.catalog, self.holder)
         except Exception as exc:  # unreachable database: the leases run out instead
             log.warning("shard leases not released (%s: %s); they run out within %.0f s", type(exc).__name__,

@@ -11,7 +11,7 @@ log = logging.getLogger(__name__)
 
 
 @app.task(name="autooptimize.decide")
-def decide(table_id: int) -> int:
+def decide_partitions(table_id: int) -> int:
     """Decide every partition of the table the listener asked about since this task was sent (one task
     per table while one is queued: tasks.send.request_decide); returns how many were judged."""
     from autooptimize.services.submit_decided import on_attention_handler
@@ -26,7 +26,7 @@ def decide(table_id: int) -> int:
 
 
 @app.task(name="autooptimize.scan")
-def scan(tables: list[str]) -> int:
+def scan_tables(tables: list[str]) -> int:
     """Bring each table's stats to its current snapshot (a whole scan where one is needed: first sight,
     a requested scan, a new target) and hand what needs attention to decide; returns the tables done. A
     table that fails is recorded on its cursor and handed over again by the listener later."""
@@ -102,8 +102,8 @@ def autotune() -> dict[str, str]:
 @app.task(name="autooptimize.budget_tick")
 def budget_tick() -> dict[str, object]:
     """Rank the candidates waiting for the budget and submit those admitted (services/budget.py)."""
-    from autooptimize.services.budget import tick
+    from autooptimize.services.budget import run_budget_tick
     from tasks.send import CeleryDispatch
 
     settings = get_settings()
-    return tick(settings, CeleryDispatch(settings))
+    return run_budget_tick(settings, CeleryDispatch(settings))

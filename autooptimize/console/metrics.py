@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from autooptimize.config import Settings
+from autooptimize.services.budget import summary as budget_summary
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import ActionState
 from autooptimize.storage.readmodel import (
@@ -30,6 +31,7 @@ from autooptimize.storage.readmodel import (
     decision_failure_count,
     table_figures,
 )
+from scheduler.tenants import tenant_shares
 from tasks.routing import actor_queue
 from tasks.rpq import build_queue, queue_client
 
@@ -130,9 +132,7 @@ class ServiceCollector:
 def budget_metrics(settings: Settings) -> Iterator[Metric]:
     """The budget: its hourly core-seconds, the rolling hour's spend by source, open candidates by
     verdict, and the deferrals recorded (services/budget.py)."""
-    from autooptimize.services.budget import summary
-
-    now = summary(settings)
+    now = budget_summary(settings)
     if now["budget"] is not None:
         yield GaugeMetricFamily("autooptimize_budget_core_seconds_per_hour",
                                 "AO_BUDGET_CORE_SECONDS_PER_HOUR", value=now["budget"])
@@ -171,8 +171,6 @@ def queue_depths(settings: Settings) -> tuple[dict[str, int], dict[tuple[str, st
 def tenant_metrics(settings: Settings) -> Iterator[Metric]:
     """Dispatches per tenant (since ever, and shares over the window beside the target) and what each has
     queued, in flight and busy (scheduler/tenants.py)."""
-    from scheduler.tenants import tenant_shares
-
     status = tenant_shares(settings)
     window = status["window_minutes"]
     families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {

@@ -168,7 +168,7 @@ def worth_of(facts: PartitionFacts, kind: str) -> Worth | None:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class BudgetCandidate:
     """A candidate competing for the budget: its key (any stable, unique text), value, estimated cost
     (core-seconds) and arrival order."""
 
@@ -193,7 +193,7 @@ class Verdict:
     reason: str  # a key of REASONS
 
 
-def rank(candidates: Sequence[Candidate], remaining: float, budget: float) -> list[Verdict]:
+def rank(candidates: Sequence[BudgetCandidate], remaining: float, budget: float) -> list[Verdict]:
     """Verdicts for ``candidates`` when ``remaining`` core-seconds are left of an hourly ``budget``: in
     order of value per core-second, each admitted when it fits what is left (see module doc).
     Every candidate gets exactly one verdict, in ranking order."""

@@ -37,7 +37,7 @@ from autooptimize.domain.budget import (
     DEFER,
     HISTORY,
     PENDING,
-    Candidate,
+    BudgetCandidate,
     CostModel,
     CostPrior,
     Sample,
@@ -47,6 +47,7 @@ from autooptimize.domain.budget import (
 )
 from autooptimize.domain.decision import PartitionFacts
 from autooptimize.domain.partitions import PartitionRef
+from autooptimize.services import actions
 from autooptimize.services.ports import Dispatch
 from autooptimize.services.sizing import REWRITE_KINDS
 from autooptimize.storage.budget_models import BudgetDecision
@@ -161,7 +162,7 @@ def _action_cost(session: Session, settings: Settings, action: Action) -> float:
     return cost_model(session, settings, action.table_id).estimate(int(files), int(bytes_))
 
 
-def tick(settings: Settings, dispatch: Dispatch | None = None) -> dict[str, Any]:
+def run_budget_tick(settings: Settings, dispatch: Dispatch | None = None) -> dict[str, Any]:
     """Rank every open candidate against what is left of the rolling hour (module doc); submit those
     admitted that have no action yet (enforce), or every one without an action (shadow, or no budget
     any more: nothing is held back then). Returns the counts and the spend."""
@@ -180,7 +181,7 @@ def tick(settings: Settings, dispatch: Dispatch | None = None) -> dict[str, Any]
         if budget is None:
             verdicts = {r.id: (ADMIT, "no_budget") for r in rows}
         else:
-            ranked = rank([Candidate(str(r.id), r.value, r.cost, r.arrived_at.timestamp()) for r in rows],
+            ranked = rank([BudgetCandidate(str(r.id), r.value, r.cost, r.arrived_at.timestamp()) for r in rows],
                           budget - spent["total"], budget)
             verdicts = {int(v.key): (v.verdict, v.reason) for v in ranked}
         for r in rows:
@@ -213,8 +214,6 @@ def _submit(settings: Settings, row_id: int, table_id: int, spec_id: int, key: s
             dispatch: Dispatch | None) -> bool:
     """Submit an admitted candidate's action and link it; a candidate that can no longer be submitted
     (the table untracked, the partition gone) is closed as ``dropped`` with the reason."""
-    from autooptimize.services import actions
-
     with session_scope(settings) as session:
         tracked = session.get(TrackedTable, table_id)
         identifier = tracked.identifier if tracked is not None and tracked.enabled else None

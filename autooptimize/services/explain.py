@@ -14,6 +14,7 @@ from autooptimize.domain.planning import PlanFile, plan_bin_pack
 from autooptimize.errors import InvalidArgument, TableRefused
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.files import live_partitions, parse_partition
+from autooptimize.services.budget import explain_view
 from autooptimize.services.choose import choose, planning_request
 from autooptimize.services.rewrite.merge import calibrated, plan_to_dict, select_partitions
 from autooptimize.services.table_refusals import note_refused, refused_view
@@ -59,8 +60,6 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
         request = dataclasses.replace(calibrated(spark(), table, partitions, probe), action_id=request.action_id)
     rows = []
     choices = [(pf, choose(table, pf, request, allowed)) for pf in partitions]
-    from autooptimize.services.budget import explain_view
-
     budget = explain_view(settings, table_id, [(pf.spec_id, pf.key, c) for pf, c in choices])
     for pf, choice in choices:
         decision = choice.decision

@@ -16,6 +16,7 @@ from autooptimize.domain.histogram import power_of_two_edges, size_histogram
 from autooptimize.errors import ActionNotFound, InvalidArgument
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.services.actions import outcome_of
+from autooptimize.services.budget import latest_decisions
 from autooptimize.services.status import all_status, table_status
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
@@ -100,8 +101,6 @@ def table_detail(settings: Settings, identifier: str, *, actions: int = 10) -> d
 
 def _budget_of(settings: Settings, table_id: int | None) -> dict[str, Any]:
     """The budget's latest verdict per partition of the table (value, estimated cost, verdict)."""
-    from autooptimize.services.budget import latest_decisions
-
     decisions = list(latest_decisions(settings, table_id).values()) if table_id is not None else []
     return {"core_seconds_per_hour": settings.budget_core_seconds_per_hour, "mode": settings.budget_mode,
             "decisions": sorted(decisions, key=lambda d: -(d["value_per_cost"] or 0))}

@@ -5,7 +5,7 @@ the shards it holds. One row per (catalog, shard). A listener takes a shard when
 taken, released, or expired. Taking it draws a new token from ``ao_lease_tokens`` (shared with the
 action leases), so a later holder always has the larger token. The holder renews its shards well within
 the term; every write to a table's cursor or stats it makes is conditional on its shard's lease still
-being current (:func:`confirm`, run by the cursor fence inside the writing transaction, which locks the
+being current (:func:`confirm_shard`, run by the cursor fence inside the writing transaction, which locks the
 lease row until that transaction ends), so a listener that lost a shard (it stalled past the term, or
 gave the shard up in a rebalance) cannot write that table's cursor afterwards, and no takeover slips in
 between its check and its commit. Live listeners heartbeat in ``ao_listener_members``; their count sets
@@ -102,7 +102,7 @@ def take(session: Session, catalog: str, holder: str, shards: int, limit: int, s
     return {int(r.shard): int(r.token) for r in rows}
 
 
-def renew(session: Session, catalog: str, held: Mapping[int, int], seconds: float) -> set[int]:
+def renew_shards(session: Session, catalog: str, held: Mapping[int, int], seconds: float) -> set[int]:
     """Extend the leases ``held`` (shard → token) by ``seconds`` from now; returns the shards still held
     (a lease expired, released or taken over is not revived)."""
     if not held:
@@ -118,7 +118,7 @@ def renew(session: Session, catalog: str, held: Mapping[int, int], seconds: floa
     return {int(r.shard) for r in rows}
 
 
-def release(session: Session, catalog: str, shard: int, token: int) -> bool:
+def release_shard(session: Session, catalog: str, shard: int, token: int) -> bool:
     """Give the shard up (only while this token holds it); another listener may take it at once."""
     return session.execute(text("""
         UPDATE ao_listener_shards SET released_at = clock_timestamp()
@@ -126,7 +126,7 @@ def release(session: Session, catalog: str, shard: int, token: int) -> bool:
     """), {"c": catalog, "s": int(shard), "t": int(token)}).scalar() is not None
 
 
-def confirm(session: Session, catalog: str, shard: int, token: int) -> bool:
+def confirm_shard(session: Session, catalog: str, shard: int, token: int) -> bool:
     """Whether the lease (shard, token) is still current, locking its row until the caller's transaction
     ends: a write made in that transaction is made only by the holder, and no takeover slips in before
     it commits."""

@@ -67,7 +67,7 @@ def _run(settings, catalog, mode):
     ids = [t for _, t in estate]
     port = RecordingDispatch()
     arrived = [submit_for_partition(tight, t, 0, key_of(DAY1), dispatch=port) for t in ids]
-    verdict = budget.tick(tight, port)
+    verdict = budget.run_budget_tick(tight, port)
     return tight, estate, ids, port, arrived, verdict
 
 
@@ -97,7 +97,7 @@ def test_enforce_defers_low_value_candidates_and_runs_them_once_the_budget_allow
     assert "autooptimize_budget_deferrals_total" in scraped
 
     # deferred, not lost: ranked again at the next tick (the heavy one still counts at its estimate)
-    still = budget.tick(tight, port)
+    still = budget.run_budget_tick(tight, port)
     assert (still["candidates"], still["admitted"], still["submitted"]) == (2, 0, 0)
 
     # the admitted action runs; its core-seconds are measured and replace its estimate in the spend
@@ -122,7 +122,7 @@ def test_enforce_defers_low_value_candidates_and_runs_them_once_the_budget_allow
 
     # and run once the budget allows
     roomy = tight.model_copy(update={"budget_core_seconds_per_hour": tight.budget_core_seconds_per_hour + 100})
-    later = budget.tick(roomy, port)
+    later = budget.run_budget_tick(roomy, port)
     # barely_b's partition was merged by the ad-hoc action since: its candidate is closed, not run twice
     assert (later["candidates"], later["admitted"], later["submitted"]) == (1, 1, 1)
     records = {r["table_id"]: r for r in _records(tight, ids)}
@@ -153,4 +153,4 @@ def test_shadow_records_the_same_verdicts_and_holds_nothing_back(settings, catal
         linked = s.scalars(select(BudgetDecision.action_id).where(BudgetDecision.table_id.in_([barely_a, barely_b]))).all()
     assert set(linked) == set(arrived[1:])  # the deferred ones ran, linked, and are not in the admitted spend
     # close the shadow's open candidates so that later tests see none
-    budget.tick(tight.model_copy(update={"budget_core_seconds_per_hour": None}), port)
+    budget.run_budget_tick(tight.model_copy(update={"budget_core_seconds_per_hour": None}), port)

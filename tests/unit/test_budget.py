@@ -14,7 +14,7 @@ from autooptimize.domain.budget import (
     DEFER,
     GIB,
     PRIOR_WEIGHT,
-    Candidate,
+    BudgetCandidate,
     CostModel,
     CostPrior,
     Sample,
@@ -85,30 +85,30 @@ def test_a_bad_prior_is_refused_naming_it(bad):
 
 
 def test_ranking_admits_by_value_per_cost_within_what_is_left():
-    cands = [Candidate("barely", value=2, cost=2.0, arrived=0), Candidate("heavy", value=90, cost=6.0, arrived=1),
-             Candidate("mid", value=20, cost=3.0, arrived=2), Candidate("huge", value=500, cost=50.0, arrived=3)]
+    cands = [BudgetCandidate("barely", value=2, cost=2.0, arrived=0), BudgetCandidate("heavy", value=90, cost=6.0, arrived=1),
+             BudgetCandidate("mid", value=20, cost=3.0, arrived=2), BudgetCandidate("huge", value=500, cost=50.0, arrived=3)]
     verdicts = {v.key: (v.verdict, v.reason) for v in rank(cands, remaining=10.0, budget=20.0)}
     assert verdicts == {"heavy": (ADMIT, "ranked"), "mid": (ADMIT, "ranked"), "barely": (DEFER, "over_budget"),
                         "huge": (DEFER, "larger_than_budget")}
     # a smaller one still fits after a larger one did not
-    v = rank([Candidate("a", 10, 8.0), Candidate("b", 4, 4.0), Candidate("c", 1, 2.0)], remaining=10.0, budget=10.0)
+    v = rank([BudgetCandidate("a", 10, 8.0), BudgetCandidate("b", 4, 4.0), BudgetCandidate("c", 1, 2.0)], remaining=10.0, budget=10.0)
     assert [(x.key, x.verdict) for x in v] == [("a", ADMIT), ("b", DEFER), ("c", ADMIT)]
     # nothing of value is never admitted; nothing left admits nothing
-    assert rank([Candidate("z", 0, 1.0)], 10.0, 10.0)[0].reason == "no_value"
+    assert rank([BudgetCandidate("z", 0, 1.0)], 10.0, 10.0)[0].reason == "no_value"
     assert {x.verdict for x in rank(cands, remaining=-5.0, budget=20.0)} == {DEFER}
 
 
 def test_ranking_refuses_repeated_keys_and_bad_numbers():
     with pytest.raises(InvalidArgument, match="unique"):
-        rank([Candidate("a", 1, 1.0), Candidate("a", 2, 1.0)], 1.0, 1.0)
+        rank([BudgetCandidate("a", 1, 1.0), BudgetCandidate("a", 2, 1.0)], 1.0, 1.0)
     with pytest.raises(InvalidArgument, match="cost of a"):
-        Candidate("a", 1, -1.0)
+        BudgetCandidate("a", 1, -1.0)
     with pytest.raises(InvalidArgument, match="budget"):
         rank([], 1.0, math.nan)
 
 
 candidates = st.lists(st.tuples(st.floats(0, 1e3), st.floats(0.01, 1e3)), max_size=30).map(
-    lambda xs: [Candidate(f"c{i}", v, c, arrived=i) for i, (v, c) in enumerate(xs)])
+    lambda xs: [BudgetCandidate(f"c{i}", v, c, arrived=i) for i, (v, c) in enumerate(xs)])
 
 
 @given(candidates, st.floats(0, 5e3), st.floats(0.01, 5e3))
