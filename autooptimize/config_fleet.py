@@ -19,6 +19,8 @@ DISPATCH_MODES = ("direct", "rpq")
 BUDGET_MODES = ("enforce", "shadow")
 FAIRNESS_MODES = ("dwrr", "wrr")
 DEFAULT_PRIORITY_WEIGHTS = "high=6,normal=3,low=1"
+# settings that take one of a few words
+CHOICES = {"dispatch": DISPATCH_MODES, "budget_mode": BUDGET_MODES, "fairness": FAIRNESS_MODES}
 
 
 class FleetSettings(BaseSettings):
@@ -123,18 +125,12 @@ class FleetSettings(BaseSettings):
                              "such as high,normal,low")
         return names
 
-    @field_validator("dispatch")
+    @field_validator(*CHOICES)
     @classmethod
-    def _dispatch(cls, value: str) -> str:
-        if value not in DISPATCH_MODES:
-            raise ValueError(f"must be one of {', '.join(DISPATCH_MODES)} (got {value!r})")
-        return value
-
-    @field_validator("budget_mode")
-    @classmethod
-    def _budget_mode(cls, value: str) -> str:
-        if value not in BUDGET_MODES:
-            raise ValueError(f"must be one of {', '.join(BUDGET_MODES)} (got {value!r})")
+    def _one_of(cls, value: str, info: ValidationInfo) -> str:
+        choices = CHOICES[str(info.field_name)]
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)} (got {value!r})")
         return value
 
     @field_validator("priority_weights")
@@ -145,13 +141,6 @@ class FleetSettings(BaseSettings):
         # the default names high/normal/low; other classes then weigh 1 rather than fail
         if unknown and value != DEFAULT_PRIORITY_WEIGHTS:
             raise ValueError(f"names {', '.join(unknown)}, not among AO_PRIORITY_CLASSES ({', '.join(classes)})")
-        return value
-
-    @field_validator("fairness")
-    @classmethod
-    def _fairness(cls, value: str) -> str:
-        if value not in FAIRNESS_MODES:
-            raise ValueError(f"must be one of {', '.join(FAIRNESS_MODES)} (got {value!r})")
         return value
 
     @field_validator("tenant_weights")

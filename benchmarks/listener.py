@@ -43,19 +43,20 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from autooptimize.config import Settings
 from autooptimize.domain.entropy import squared_error
-from autooptimize.iceberg.catalog import _catalogs, get_catalog, load_table
+from autooptimize.iceberg.catalog import get_catalog, load_table
 from autooptimize.iceberg.files import live_partitions
 from autooptimize.services import tracking
 from autooptimize.services.observe.changes import changed_tables
 from autooptimize.services.observe.roll import observe_table
 from autooptimize.services.observe.scan import scan_table
-from autooptimize.storage.db import _engines, get_engine, session_scope, upgrade
+from autooptimize.storage.db import get_engine, session_scope, upgrade
 from autooptimize.storage.repositories import tracked_table
 from autooptimize.storage.stats import partition_figures
+from benchmarks.scratch import drop_scratch_database
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = Schema(
@@ -302,16 +303,7 @@ def measure(tables: int, seconds: float, writers: int, rates: list[float | None]
         if listener is not None and listener.poll() is None:
             listener.kill()
             listener.wait(10)
-        for engine in _engines.values():
-            engine.dispose()
-        for catalog in _catalogs.values():
-            catalog_engine = getattr(catalog, "engine", None)
-            if catalog_engine is not None:
-                catalog_engine.dispose()
-        admin = create_engine("postgresql+psycopg2://postgres@localhost:5432/postgres", isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
-        admin.dispose()
+        drop_scratch_database(db_name)
         shutil.rmtree(home, ignore_errors=True)
 
 

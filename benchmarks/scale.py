@@ -57,12 +57,13 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from autooptimize.config import Settings
-from autooptimize.iceberg.catalog import _catalogs, get_catalog
+from autooptimize.iceberg.catalog import get_catalog
 from autooptimize.services.observe.changes import changed_tables
-from autooptimize.storage.db import _engines, get_engine, upgrade
+from autooptimize.storage.db import get_engine, upgrade
+from benchmarks.scratch import drop_scratch_database
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "scale"
@@ -424,16 +425,7 @@ def measure(tables: int, writers: int, rate: float, minutes: float, idle_seconds
                 "create_seconds": round(created, 1), "now": runs[0], "baseline": runs[1],
                 "retention": retained(settings), "date": dt.date.today().isoformat()}
     finally:
-        for engine in _engines.values():
-            engine.dispose()
-        for catalog in _catalogs.values():
-            catalog_engine = getattr(catalog, "engine", None)
-            if catalog_engine is not None:
-                catalog_engine.dispose()
-        admin = create_engine("postgresql+psycopg2://postgres@localhost:5432/postgres", isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
-        admin.dispose()
+        drop_scratch_database(db_name)
         if keep:
             print(f"kept {home} (the services' logs are in logs/)", file=sys.stderr)
         else:

@@ -43,17 +43,18 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from autooptimize.config import Settings
 from autooptimize.domain.shards import shard_of
-from autooptimize.iceberg.catalog import _catalogs, get_catalog
+from autooptimize.iceberg.catalog import get_catalog
 from autooptimize.services import tracking
 from autooptimize.services.observe.changes import changed_tables
-from autooptimize.storage.db import _engines, get_engine, session_scope, upgrade
+from autooptimize.storage.db import get_engine, session_scope, upgrade
 from autooptimize.storage.shard_leases import holders
 from benchmarks.exact import stats_mismatches
 from benchmarks.listener import ARROW, DAYS, REPO, SCHEMA, SPEC
+from benchmarks.scratch import drop_scratch_database
 
 TARGET = 1 << 20
 
@@ -234,16 +235,7 @@ def measure(tables: int, shards: int, lease: float, before: float, after: float,
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(10)
-        for engine in _engines.values():
-            engine.dispose()
-        for catalog in _catalogs.values():
-            catalog_engine = getattr(catalog, "engine", None)
-            if catalog_engine is not None:
-                catalog_engine.dispose()
-        admin = create_engine("postgresql+psycopg2://postgres@localhost:5432/postgres", isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
-        admin.dispose()
+        drop_scratch_database(db_name)
         shutil.rmtree(home, ignore_errors=True)
 
 
