@@ -42,6 +42,7 @@ from autooptimize.services.sweeper import sweep_actions
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
 from scheduler import service_settings, stop_on_signals
+from scheduler.listener import Leadership
 from scheduler.tenants import ShareRecorder, Tenancy, in_flight_by_tenant, load_tenancy
 from tasks.rpq import (
     NAMESPACE,
@@ -305,7 +306,6 @@ def run_dispatcher(settings: Settings, stop_event: threading.Event, *, namespace
     """
     if not (rebuild_seconds > 0 and idle_seconds > 0):
         raise InvalidArgument(f"rebuild_seconds and idle_seconds must be > 0, got {rebuild_seconds}, {idle_seconds}")
-    from scheduler.listener import Leadership
 
     # One dispatcher per namespace works (its fairness state is in this process); others stand by.
     ns = build_queue(settings, namespace).namespace

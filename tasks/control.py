@@ -5,7 +5,17 @@ from __future__ import annotations
 import logging
 
 from autooptimize.config import get_settings
+from autooptimize.services.autotune import reevaluate
+from autooptimize.services.budget import run_budget_tick
+from autooptimize.services.hygiene.sweep import sweep_hygiene
+from autooptimize.services.observe.attention import sweep_attention
+from autooptimize.services.observe.changes import stale_tables
+from autooptimize.services.observe.roll import observe_table, record_observe_error
+from autooptimize.services.observe.scan import scan_table
+from autooptimize.services.retention import apply_retention
+from autooptimize.services.submit_decided import on_attention_handler
 from tasks.app import app
+from tasks.send import CeleryDispatch, decide_requester, take_decide_requests
 
 log = logging.getLogger(__name__)
 
@@ -14,8 +24,6 @@ log = logging.getLogger(__name__)
 def decide_partitions(table_id: int) -> int:
     """Decide every partition of the table the listener asked about since this task was sent (one task
     per table while one is queued: tasks.send.request_decide); returns how many were judged."""
-    from autooptimize.services.submit_decided import on_attention_handler
-    from tasks.send import CeleryDispatch, take_decide_requests
 
     settings = get_settings()
     partitions = take_decide_requests(settings, table_id)
@@ -30,8 +38,6 @@ def scan_tables(tables: list[str]) -> int:
     """Bring each table's stats to its current snapshot (a whole scan where one is needed: first sight,
     a requested scan, a new target) and hand what needs attention to decide; returns the tables done. A
     table that fails is recorded on its cursor and handed over again by the listener later."""
-    from autooptimize.services.observe.roll import observe_table, record_observe_error
-    from tasks.send import decide_requester
 
     settings = get_settings()
     on_attention = decide_requester(settings)
@@ -52,9 +58,6 @@ def scan_tables(tables: list[str]) -> int:
 @app.task(name="autooptimize.sweep")
 def sweep() -> dict[str, int]:
     """Submit a merge for every partition at MSE ≥ T² with nothing pending (idempotent)."""
-    from autooptimize.services.observe.attention import sweep_attention
-    from autooptimize.services.submit_decided import on_attention_handler
-    from tasks.send import CeleryDispatch
 
     settings = get_settings()
     return sweep_attention(settings, on_attention_handler(settings, CeleryDispatch(settings)))
@@ -63,8 +66,6 @@ def sweep() -> dict[str, int]:
 @app.task(name="autooptimize.rescan_stale")
 def rescan_stale() -> list[str]:
     """Safety sweep: scan every tracked table the listener has not observed within AO_RESCAN_AFTER_SECONDS."""
-    from autooptimize.services.observe.changes import stale_tables
-    from autooptimize.services.observe.scan import scan_table
 
     settings = get_settings()
     stale = stale_tables(settings)
@@ -76,8 +77,6 @@ def rescan_stale() -> list[str]:
 @app.task(name="autooptimize.hygiene_sweep")
 def hygiene_sweep() -> dict[str, list[str]]:
     """Submit rewrite_manifests, expire_snapshots and remove_orphans where a tracked table needs them."""
-    from autooptimize.services.hygiene.sweep import sweep_hygiene
-    from tasks.send import CeleryDispatch
 
     settings = get_settings()
     return sweep_hygiene(settings, dispatch=CeleryDispatch(settings))
@@ -86,7 +85,6 @@ def hygiene_sweep() -> dict[str, list[str]]:
 @app.task(name="autooptimize.retention")
 def prune_state() -> dict[str, int]:
     """Remove state the AO_RETENTION_* settings no longer keep (services/retention.py)."""
-    from autooptimize.services.retention import apply_retention
 
     return apply_retention(get_settings())
 
@@ -94,7 +92,6 @@ def prune_state() -> dict[str, int]:
 @app.task(name="autooptimize.autotune")
 def autotune() -> dict[str, str]:
     """Re-evaluate every tracked table's suggested merge tuning from its own history (AutoAnalyze)."""
-    from autooptimize.services.autotune import reevaluate
 
     return reevaluate(get_settings())
 
@@ -102,8 +99,6 @@ def autotune() -> dict[str, str]:
 @app.task(name="autooptimize.budget_tick")
 def budget_tick() -> dict[str, object]:
     """Rank the candidates waiting for the budget and submit those admitted (services/budget.py)."""
-    from autooptimize.services.budget import run_budget_tick
-    from tasks.send import CeleryDispatch
 
     settings = get_settings()
     return run_budget_tick(settings, CeleryDispatch(settings))

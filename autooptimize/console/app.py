@@ -30,7 +30,12 @@ from autooptimize.errors import (
     TableNotFound,
 )
 from autooptimize.services import overview
+from autooptimize.services.explain import explain as explain_table
+from autooptimize.services.notify import notify as notify_table
 from autooptimize.storage.readmodel import HistoryFilter
+from scheduler.orient import queue_status
+from scheduler.tenants import tenant_shares
+from scheduler.wake import publish
 
 STATIC = Path(__file__).parent / "static"
 PAGES = {"tables": "Tables", "table": "Table", "actions": "Actions", "action": "Action", "queues": "Queues",
@@ -79,8 +84,6 @@ def api_router(settings: Settings) -> APIRouter:
     @api.get("/tables/{table}/explain", response_model=dict[str, Any],
              summary="What optimize would do to each partition and why (plans on raw bytes; changes nothing)")
     def explain(table: str, partition: str | None = None) -> dict[str, Any]:
-        from autooptimize.services.explain import explain as explain_table
-
         return explain_table(settings, table, partition, None, spark=None)
 
     @api.get("/actions", response_model=schemas.ActionPage, summary="Action history, newest first")
@@ -109,23 +112,16 @@ def api_router(settings: Settings) -> APIRouter:
     @api.post("/notify", response_model=schemas.NotifyResult,
               summary="A tracked table has a new snapshot: wake the listener holding its shard at once")
     def notify(body: schemas.NotifyRequest) -> dict[str, Any]:
-        from autooptimize.services.notify import notify as notify_table
-        from scheduler.wake import publish
-
         return notify_table(settings, body.table, body.snapshot_id, wake=lambda t, s: publish(settings, t, s))
 
     @api.get("/queues", response_model=schemas.QueueStatus,
              summary="Backlog per priority class and table, its trend, and whether to add actors")
     def queues() -> dict[str, Any]:
-        from scheduler.orient import queue_status
-
         return queue_status(settings)
 
     @api.get("/tenants", response_model=schemas.TenantShares,
              summary="Per tenant: weight, target share, dispatches and busy seconds in the window, backlog")
     def tenants() -> dict[str, Any]:
-        from scheduler.tenants import tenant_shares
-
         return tenant_shares(settings)
 
     return api

@@ -15,9 +15,13 @@ from sqlalchemy import case, func, select, update
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
 from autooptimize.errors import AutoOptimizeError, TableRefused
+from autooptimize.iceberg.catalog import load_table
 from autooptimize.services import actions, budget
+from autooptimize.services.choose import choose, planning_request
 from autooptimize.services.ports import Dispatch
+from autooptimize.services.rewrite.merge import select_partitions
 from autooptimize.services.sizing import REWRITE_KINDS
+from autooptimize.services.table_refusals import note_refused
 from autooptimize.services.tracking import tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, PartitionStats, TrackedTable, Trigger
@@ -129,9 +133,6 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
 def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: str, tuning: Any,
             table_id: int | None = None) -> Any:
     """The decision for one partition of the table as it is now (None when the partition is gone)."""
-    from autooptimize.iceberg.catalog import load_table
-    from autooptimize.services.choose import choose, planning_request
-    from autooptimize.services.rewrite.merge import select_partitions
 
     table = load_table(settings, identifier)
     found = select_partitions(table, spec_id, partition_key)
@@ -148,8 +149,6 @@ def record_decision_failure(settings: Settings, table_id: int, spec_id: int, par
     (status shows the count and the last reason per table), and an ERROR log line once per table and
     cause in this process, not once per snapshot."""
     if isinstance(exc, TableRefused):  # the whole table: audited once per cause, not per partition or snapshot
-        from autooptimize.services.table_refusals import note_refused
-        from autooptimize.storage.models import TrackedTable
 
         with session_scope(settings) as session:
             row = session.get(TrackedTable, table_id)

@@ -16,6 +16,8 @@ from autooptimize.config import Settings
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import get_catalog
 from autooptimize.storage.db import session_scope
+from autooptimize.storage.models import TrackedTable
+from autooptimize.storage.observe_models import TableCursor
 from autooptimize.storage.observe_work import (
     catalog_fingerprint,
     catalog_horizon,
@@ -209,8 +211,6 @@ def stale_tables(settings: Settings) -> list[str]:
 
     from sqlalchemy import or_, select
 
-    from autooptimize.storage.models import TrackedTable
-    from autooptimize.storage.observe_models import TableCursor
 
     cutoff = datetime.now(UTC) - timedelta(seconds=settings.rescan_after_seconds)
     with session_scope(settings) as session:
@@ -230,8 +230,6 @@ def tables_to_scan(settings: Settings) -> set[str]:
     reasons that need the table itself, a replaced table or a gap in its history, are found by observing)."""
     from sqlalchemy import or_, select
 
-    from autooptimize.storage.models import TrackedTable
-    from autooptimize.storage.observe_models import TableCursor
 
     t, c = TrackedTable, TableCursor
     with session_scope(settings) as session:
