@@ -10,18 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any
 
 #: The default of AO_MAX_GROUP_BYTES: the most input bytes one rewrite group (one Spark job) reads.
 DEFAULT_MAX_GROUP_BYTES = 8 * 1024**3
 
 
-class OutcomeState(StrEnum):
-    """How an action ended (the value is what the action record stores)."""
+class ActionState(str, Enum):
+    """The states of an action, as its record stores them (one enum for the record and the outcome)."""
 
+    QUEUED = "queued"
+    RUNNING = "running"
     SUCCEEDED = "succeeded"
-    SKIPPED = "skipped"
+    SKIPPED = "skipped"  # nothing worth doing; the reason says why
+    REFUSED = "refused"  # cannot be done safely as the partition is now
+    ABORTED = "aborted"  # a concurrent change invalidated the output; it was removed
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (ActionState.QUEUED, ActionState.RUNNING)
 
 
 class Engine(StrEnum):
@@ -236,7 +245,7 @@ def _unsettled(data: dict[str, Any] | None) -> tuple[int, int | None] | None:
 class MergeOutcome:
     """What a rewrite action did (filled in as it runs; the executor records it)."""
 
-    state: str  # an OutcomeState value
+    state: str  # an ActionState value
     reason: str | None = None
     base_snapshot_id: int | None = None
     committed_snapshot_id: int | None = None

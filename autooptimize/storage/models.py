@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, validates
 from sqlalchemy.types import TIMESTAMP
 
+from autooptimize.domain.actions import ActionState
 from autooptimize.redact import redact, redact_value
 
 NAMING_CONVENTION = {
@@ -59,20 +60,6 @@ class CatalogTableKey:
 
 def _now() -> Any:
     return func.now()
-
-
-class ActionState(str, enum.Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    SKIPPED = "skipped"  # nothing worth doing; the reason says why
-    REFUSED = "refused"  # cannot be done safely as the partition is now
-    ABORTED = "aborted"  # a concurrent change invalidated the output; it was removed
-    FAILED = "failed"
-
-    @property
-    def terminal(self) -> bool:
-        return self not in (ActionState.QUEUED, ActionState.RUNNING)
 
 
 class Trigger(str, enum.Enum):

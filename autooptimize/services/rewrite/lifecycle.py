@@ -25,13 +25,13 @@ from typing import Any
 
 from autooptimize.config import Settings
 from autooptimize.domain.actions import (
+    ActionState,
     Checkpoint,
     Engine,
     GroupResult,
     Hooks,
     MergeOutcome,
     MergeRequest,
-    OutcomeState,
 )
 from autooptimize.domain.profile import carry
 from autooptimize.errors import ActionRefused, CommitOutcomeUnknown, ConflictAbort, Retry, VerificationFailed
@@ -105,7 +105,7 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, s
                 return resumed
 
     base = table.current_snapshot()
-    outcome = MergeOutcome(state=OutcomeState.SKIPPED.value, base_snapshot_id=base.snapshot_id if base else None)
+    outcome = MergeOutcome(state=ActionState.SKIPPED.value, base_snapshot_id=base.snapshot_id if base else None)
     planned = kind.plan(table, request, spark)
     if planned is None:
         outcome.reason = "no_live_files"
@@ -179,7 +179,7 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, s
     stale = [d for d in action_dirs(table, request.action_id) if d not in written_dirs]
     remove_uncommitted(table, stale, request.action_id)  # an earlier attempt's output elsewhere
     outcome.add_figures(groups)
-    outcome.state = OutcomeState.SUCCEEDED.value
+    outcome.state = ActionState.SUCCEEDED.value
     outcome.committed_snapshot_id = snapshot_id
     outcome.checkpoint = state.with_groups(groups).to_dict()
     outcome.plan = {**outcome.plan, **plan_facts}
@@ -230,7 +230,7 @@ def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: MergeRequest
         raise
     if hooks.after_commit:
         hooks.after_commit(result.snapshot_id)
-    outcome = MergeOutcome(state=OutcomeState.SUCCEEDED.value, reason="resumed_from_checkpoint",
+    outcome = MergeOutcome(state=ActionState.SUCCEEDED.value, reason="resumed_from_checkpoint",
                            base_snapshot_id=checkpoint.base_snapshot_id, committed_snapshot_id=result.snapshot_id,
                            checkpoint=request.checkpoint, plan=result.plan_facts or None)
     outcome.add_figures(checkpoint.groups)
@@ -247,7 +247,7 @@ def _landed(table: Any, request: MergeRequest) -> MergeOutcome | None:
 def _parts_outcome(request: MergeRequest, done: list[GroupResult], reason: str) -> MergeOutcome:
     """The outcome of an action's committed parts: figures summed over them, the last part's snapshot."""
     checkpoint = replace(request.resume_point, groups=tuple(done), partial=True)
-    outcome = MergeOutcome(state=OutcomeState.SUCCEEDED.value, reason=reason, checkpoint=checkpoint.to_dict(),
+    outcome = MergeOutcome(state=ActionState.SUCCEEDED.value, reason=reason, checkpoint=checkpoint.to_dict(),
                            base_snapshot_id=checkpoint.base_snapshot_id)
     outcome.add_figures(done)
     return outcome
@@ -270,7 +270,7 @@ def committed_parts(settings: Settings, request: MergeRequest) -> MergeOutcome |
 
 def committed_outcome(request: MergeRequest, snapshot_id: int) -> MergeOutcome:
     """The outcome of an action found in the table's history: its checkpoint's figures."""
-    outcome = MergeOutcome(state=OutcomeState.SUCCEEDED.value, reason="already_committed",
+    outcome = MergeOutcome(state=ActionState.SUCCEEDED.value, reason="already_committed",
                            committed_snapshot_id=snapshot_id, checkpoint=request.checkpoint)
     outcome.add_figures(request.resume_point.groups)
     if request.checkpoint:
