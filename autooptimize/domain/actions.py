@@ -72,7 +72,7 @@ class Hooks:
 
 
 @dataclass(frozen=True)
-class MergeRequest:
+class ActionRequest:
     """One rewrite action as the executor hands it over (every rewrite kind, not only merge)."""
 
     action_id: str
@@ -242,7 +242,7 @@ def _unsettled(data: dict[str, Any] | None) -> tuple[int, int | None] | None:
 
 
 @dataclass
-class MergeOutcome:
+class ActionOutcome:
     """What a rewrite action did (filled in as it runs; the executor records it)."""
 
     state: str  # an ActionState value

@@ -12,7 +12,7 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from autooptimize.domain.actions import MergeRequest
+from autooptimize.domain.actions import ActionRequest
 from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, PartitionFacts, SortFacts, decide
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan
@@ -46,12 +46,12 @@ class Choice:
 
 def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: int | None,
                      partition_key: str | None, target_file_size: int | None = None,
-                     table_id: int | None = None) -> MergeRequest:
+                     table_id: int | None = None) -> ActionRequest:
     """The dry-run request decide and explain plan with: the table's tuning (defaults when untracked),
     the sizing its rewrites measured, the same group cap the actions use, and (``table_id``: tracked)
     the table's median partition bytes for the policy's scale."""
     target = target_file_size or (tuning.target_file_size if tuning else settings.default_target_file_size)
-    return MergeRequest(
+    return ActionRequest(
         action_id="plan", identifier=identifier, spec_id=spec_id, partition_key=partition_key,
         target_file_size=target, tolerance=min(tuning.tolerance if tuning else settings.tolerance_default, target),
         min_input_files=tuning.min_input_files if tuning else 2,
@@ -119,7 +119,7 @@ def column_overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> i
     return total
 
 
-def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: frozenset[str]) -> Choice:
+def choose(table: Table, pf: PartitionFiles, request: ActionRequest, allowed: frozenset[str]) -> Choice:
     """Measure ``pf`` and decide (see autooptimize.domain.decision)."""
     problem = merge_refusal(table, pf)
     merge_plan = None
@@ -177,7 +177,7 @@ def choose(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: fro
     return Choice(decision, merge_plan, sort_plan, rule, zorder_plan, facts)
 
 
-def _zorder_facts(table: Table, pf: PartitionFiles, request: MergeRequest, allowed: frozenset[str],
+def _zorder_facts(table: Table, pf: PartitionFiles, request: ActionRequest, allowed: frozenset[str],
                   problem: ActionRefused | None) -> tuple[Plan | None, SortFacts | None]:
     """The zorder plan and facts, when the table names z-order columns and zorder may rewrite ``pf``."""
     if ("zorder" not in allowed or pf.delete_files or problem is not None or not request.zorder_columns

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import Hooks, MergeRequest
+from autooptimize.domain.actions import ActionRequest, Hooks
 from autooptimize.domain.cancel import cancellable
 from autooptimize.domain.profile import Profile, phase, profiling
 from autooptimize.errors import (
@@ -68,7 +68,7 @@ class Claim:
     """An action whose lease this process has just taken."""
 
     lease: leases.LeaseGrant
-    request: MergeRequest
+    request: ActionRequest
     state: str  # the action's state when the lease was taken
     attempts: int  # attempts counted, this one included when it was started
     started: bool  # False: the lease was taken to give up or re-queue, not to run
@@ -248,7 +248,7 @@ def _unsettled(settings: Settings, claimed: Claim, held: HeldLease, exc: CommitO
     raise Retry(error, delay=10.0)
 
 
-def _latest(settings: Settings, request: MergeRequest) -> MergeRequest:
+def _latest(settings: Settings, request: ActionRequest) -> ActionRequest:
     """``request`` with the checkpoint recorded since it was read (this attempt's)."""
     with session_scope(settings) as session:
         action = get_action(session, request.action_id)
@@ -270,7 +270,7 @@ def _timed_out(settings: Settings, claimed: Claim, held: HeldLease) -> dict[str,
     return _again(settings, claimed, held, error, 5.0)
 
 
-def give_up(settings: Settings, request: MergeRequest, held: HeldLease, error: str, reason: str = "error"
+def give_up(settings: Settings, request: ActionRequest, held: HeldLease, error: str, reason: str = "error"
             ) -> dict[str, Any]:
     """As the lease holder: mark the action failed after removing its uncommitted output, unless it was
     in fact committed (then it succeeded)."""
@@ -287,7 +287,7 @@ def give_up(settings: Settings, request: MergeRequest, held: HeldLease, error: s
                   outcome=partial)
 
 
-def _abandon(settings: Settings, request: MergeRequest) -> int | None:
+def _abandon(settings: Settings, request: ActionRequest) -> int | None:
     """The committed snapshot id, or None after removing what can be removed; LeaseLost goes through
     (a holder that lost its lease deletes nothing more)."""
     try:

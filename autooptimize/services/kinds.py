@@ -1,7 +1,7 @@
 """The action kinds the executor knows: what runs each one and what it needs.
 
 ``services/actions.execute`` looks the kind up here; each runner has the signature of
-``services.rewrite.merge.run_merge``: ``(settings, request, spark, save_checkpoint, hooks) -> MergeOutcome``.
+``services.rewrite.merge.rewrite_data_files``: ``(settings, request, spark, save_checkpoint, hooks) -> ActionOutcome``.
 Runners are named as "module:function" and imported on first use, so this module imports nothing.
 """
 
@@ -43,13 +43,13 @@ def _load(ref: str) -> Callable[..., Any]:
 
 
 KINDS: dict[str, ActionKind] = {
-    "merge": ActionKind("merge", "autooptimize.services.rewrite.merge:run_merge", True, "partition",
+    "merge": ActionKind("merge", "autooptimize.services.rewrite.merge:rewrite_data_files", True, "partition",
                         "merge small files into target-size files (fewest replacements)",
                         validator="autooptimize.services.evolution:validate_merge_options"),
-    "sort": ActionKind("sort", "autooptimize.services.rewrite.merge:run_merge", True, "partition",
+    "sort": ActionKind("sort", "autooptimize.services.rewrite.merge:rewrite_data_files", True, "partition",
                        "rewrite a partition ordered by the sort order into files of disjoint ranges",
                        validator="autooptimize.services.sort:validate_options"),
-    "zorder": ActionKind("zorder", "autooptimize.services.rewrite.merge:run_merge", True, "partition",
+    "zorder": ActionKind("zorder", "autooptimize.services.rewrite.merge:rewrite_data_files", True, "partition",
                          "rewrite a partition clustered on 2-4 columns by their interleaved bits (z-order)",
                          validator="autooptimize.services.zorder:validate_options"),
     # table hygiene (services/hygiene/): metadata work and deletions, no Spark

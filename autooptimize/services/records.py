@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import MergeOutcome, MergeRequest
+from autooptimize.domain.actions import ActionOutcome, ActionRequest
 from autooptimize.domain.partitions import format_human
 from autooptimize.services.attempt import HeldLease
 from autooptimize.services.choose import partition_history, policy_tuning
@@ -69,11 +69,11 @@ def outcome_of(action: Action, table: str | None = None) -> dict[str, Any]:
     }
 
 
-def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> MergeRequest:
+def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> ActionRequest:
     """The request the action's kind runs with: the action's options over the table's tuning."""
     options = dict(action.options or {})
     target = options.get("target_file_size") or tracked.target_file_size
-    return MergeRequest(
+    return ActionRequest(
         action_id=action.id,
         identifier=tracked.identifier,
         spec_id=action.spec_id,
@@ -100,19 +100,19 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Mer
     )
 
 
-def action_request(settings: Settings, action: Action, tracked: TrackedTable) -> MergeRequest:
+def action_request(settings: Settings, action: Action, tracked: TrackedTable) -> ActionRequest:
     """:func:`request_of` with :func:`with_sizing` (what an attempt runs, and what a preview plans with)."""
     return with_sizing(settings, request_of(settings, action, tracked))
 
 
-def with_sizing(settings: Settings, request: MergeRequest) -> MergeRequest:
+def with_sizing(settings: Settings, request: ActionRequest) -> ActionRequest:
     """For a partition's rewrite, ``request`` with the output sizing the table's rewrites measured."""
     if KINDS.get(request.kind) is not None and KINDS[request.kind].scope == "partition":
         request = dataclasses.replace(request, sizing=learned(settings, request.identifier))
     return request
 
 
-def record_outcome(action: Action, outcome: MergeOutcome) -> None:
+def record_outcome(action: Action, outcome: ActionOutcome) -> None:
     """Copy what an outcome measured onto its action."""
     for name in ("base_snapshot_id", "files_in", "files_out", "bytes_in", "bytes_out", "rows_in",
                  "rows_out", "checksum_in", "checksum_out", "mse_before", "mse_after", "plan"):
@@ -150,7 +150,7 @@ def requeue(settings: Settings, held: HeldLease, error: str) -> None:
 
 
 def finish(settings: Settings, action_id: str, state: ActionState, *, held: HeldLease | None,
-           reason: str | None = None, error: str | None = None, outcome: MergeOutcome | None = None
+           reason: str | None = None, error: str | None = None, outcome: ActionOutcome | None = None
            ) -> dict[str, Any]:
     """Record the action's end (and release the lease) in one transaction conditional on ``held``."""
     with session_scope(settings) as session:

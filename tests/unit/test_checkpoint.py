@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autooptimize.domain.actions import Checkpoint, Digest, GroupResult, MergeOutcome, combine_checksums
+from autooptimize.domain.actions import ActionOutcome, Checkpoint, Digest, GroupResult, combine_checksums
 from autooptimize.services.rewrite.verify import verify_group
 
 BASE = {"spec_id": 0, "partition": "day=2024-01-01", "inputs": ["a", "b"], "outputs": ["c"], "bytes_in": 20,
@@ -40,7 +40,7 @@ def test_checkpoints_of_every_shape_load():
 
 
 def test_outcome_figures_sum_the_groups():
-    outcome = MergeOutcome(state="succeeded")
+    outcome = ActionOutcome(state="succeeded")
     groups = [GroupResult.from_dict(SPARK), GroupResult.from_dict(COMPACT)]
     outcome.add_figures(groups)
     assert (outcome.files_in, outcome.files_out, outcome.rows_in, outcome.rows_out) == (4, 2, 20, 17)

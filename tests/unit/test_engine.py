@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import Engine, MergeRequest
+from autooptimize.domain.actions import ActionRequest, Engine
 from autooptimize.services.rewrite.engine import choose_engine
 
 MiB = 1024 * 1024
-BASE = MergeRequest(action_id="a", identifier="db.t", spec_id=None, partition_key=None, target_file_size=128 * MiB,
+BASE = ActionRequest(action_id="a", identifier="db.t", spec_id=None, partition_key=None, target_file_size=128 * MiB,
                     tolerance=0, min_input_files=2, max_bytes=None, checkpoint=None)
 
 

@@ -16,7 +16,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, RemoveSnapshotsUpdate
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import Hooks, MergeOutcome, MergeRequest
+from autooptimize.domain.actions import ActionOutcome, ActionRequest, Hooks
 from autooptimize.domain.durations import format_duration
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.catalog import load_table
@@ -216,8 +216,8 @@ def _commit_expiry(table: Table, snapshot_ids: list[int]) -> None:
     table.refresh()
 
 
-def run_expire_snapshots(settings: Settings, request: MergeRequest, spark: Any,
-                         save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> MergeOutcome:
+def run_expire_snapshots(settings: Settings, request: ActionRequest, spark: Any,
+                         save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> ActionOutcome:
     """Expire old snapshots, then delete the files that only they referenced (inside the table location).
 
     files in/out are snapshots before/after, bytes_in the bytes freed. The current snapshot's content
@@ -236,12 +236,12 @@ def run_expire_snapshots(settings: Settings, request: MergeRequest, spark: Any,
                                             missing_ok=True)
             deleted = _delete_unreferenced(settings, table, reader, candidates, request.action_id,
                                            "snapshots.files_deleted")
-            return MergeOutcome(state="succeeded", reason="resumed_from_checkpoint", checkpoint=checkpoint,
+            return ActionOutcome(state="succeeded", reason="resumed_from_checkpoint", checkpoint=checkpoint,
                                 files_in=checkpoint.get("snapshots_before"), files_out=len(table.metadata.snapshots),
                                 bytes_in=deleted["bytes_deleted"], plan={**checkpoint, "deleted": deleted})
     older_than, retain_last = retention(settings, table, request.options)
     current = table.current_snapshot()
-    outcome = MergeOutcome(state="skipped", base_snapshot_id=current.snapshot_id if current else None)
+    outcome = ActionOutcome(state="skipped", base_snapshot_id=current.snapshot_id if current else None)
     files, rows, digest = live_digest(table, current)
     outcome.rows_in, outcome.checksum_in = rows, digest
     outcome.files_in = len(table.metadata.snapshots)

@@ -8,7 +8,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import Hooks, MergeOutcome, MergeRequest
+from autooptimize.domain.actions import ActionOutcome, ActionRequest, Hooks
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import ACTION_ID_PROPERTY, ACTION_KIND_PROPERTY, find_action_snapshot
@@ -36,8 +36,8 @@ def validate_rewrite_manifests(table: Table, options: dict[str, Any]) -> dict[st
     return out
 
 
-def run_rewrite_manifests(settings: Settings, request: MergeRequest, spark: Any,
-                          save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> MergeOutcome:
+def run_rewrite_manifests(settings: Settings, request: ActionRequest, spark: Any,
+                          save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> ActionOutcome:
     """Rewrite the current snapshot's data manifests clustered by partition when there are more than
     ``manifest_threshold`` of them; files in/out are manifests, rows and the live-file digest must not change."""
     hooks = hooks or Hooks()
@@ -46,7 +46,7 @@ def run_rewrite_manifests(settings: Settings, request: MergeRequest, spark: Any,
     committed = find_action_snapshot(table, request.action_id)
     if committed is not None:
         summary = committed.summary or {}
-        return MergeOutcome(state="succeeded", reason="already_committed",
+        return ActionOutcome(state="succeeded", reason="already_committed",
                             base_snapshot_id=committed.parent_snapshot_id,
                             committed_snapshot_id=committed.snapshot_id,
                             files_in=int(summary.get("manifests-replaced", 0)),
@@ -54,7 +54,7 @@ def run_rewrite_manifests(settings: Settings, request: MergeRequest, spark: Any,
     threshold = int(request.options.get("manifest_threshold") or settings.manifest_threshold)
     target = int(request.options.get("target_manifest_size") or manifest_target_size(table))
     base = table.current_snapshot()
-    outcome = MergeOutcome(state="skipped", base_snapshot_id=base.snapshot_id if base else None)
+    outcome = ActionOutcome(state="skipped", base_snapshot_id=base.snapshot_id if base else None)
     if base is None:
         outcome.reason = "no_snapshot"
         return outcome

@@ -11,7 +11,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import Hooks, MergeOutcome, MergeRequest
+from autooptimize.domain.actions import ActionOutcome, ActionRequest, Hooks
 from autooptimize.domain.durations import format_duration
 from autooptimize.errors import ActionRefused, VerificationFailed
 from autooptimize.iceberg.catalog import load_table
@@ -133,8 +133,8 @@ def missing_references(table: Table, reader: ReferenceReader, existing: dict[str
     return sorted(uri for c, uri in existing.items() if c in referenced and not exists(table.io, uri))
 
 
-def run_remove_orphans(settings: Settings, request: MergeRequest, spark: Any,
-                       save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> MergeOutcome:
+def run_remove_orphans(settings: Settings, request: ActionRequest, spark: Any,
+                       save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> ActionOutcome:
     """Delete files in the table's data and metadata directories that nothing references and no guard
     keeps (see :func:`scan_orphans`); a dry run lists them. files_in/bytes_in: orphans found;
     files_out/bytes_out: deleted."""
@@ -147,7 +147,7 @@ def run_remove_orphans(settings: Settings, request: MergeRequest, spark: Any,
                             f"{format_duration(MIN_SAFE_AGE_SECONDS)} and allow_short_min_age is not set")
     table = load_table(settings, request.identifier)
     current = table.current_snapshot()
-    outcome = MergeOutcome(state="skipped", base_snapshot_id=current.snapshot_id if current else None)
+    outcome = ActionOutcome(state="skipped", base_snapshot_id=current.snapshot_id if current else None)
     reader = ReferenceReader(table)
     scan = scan_orphans(settings, table, reader, min_age, time.time())
     outcome.files_in = len(scan.orphans)

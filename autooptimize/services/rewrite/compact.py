@@ -16,7 +16,7 @@ from pyiceberg.table import Table
 
 from autooptimize.arrow.deletes import compact_group_arrow
 from autooptimize.config import Settings
-from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeOutcome, MergeRequest
+from autooptimize.domain.actions import ActionOutcome, ActionRequest, Digest, Engine, GroupResult, Hooks
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.engines.deletes import SequencedFile
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
@@ -70,7 +70,7 @@ class CompactKind:
     nothing_reason = "no_delete_files"
     rewrite_on_resume_conflict = True  # inputs or applied deletes changed: rewrite from the current table
 
-    def plan(self, table: Table, request: MergeRequest, spark: Any) -> Planned | None:
+    def plan(self, table: Table, request: ActionRequest, spark: Any) -> Planned | None:
         parts = live_partitions(table)
         current = table.spec().spec_id
         if request.partition_key is not None:
@@ -122,11 +122,11 @@ class CompactKind:
                     f"input {path} has no Parquet field ids (added by name mapping); not supported yet",
                 )
 
-    def concurrency(self, request: MergeRequest) -> int:
+    def concurrency(self, request: ActionRequest) -> int:
         return 1  # one partition after the other
 
     def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
-                request: MergeRequest) -> GroupResult:
+                request: ActionRequest) -> GroupResult:
         """One partition in this process (``local``) or as its own Spark SQL job (``spark_sql``, file://);
         under ``spark`` through :meth:`rewrite_action`."""
         plan: CompactionPlan = unit.work
@@ -166,7 +166,7 @@ class CompactKind:
                          footer_rows, outputs, engine)
 
     def rewrite_action(self, spark: Any, table: Table, units: list[Unit], directories: list[str], codec: str,
-                       hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
+                       hooks: Hooks, request: ActionRequest, tag: str | None = None) -> list[GroupResult]:
         """Every partition's compaction as a task of one Spark job on the executors, verified here from
         the figures the tasks return (spark_actors/group_tasks.compact_group)."""
         plans: list[CompactionPlan] = [u.work for u in units]
@@ -193,7 +193,7 @@ class CompactKind:
                                      Engine.SPARK, data_files=tuple(outputs), executor=outcome.executor))
         return results
 
-    def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
+    def commit(self, table: Table, request: ActionRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
         """Commit the outputs; the plan facts name the delete files it removed and the rows deleted."""
         live, live_deletes = live_inputs(table, groups)
@@ -288,7 +288,7 @@ def _verified(plan: CompactionPlan, deletes: list[Any], directory: str, reader: 
                         rows_deleted=rows_deleted, engine=engine.value, data_files=data_files, executor=executor)
 
 
-def run_compact_deletes(settings: Settings, request: MergeRequest, spark: Any, save_checkpoint: CheckpointWriter,
-                        hooks: Hooks | None = None) -> MergeOutcome:
+def run_compact_deletes(settings: Settings, request: ActionRequest, spark: Any, save_checkpoint: CheckpointWriter,
+                        hooks: Hooks | None = None) -> ActionOutcome:
     """Execute (or finish) one delete-compaction action (services/rewrite/lifecycle.run_rewrite)."""
     return run_rewrite(CompactKind(), settings, request, spark, save_checkpoint, hooks)

@@ -18,12 +18,12 @@ reach the group the action is refused.
 
 from __future__ import annotations
 
-from autooptimize.domain.actions import Engine, MergeRequest
+from autooptimize.domain.actions import ActionRequest, Engine
 
 ENGINES = tuple(e.value for e in Engine)
 
 
-def choose_engine(request: MergeRequest, *, spark_can: bool, ordered: bool = False,
+def choose_engine(request: ActionRequest, *, spark_can: bool, ordered: bool = False,
                   arrow_sortable: bool = True) -> Engine:
     """The engine of one group. ``spark_can``: Spark's own Parquet IO can rewrite it faithfully (types,
     field ids, a table on ``file://``); ``ordered`` with ``arrow_sortable`` False: only Spark can sort it."""

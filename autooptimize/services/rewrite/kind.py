@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from pyiceberg.table import Table
 
-from autooptimize.domain.actions import GroupResult, Hooks, MergeRequest
+from autooptimize.domain.actions import ActionRequest, GroupResult, Hooks
 from autooptimize.domain.profile import phase
 from autooptimize.errors import ConflictAbort
 from autooptimize.iceberg.commits import CommitStats
@@ -38,7 +38,7 @@ class Planned:
     summary: dict[str, Any]
     mse_before: float
     mse_after: Callable[[list[GroupResult] | None], float | None]
-    request: MergeRequest  # the request the groups are rewritten with (e.g. calibrated sizing)
+    request: ActionRequest  # the request the groups are rewritten with (e.g. calibrated sizing)
 
 
 @dataclass(frozen=True)
@@ -59,25 +59,25 @@ class RewriteKind(Protocol):
     #: whether a resumed checkpoint whose commit conflicts is rewritten (True) or fails the attempt
     rewrite_on_resume_conflict: bool
 
-    def plan(self, table: Table, request: MergeRequest, spark: Any) -> Planned | None:
+    def plan(self, table: Table, request: ActionRequest, spark: Any) -> Planned | None:
         """The plan on the current snapshot, or None when no partition has live files."""
 
     def check_writable(self, table: Table, planned: Planned) -> None:
         """Raise ActionRefused when the planned groups cannot be rewritten (checked after a dry run)."""
 
-    def concurrency(self, request: MergeRequest) -> int:
+    def concurrency(self, request: ActionRequest) -> int:
         """Group jobs in flight."""
 
     def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
-                request: MergeRequest) -> GroupResult:
+                request: ActionRequest) -> GroupResult:
         """Rewrite one group into ``directory`` and verify it (services/rewrite/verify.verify_group)."""
 
     def rewrite_action(self, spark: Any, table: Table, units: list[Unit], directories: list[str], codec: str,
-                       hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
+                       hooks: Hooks, request: ActionRequest, tag: str | None = None) -> list[GroupResult]:
         """Every group of the action (the ``spark`` engine), rewritten as the tasks of one Spark job on the
         executors and verified here from the figures they return; results in ``units`` order."""
 
-    def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
+    def commit(self, table: Table, request: ActionRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
         """One REPLACE snapshot of whole ``groups``; ConflictAbort when an input is no longer live."""
 

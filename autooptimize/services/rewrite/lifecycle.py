@@ -25,13 +25,13 @@ from typing import Any
 
 from autooptimize.config import Settings
 from autooptimize.domain.actions import (
+    ActionOutcome,
+    ActionRequest,
     ActionState,
     Checkpoint,
     Engine,
     GroupResult,
     Hooks,
-    MergeOutcome,
-    MergeRequest,
 )
 from autooptimize.domain.profile import carry
 from autooptimize.errors import ActionRefused, CommitOutcomeUnknown, ConflictAbort, Retry, VerificationFailed
@@ -53,8 +53,8 @@ from autooptimize.services.rewrite.parts import Parts, inputs_live_outputs_exist
 log = logging.getLogger(__name__)
 
 
-def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, spark: Any,
-                save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> MergeOutcome:
+def run_rewrite(kind: RewriteKind, settings: Settings, request: ActionRequest, spark: Any,
+                save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> ActionOutcome:
     """Execute (or finish) one rewrite action of ``kind``; see the module docstring for the guarantees.
 
     A commit whose answer was lost (CommitOutcomeUnknown) leaves everything written in place and is
@@ -75,8 +75,8 @@ def run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, sp
         raise
 
 
-def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, spark: Any,
-                 save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> MergeOutcome:
+def _run_rewrite(kind: RewriteKind, settings: Settings, request: ActionRequest, spark: Any,
+                 save_checkpoint: CheckpointWriter, hooks: Hooks | None = None) -> ActionOutcome:
     hooks = hooks or Hooks()
     started = time.monotonic()
     table = load_table(settings, request.identifier)
@@ -105,7 +105,7 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, s
                 return resumed
 
     base = table.current_snapshot()
-    outcome = MergeOutcome(state=ActionState.SKIPPED.value, base_snapshot_id=base.snapshot_id if base else None)
+    outcome = ActionOutcome(state=ActionState.SKIPPED.value, base_snapshot_id=base.snapshot_id if base else None)
     planned = kind.plan(table, request, spark)
     if planned is None:
         outcome.reason = "no_live_files"
@@ -189,7 +189,7 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: MergeRequest, s
 
 
 def _in_one_job(kind: RewriteKind, spark: Any, table: Any, units: list[Any], directories: list[str], codec: str,
-                hooks: Hooks, request: MergeRequest, tag: str, on_done: Callable[[int, GroupResult], None],
+                hooks: Hooks, request: ActionRequest, tag: str, on_done: Callable[[int, GroupResult], None],
                 interrupt: Callable[[], None]) -> list[GroupResult]:
     """The ``spark`` engine: the kind's groups as the tasks of one Spark job (``kind.rewrite_action``),
     then ``on_done`` for each verified group in order. On any failure the job's tasks are stopped by tag
@@ -207,8 +207,8 @@ def _in_one_job(kind: RewriteKind, spark: Any, table: Any, units: list[Any], dir
         raise
 
 
-def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: MergeRequest, hooks: Hooks
-                            ) -> MergeOutcome | None:
+def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: ActionRequest, hooks: Hooks
+                            ) -> ActionOutcome | None:
     """Commit a verified checkpoint when its inputs are still live and its outputs exist; None to rewrite."""
     checkpoint = request.resume_point
     if not checkpoint.groups:
@@ -230,30 +230,30 @@ def _resume_from_checkpoint(kind: RewriteKind, table: Any, request: MergeRequest
         raise
     if hooks.after_commit:
         hooks.after_commit(result.snapshot_id)
-    outcome = MergeOutcome(state=ActionState.SUCCEEDED.value, reason="resumed_from_checkpoint",
+    outcome = ActionOutcome(state=ActionState.SUCCEEDED.value, reason="resumed_from_checkpoint",
                            base_snapshot_id=checkpoint.base_snapshot_id, committed_snapshot_id=result.snapshot_id,
                            checkpoint=request.checkpoint, plan=result.plan_facts or None)
     outcome.add_figures(checkpoint.groups)
     return outcome
 
 
-def _landed(table: Any, request: MergeRequest) -> MergeOutcome | None:
+def _landed(table: Any, request: ActionRequest) -> ActionOutcome | None:
     """The action's outcome when a fresh look at the table's history finds it committed, else None."""
     table.refresh()
     committed = find_action_snapshot(table, request.action_id)
     return committed_outcome(request, committed.snapshot_id) if committed is not None else None
 
 
-def _parts_outcome(request: MergeRequest, done: list[GroupResult], reason: str) -> MergeOutcome:
+def _parts_outcome(request: ActionRequest, done: list[GroupResult], reason: str) -> ActionOutcome:
     """The outcome of an action's committed parts: figures summed over them, the last part's snapshot."""
     checkpoint = replace(request.resume_point, groups=tuple(done), partial=True)
-    outcome = MergeOutcome(state=ActionState.SUCCEEDED.value, reason=reason, checkpoint=checkpoint.to_dict(),
+    outcome = ActionOutcome(state=ActionState.SUCCEEDED.value, reason=reason, checkpoint=checkpoint.to_dict(),
                            base_snapshot_id=checkpoint.base_snapshot_id)
     outcome.add_figures(done)
     return outcome
 
 
-def committed_parts(settings: Settings, request: MergeRequest) -> MergeOutcome | None:
+def committed_parts(settings: Settings, request: ActionRequest) -> ActionOutcome | None:
     """For an action given up on: the figures of its parts already in the table's history, or None."""
     checkpoint = request.resume_point
     if not checkpoint.partial:
@@ -268,9 +268,9 @@ def committed_parts(settings: Settings, request: MergeRequest) -> MergeOutcome |
     return outcome
 
 
-def committed_outcome(request: MergeRequest, snapshot_id: int) -> MergeOutcome:
+def committed_outcome(request: ActionRequest, snapshot_id: int) -> ActionOutcome:
     """The outcome of an action found in the table's history: its checkpoint's figures."""
-    outcome = MergeOutcome(state=ActionState.SUCCEEDED.value, reason="already_committed",
+    outcome = ActionOutcome(state=ActionState.SUCCEEDED.value, reason="already_committed",
                            committed_snapshot_id=snapshot_id, checkpoint=request.checkpoint)
     outcome.add_figures(request.resume_point.groups)
     if request.checkpoint:
@@ -278,7 +278,7 @@ def committed_outcome(request: MergeRequest, snapshot_id: int) -> MergeOutcome:
     return outcome
 
 
-def abandon(settings: Settings, request: MergeRequest) -> int | None:
+def abandon(settings: Settings, request: ActionRequest) -> int | None:
     """Give an action up: returns the snapshot id if it was in fact committed, else removes its
     uncommitted output (never a file the table references) and returns None.
 

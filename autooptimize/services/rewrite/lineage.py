@@ -24,7 +24,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.arrow.deletes import compact_group_arrow
-from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeRequest
+from autooptimize.domain.actions import ActionRequest, Digest, Engine, GroupResult, Hooks
 from autooptimize.engines.deletes import SequencedFile
 from autooptimize.errors import ActionRefused, ConflictAbort, VerificationFailed
 from autooptimize.iceberg.checksum import parquet_digest
@@ -47,7 +47,7 @@ def merges_with_vectors(table: Table, pf: PartitionFiles) -> bool:
     return keeps_lineage(table) and all(is_deletion_vector(d.data_file) for d in pf.delete_files)
 
 
-def refuse_unkept(request: MergeRequest, *, ordered: bool, respec: bool) -> None:
+def refuse_unkept(request: ActionRequest, *, ordered: bool, respec: bool) -> None:
     """ActionRefused (v3_lineage_not_supported) for a v3 rewrite that would not carry row lineage."""
     if ordered or respec:
         raise ActionRefused(

@@ -15,7 +15,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import Engine, GroupResult, Hooks, MergeOutcome, MergeRequest, Sizing
+from autooptimize.domain.actions import ActionOutcome, ActionRequest, Engine, GroupResult, Hooks, Sizing
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.job_groups import cap_groups
 from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_bin_pack
@@ -113,7 +113,7 @@ def merge_refusal(table: Table, pf: PartitionFiles) -> ActionRefused | None:
 
 
 def plan_partitions(
-    table: Table, partitions: list[PartitionFiles], request: MergeRequest
+    table: Table, partitions: list[PartitionFiles], request: ActionRequest
 ) -> tuple[list[tuple[PartitionFiles, Plan]], dict[str, str], dict[str, str]]:
     """The merge plan of each partition, a reason for each partition left alone, and the planning rule
     of each partition planned (``binpack``, ``tiered``, ``cold_finish``, …).
@@ -147,13 +147,13 @@ def plan_partitions(
     return plans, skipped, rules
 
 
-def plan_merge(table: Table, pf: PartitionFiles, request: MergeRequest) -> Plan:
+def plan_merge(table: Table, pf: PartitionFiles, request: ActionRequest) -> Plan:
     """The merge plan of one partition (respec, the live-partition policy, or bin packing apart by
     field ids), capped per group."""
     return plan_merge_with_rule(table, pf, request)[0]
 
 
-def plan_merge_with_rule(table: Table, pf: PartitionFiles, request: MergeRequest) -> tuple[Plan, str]:
+def plan_merge_with_rule(table: Table, pf: PartitionFiles, request: ActionRequest) -> tuple[Plan, str]:
     """The merge plan of one partition and the rule that made it: ``respec``, ``binpack``, or one of
     :data:`autooptimize.domain.policy.RULES` (``tiered``, ``live_wait``, ``cold_finish``, …)."""
     files = plan_files(pf, request.sizing)
@@ -188,7 +188,7 @@ def plan_merge_with_rule(table: Table, pf: PartitionFiles, request: MergeRequest
     return cap_groups(plan, files, request.max_group_bytes, request.min_input_files), "binpack"
 
 
-def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], request: MergeRequest) -> MergeRequest:
+def calibrated(spark: Any, table: Table, partitions: list[PartitionFiles], request: ActionRequest) -> ActionRequest:
     """The request with output bytes per row measured on a sample written by the writer of the groups
     (under ``spark`` a task on an executor, under ``local`` this process), when sizing can matter.
 
@@ -249,7 +249,7 @@ class MergeKind:
     nothing_reason = "nothing_to_merge"
     rewrite_on_resume_conflict = False
 
-    def plan(self, table: Table, request: MergeRequest, spark: Any) -> Planned | None:
+    def plan(self, table: Table, request: ActionRequest, spark: Any) -> Planned | None:
         partitions = select_partitions(table, request.spec_id, request.partition_key)
         if not partitions:
             return None
@@ -275,11 +275,11 @@ class MergeKind:
     def check_writable(self, table: Table, planned: Planned) -> None:
         return None  # each group decides its path (Spark or pyarrow) or refuses as it is rewritten
 
-    def concurrency(self, request: MergeRequest) -> int:
+    def concurrency(self, request: ActionRequest) -> int:
         return request.concurrency
 
     def rewrite(self, spark: Any, table: Table, unit: Unit, directory: str, codec: str, hooks: Hooks,
-                request: MergeRequest) -> GroupResult:
+                request: ActionRequest) -> GroupResult:
         """One group in this process's threads (``local``) or as its own Spark SQL job (``spark_sql``);
         a group of the ``spark`` engine goes with the others through :meth:`rewrite_action`."""
         g = prepare_group(table, unit, directory, request)
@@ -288,10 +288,10 @@ class MergeKind:
         return rewrite_one(spark, table, g, codec, hooks)
 
     def rewrite_action(self, spark: Any, table: Table, units: list[Unit], directories: list[str], codec: str,
-                       hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
+                       hooks: Hooks, request: ActionRequest, tag: str | None = None) -> list[GroupResult]:
         return rewrite_in_one_job(spark, table, units, directories, codec, hooks, request, tag)
 
-    def commit(self, table: Table, request: MergeRequest, groups: list[GroupResult], part: int | None = None,
+    def commit(self, table: Table, request: ActionRequest, groups: list[GroupResult], part: int | None = None,
                parts: int | None = None) -> Committed:
         """One REPLACE snapshot of ``groups`` (whole groups); ``part``/``parts`` mark a partial-progress part."""
         live, live_deletes = live_inputs(table, groups)
@@ -336,7 +336,8 @@ def _in_spec(data_file: Any, spec_id: int) -> Any:
     return data_file
 
 
-def run_merge(settings: Settings, request: MergeRequest, spark: Any, save_checkpoint: CheckpointWriter,
-              hooks: Hooks | None = None) -> MergeOutcome:
-    """Execute (or finish) one merge or sort action (services/rewrite/lifecycle.run_rewrite)."""
+def rewrite_data_files(settings: Settings, request: ActionRequest, spark: Any, save_checkpoint: CheckpointWriter,
+                       hooks: Hooks | None = None) -> ActionOutcome:
+    """Execute (or finish) one merge, sort or z-order action: Iceberg's rewrite_data_files with the bin-pack,
+    sort or z-order strategy (services/rewrite/lifecycle.run_rewrite)."""
     return run_rewrite(MergeKind(), settings, request, spark, save_checkpoint, hooks)

@@ -11,7 +11,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.arrow.sort import sortable
-from autooptimize.domain.actions import Digest, Engine, GroupResult, Hooks, MergeRequest
+from autooptimize.domain.actions import ActionRequest, Digest, Engine, GroupResult, Hooks
 from autooptimize.domain.profile import add_seconds, phase
 from autooptimize.engines.types import SPARK, engine_for
 from autooptimize.errors import ActionRefused, VerificationFailed
@@ -55,7 +55,7 @@ class MergeGroup:
     sort_order_id: int | None
 
 
-def prepare_group(table: Table, unit: Unit, directory: str, request: MergeRequest) -> MergeGroup:
+def prepare_group(table: Table, unit: Unit, directory: str, request: ActionRequest) -> MergeGroup:
     """What the group's rewrite needs, and the engine that rewrites it (or ActionRefused)."""
     pf, group = unit.partition, unit.work
     by_path = {f.path: f for f in pf.data_files}
@@ -92,7 +92,7 @@ def prepare_group(table: Table, unit: Unit, directory: str, request: MergeReques
 
 
 def rewrite_in_one_job(spark: Any, table: Table, units: list[Unit], directories: list[str], codec: str,
-                   hooks: Hooks, request: MergeRequest, tag: str | None = None) -> list[GroupResult]:
+                   hooks: Hooks, request: ActionRequest, tag: str | None = None) -> list[GroupResult]:
     """Every group of the action: those of the ``spark`` engine as the tasks of one Spark job on the
     executors (spark_actors/action_job.py), verified here from what the tasks return; any other
     (a sort only Spark SQL can do) after it, one by one."""

@@ -15,7 +15,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import MergeRequest
+from autooptimize.domain.actions import ActionRequest
 from autooptimize.errors import Retry
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.commit import action_added_paths, live_data_paths
@@ -116,7 +116,7 @@ def _prune(io: Any, location: str, directory: str, keep: set[str]) -> None:
         _prune(io, location, child, keep)
 
 
-def fence_earlier_writer(settings: Settings, table: Table, request: MergeRequest,
+def fence_earlier_writer(settings: Settings, table: Table, request: ActionRequest,
                          wait: float = WRITER_WAIT_SECONDS) -> None:
     """Stop a killed attempt's Spark job before touching its output (see spark_actors.session.fence).
 

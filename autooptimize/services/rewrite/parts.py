@@ -7,7 +7,7 @@ import logging
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import Checkpoint, GroupResult, Hooks, MergeRequest
+from autooptimize.domain.actions import ActionRequest, Checkpoint, GroupResult, Hooks
 from autooptimize.domain.job_groups import per_commit
 from autooptimize.errors import ConflictAbort
 from autooptimize.iceberg.catalog import load_table
@@ -34,7 +34,7 @@ class Parts:
     committed); ``done`` holds every committed group of the action, earlier attempts' included.
     """
 
-    def __init__(self, kind: RewriteKind, settings: Settings, request: MergeRequest, hooks: Hooks,
+    def __init__(self, kind: RewriteKind, settings: Settings, request: ActionRequest, hooks: Hooks,
                  save: CheckpointWriter, state: Checkpoint, done: list[GroupResult], jobs: int,
                  progress: PartialProgress) -> None:
         self.kind, self.request, self.hooks, self.save, self.state = kind, request, hooks, save, state
@@ -81,7 +81,7 @@ class Parts:
             self.hooks.after_commit(snapshot_id)
 
 
-def resume_parts(kind: RewriteKind, settings: Settings, table: Table, request: MergeRequest, hooks: Hooks,
+def resume_parts(kind: RewriteKind, settings: Settings, table: Table, request: ActionRequest, hooks: Hooks,
                  save_checkpoint: CheckpointWriter) -> list[GroupResult]:
     """Partial progress on retry: the groups of every part now committed, earlier attempts' included.
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from autooptimize.domain.actions import MergeRequest
+from autooptimize.domain.actions import ActionRequest
 from autooptimize.domain.job_groups import cap_groups
 from autooptimize.domain.planning import Plan, PlanFile
 from autooptimize.iceberg.files import PartitionFiles
@@ -15,7 +15,7 @@ from autooptimize.services.sort import SortColumn, check_sorted_outputs, plan_so
 from autooptimize.services.zorder import ZColumn, plan_zorder, resolve_zorder
 
 
-def sort_spec(table: Table, request: MergeRequest) -> tuple[list[SortColumn], int | None] | None:
+def sort_spec(table: Table, request: ActionRequest) -> tuple[list[SortColumn], int | None] | None:
     """For a sort action, its columns and the table's sort order id when they are the table's order."""
     if request.kind != "sort":
         return None
@@ -23,7 +23,7 @@ def sort_spec(table: Table, request: MergeRequest) -> tuple[list[SortColumn], in
 
 
 def plan_sorted_partition(table: Table, pf: PartitionFiles, files: list[PlanFile], columns: list[SortColumn],
-                          request: MergeRequest) -> tuple[Plan, str | None]:
+                          request: ActionRequest) -> tuple[Plan, str | None]:
     """The partition's sort plan, and the reason it is left alone when the plan is empty."""
     plan, method = plan_sort(files, [f.data_file for f in pf.data_files], table, columns,
                              request.target_file_size, request.tolerance, request.min_input_files,
@@ -46,14 +46,14 @@ def check_sorted_group(table: Table, outputs: list[Any], columns: list[SortColum
         check_sorted_outputs(table, outputs, columns[0])
 
 
-def zorder_spec(table: Table, request: MergeRequest) -> list[ZColumn] | None:
+def zorder_spec(table: Table, request: ActionRequest) -> list[ZColumn] | None:
     """For a zorder action, its key columns (the option, else the table's tuning); None for other kinds."""
     if request.kind != "zorder":
         return None
     return resolve_zorder(table, request.options.get("zorder_columns"), request.zorder_columns)
 
 
-def plan_zorder_partition(pf: PartitionFiles, files: list[PlanFile], request: MergeRequest) -> tuple[Plan, str | None]:
+def plan_zorder_partition(pf: PartitionFiles, files: list[PlanFile], request: ActionRequest) -> tuple[Plan, str | None]:
     """The partition's z-order plan (whole, cut into runs only over the group cap), or why it is left alone."""
     plan = plan_zorder(files, request.target_file_size, request.tolerance, request.min_input_files,
                        request.max_bytes)
