@@ -271,10 +271,16 @@ class S3Apart:
     meter: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (all held open while chosen, so two calls cannot return the same one)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +293,7 @@ def s3_apart(settings, tmp_path_factory):
 
     from autooptimize.iceberg.catalog import get_catalog
 
-    port, relay = _free_port(), _free_port()
+    port, relay = _free_ports(2)
     counts = tmp_path_factory.mktemp("meter") / "counts.json"
     server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -304,8 +310,10 @@ def s3_apart(settings, tmp_path_factory):
             try:
                 client.create_bucket(Bucket="clusterlake")
                 break
-            except Exception:
-                assert time.monotonic() < deadline, "moto_server or the meter did not start"
+            except Exception as exc:
+                exited = {name: p.returncode for name, p in (("moto_server", server), ("meter", meter))
+                          if p.poll() is not None}
+                assert not exited and time.monotonic() < deadline, f"S3 server or meter not up: {exited} {exc!r}"
                 time.sleep(0.3)
         assert json.loads(counts.read_text())["to_watched"] > 0, "the meter counted none of this process's bytes"
         env = {"TYPE": "sql", "URI": settings.database_url, "WAREHOUSE": "s3://clusterlake/wh"}
