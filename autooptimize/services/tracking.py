@@ -9,6 +9,7 @@ is off until allowed per table (``track T --allow expire_snapshots,remove_orphan
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,6 +28,8 @@ from autooptimize.services.zorder import parse_zorder_columns
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import TrackedTable
 from autooptimize.storage.repositories import audit, tracked_table
+
+log = logging.getLogger(__name__)
 
 ACTION_KINDS = tuple(KINDS)
 #: Hygiene that deletes: expired snapshots can no longer be read, removed files are gone.
@@ -233,6 +236,24 @@ def ensure_tracked(settings: Settings, identifier: str) -> int:
     return int(track(settings, identifier)["id"])
 
 
+def _listed_tables(catalog: Any, patterns: tuple[str, ...]) -> list[str]:
+    """The tables of every namespace some pattern can match (a pattern's namespace part is all before its
+    last dot). A namespace the catalog refuses to list (another engine's malformed name, one dropped
+    meanwhile) is skipped with a warning: it must not stop the others from being tracked."""
+    import fnmatch
+
+    spaces = [p.rsplit(".", 1)[0] for p in patterns]
+    names: list[str] = []
+    for namespace in catalog.list_namespaces():
+        if not any(fnmatch.fnmatchcase(".".join(namespace), space) for space in spaces):
+            continue
+        try:
+            names += [".".join(ident) for ident in catalog.list_tables(namespace)]
+        except Exception as exc:
+            log.warning("auto-track: namespace %r not listed (%s: %s)", ".".join(namespace), type(exc).__name__, exc)
+    return names
+
+
 def auto_track(settings: Settings, *, batch: int = 500) -> list[str]:
     """Track, with default tuning, every catalog table matching AO_AUTO_TRACK that is not tracked yet.
 
@@ -248,8 +269,7 @@ def auto_track(settings: Settings, *, batch: int = 500) -> list[str]:
     catalog = get_catalog(settings)
     with session_scope(settings) as session:  # the identifiers only: runs every few seconds over the estate
         known = set(session.scalars(select(TrackedTable.identifier).where(TrackedTable.catalog == settings.catalog)))
-    wanted = sorted(name for name in (".".join(ident) for namespace in catalog.list_namespaces()
-                                      for ident in catalog.list_tables(namespace))
+    wanted = sorted(name for name in _listed_tables(catalog, patterns)
                     if name not in known and any(fnmatch.fnmatchcase(name, p) for p in patterns))
     if not wanted:
         return []

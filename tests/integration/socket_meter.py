@@ -75,9 +75,9 @@ class Meter:
                 data = source.recv(1 << 16)
                 if not data:
                     break
-                sink.sendall(data)
-                if key is not None:
+                if key is not None:  # counted before it is delivered: a reader who got it sees it counted
                     self._add(key, len(data))
+                sink.sendall(data)
         except OSError:
             pass
         finally:

@@ -13,9 +13,10 @@ from tests.integration.tables import DAY1, DAY2, action_outputs, identifier, liv
 
 @pytest.mark.spark
 def test_an_attempt_timed_out_mid_job_is_retried_and_commits_once(settings, spark, catalog):
-    table = make_table(catalog, {DAY1: 32, DAY2: 32}, rows=30_000)
+    # large enough that the rewrite's Spark job outlasts the 1 s timeout on an idle machine (about 3 s)
+    table = make_table(catalog, {DAY1: 4, DAY2: 48}, rows=60_000)
     ident = identifier(table)
-    tracking.track(settings, ident, target_file_size="1MiB")
+    tracking.track(settings, ident, target_file_size="16MiB")
     # a first rewrite gives the table a measured output size, so the second plans without a calibration
     # job and its timeout falls inside the rewrite's Spark job
     first = actions.submit(settings, ident, partition="day=2026-01-01", dispatch=False)
