@@ -71,12 +71,14 @@ DAYS = [dt.date(2026, 1, d) for d in (1, 2, 3)]
 INTERVAL = 0.05
 
 
-def _batch(first: int, rows: int, day: dt.date) -> pa.Table:
+def batch_of(first: int, rows: int, day: dt.date) -> pa.Table:
+    """``rows`` rows of the benchmark tables' schema with ids from ``first``, all on ``day``."""
     return pa.table({"id": list(range(first, first + rows)), "day": [day] * rows,
                      "v": [f"v{i}" for i in range(first, first + rows)]}, schema=ARROW)
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``values``."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
@@ -88,7 +90,7 @@ def _setup(settings: Settings, tables: int) -> list[str]:
     for i in range(tables):
         name = f"bench.t{i:04d}"
         table = catalog.create_table(name, schema=SCHEMA, partition_spec=SPEC)
-        table.append(_batch(0, 10, DAYS[i % 3]))
+        table.append(batch_of(0, 10, DAYS[i % 3]))
         tracking.track(settings, name, target_file_size="1MiB")
         observe_table(settings, name)  # first sight: a scan, so the run measures rolling updates only
         names.append(name)
@@ -121,7 +123,7 @@ def _write(settings: Settings, names: list[str], seconds: float, seed: int, rate
                 time.sleep(wait)
         name = rng.choice(names)
         table = tables[name]
-        table.append(_batch(next_id, 10, rng.choice(DAYS)))
+        table.append(batch_of(next_id, 10, rng.choice(DAYS)))
         done = time.time()
         next_id += 10
         sent += 1
@@ -189,14 +191,14 @@ def _cost_per_snapshot(settings: Settings, repeat: int = 7) -> dict[str, Any]:
     name = "bench.cost"
     table = catalog.create_table(name, schema=SCHEMA, partition_spec=SPEC)
     for i in range(300):
-        table.append(_batch(i * 10, 10, DAYS[i % 3]))
+        table.append(batch_of(i * 10, 10, DAYS[i % 3]))
     tracking.track(settings, name, target_file_size="1MiB")
     observe_table(settings, name)
     next_id = [10_000]
     manifests = []
 
     def one_snapshot() -> None:
-        table.append(_batch(next_id[0], 10, DAYS[next_id[0] % 3]))
+        table.append(batch_of(next_id[0], 10, DAYS[next_id[0] % 3]))
         next_id[0] += 10
         started = time.perf_counter()
         report = observe_table(settings, name)
@@ -243,8 +245,8 @@ def _phase(settings: Settings, names: list[str], seconds: float, writers: int, r
         "target_rate": rate or "max",
         "commits": len(commits),
         "commits_per_second": round(len(commits) / elapsed, 1),
-        "delay_p50_seconds": round(_percentile(delays, 0.5), 3),
-        "delay_p95_seconds": round(_percentile(delays, 0.95), 3),
+        "delay_p50_seconds": round(percentile(delays, 0.5), 3),
+        "delay_p95_seconds": round(percentile(delays, 0.95), 3),
         "delay_max_seconds": round(max(delays), 3),
         "backlog_tables_at_end": backlog,
         "catch_up_seconds": round(catch_up, 2),
@@ -270,7 +272,7 @@ def measure(tables: int, seconds: float, writers: int, rates: list[float | None]
         log = home / "listener.log"
         listener = _listener(settings, log, workers)
         # warm up: the listener has started and applied a commit before the clock runs
-        get_catalog(settings).load_table(names[0]).append(_batch(999_999_000, 10, DAYS[0]))
+        get_catalog(settings).load_table(names[0]).append(batch_of(999_999_000, 10, DAYS[0]))
         time.sleep(1.0)
         _wait_caught_up(settings, 60)
         phases = [_phase(settings, names, seconds, writers, rate, 10 * i) for i, rate in enumerate(rates)]

@@ -42,7 +42,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from sqlalchemy import text
 
 from autooptimize.config import Settings
@@ -53,20 +52,10 @@ from autooptimize.services.observe.changes import changed_tables
 from autooptimize.storage.db import get_engine, session_scope, upgrade
 from autooptimize.storage.shard_leases import holders
 from benchmarks.exact import stats_mismatches
-from benchmarks.listener import ARROW, DAYS, REPO, SCHEMA, SPEC
+from benchmarks.listener import DAYS, REPO, SCHEMA, SPEC, batch_of, percentile
 from benchmarks.scratch import drop_scratch_database
 
 TARGET = 1 << 20
-
-
-def _batch(first: int, rows: int, day: Any) -> pa.Table:
-    return pa.table({"id": list(range(first, first + rows)), "day": [day] * rows,
-                     "v": [f"v{i}" for i in range(first, first + rows)]}, schema=ARROW)
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def _setup(settings: Settings, tables: int) -> list[str]:
@@ -75,7 +64,7 @@ def _setup(settings: Settings, tables: int) -> list[str]:
 
     def one(i: int) -> str:
         name = f"bench.t{i:04d}"
-        catalog.create_table(name, schema=SCHEMA, partition_spec=SPEC).append(_batch(0, 10, DAYS[i % 2]))
+        catalog.create_table(name, schema=SCHEMA, partition_spec=SPEC).append(batch_of(0, 10, DAYS[i % 2]))
         tracking.track(settings, name, target_file_size=TARGET)
         return name
 
@@ -128,7 +117,7 @@ def _write(settings: Settings, names: list[str], stop: threading.Event, seed: in
         sent += 1
         name = rng.choice(names)
         table = tables[name]
-        table.append(_batch(next_id, 10, rng.choice(DAYS[:2])))
+        table.append(batch_of(next_id, 10, rng.choice(DAYS[:2])))
         snapshot = table.current_snapshot()
         assert snapshot is not None
         commits.append((name, snapshot.snapshot_id, time.time(), time.monotonic()))
@@ -215,9 +204,9 @@ def measure(tables: int, shards: int, lease: float, before: float, after: float,
             "commits": len(commits), "commits_to_moved_after_kill": len(after_kill),
             "commits_during_hand_over": len(during),
             "moved_delay_max_seconds": round(max(after_kill), 2) if after_kill else None,
-            "moved_delay_p95_seconds": round(_percentile(after_kill, 0.95), 2) if after_kill else None,
-            "others_delay_p95_seconds": round(_percentile(others, 0.95), 2) if others else None,
-            "others_delay_p50_seconds": round(_percentile(others, 0.5), 2) if others else None,
+            "moved_delay_p95_seconds": round(percentile(after_kill, 0.95), 2) if after_kill else None,
+            "others_delay_p95_seconds": round(percentile(others, 0.95), 2) if others else None,
+            "others_delay_p50_seconds": round(percentile(others, 0.5), 2) if others else None,
             "catch_up_seconds": round(catch_up_seconds, 1),
             "commits_missed": len(missed), "missed_examples": missed[:3],
             "tables_differing": len(mismatches), "differing_examples": mismatches[:3],
