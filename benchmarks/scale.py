@@ -53,28 +53,16 @@ from typing import Any
 
 import pyarrow as pa
 import redis
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
-from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import DateType, LongType, NestedField, StringType
 from sqlalchemy import text
 
 from autooptimize.config import Settings
 from autooptimize.iceberg.catalog import get_catalog
 from autooptimize.services.observe.changes import changed_tables
 from autooptimize.storage.db import get_engine, upgrade
+from benchmarks.listener import ARROW, REPO, SCHEMA, SPEC
 from benchmarks.scratch import drop_scratch_database
 
-REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "scale"
-SCHEMA = Schema(
-    NestedField(1, "id", LongType(), required=True),
-    NestedField(2, "day", DateType(), required=True),
-    NestedField(3, "v", StringType(), required=False),
-)
-SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="day"))
-ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("day", pa.date32(), nullable=False),
-                   pa.field("v", pa.string())])
 DAY = dt.date(2026, 1, 1)
 ROLES = ("listener", "dispatcher", "beat", "control")
 TARGETS = {"observed_p95": 2.0, "submitted_p95": 3.0, "cpu_cores": 0.25}
