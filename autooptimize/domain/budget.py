@@ -22,6 +22,16 @@ odd action does not swing every estimate. An action's measured core-seconds are
 **Ranking** (:func:`rank`): candidates in order of value per core-second (ties: the earlier arrival,
 then the key), each admitted when its cost fits what is left of the budget; one that does not fit is
 deferred and the next is tried (greedy by ratio, the usual answer to a knapsack of many small items).
+
+**Pacing.** An estimate can be wrong by half or more (the same action's CPU seconds vary with the
+machine's load), and a budget that admitted all it could afford on estimates at once would overspend
+by that error. So at most a fraction ``pace`` of what the *measured* spend leaves of the hour is held
+by estimates in flight; the rest is admitted at later ticks, once those actions have finished and
+count at their measured cost. The budget then holds as long as the estimates err by less than
+(1 − pace) / pace (×2 at the default 0.5). Pacing keeps the ranking's order: the first candidate it
+holds back stops the tick's admissions (``paced``), so nothing of less value per core-second overtakes
+it. When nothing is in flight, the best candidate that fits what is left is admitted whatever its size
+(a large one would otherwise never run); only that one action's estimate error can then overshoot.
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ REASONS = {
     "larger_than_budget": "deferred: its estimate alone exceeds the hourly budget; raise "
                           "AO_BUDGET_CORE_SECONDS_PER_HOUR for it to ever run",
     "no_value": "deferred: it removes no file and closes no distance from the target",
+    "paced": "deferred: estimates already in flight hold AO_BUDGET_PACE of what the measured spend leaves "
+             "of the hour; admitted at a later tick, once they have finished and been measured",
 }
 
 
@@ -193,24 +205,36 @@ class Verdict:
     reason: str  # a key of REASONS
 
 
-def rank(candidates: Sequence[BudgetCandidate], remaining: float, budget: float) -> list[Verdict]:
-    """Verdicts for ``candidates`` when ``remaining`` core-seconds are left of an hourly ``budget``: in
-    order of value per core-second, each admitted when it fits what is left (see module doc).
+def rank(candidates: Sequence[BudgetCandidate], remaining: float, budget: float, *, pace: float = 1.0,
+         in_flight: float = 0.0) -> list[Verdict]:
+    """Verdicts for ``candidates`` when ``remaining`` core-seconds are left of an hourly ``budget`` (the
+    spend counting ``in_flight``, the estimates of admitted actions not yet finished): in order of value
+    per core-second, each admitted when it fits what is left and the pace (see module doc).
     Every candidate gets exactly one verdict, in ranking order."""
     _non_negative("budget", budget)
+    _non_negative("in-flight estimate", in_flight)
+    if not isinstance(pace, int | float) or not 0 < pace <= 1:
+        raise InvalidArgument(f"pace must be in (0, 1] (got {pace!r})")
     keys = [c.key for c in candidates]
     if len(set(keys)) != len(keys):
         raise InvalidArgument(f"candidate keys must be unique (repeated: {sorted({k for k in keys if keys.count(k) > 1})})")
     left = max(0.0, remaining)
+    flight = in_flight  # estimates in flight, this tick's admissions included
+    allowance = pace * (left + in_flight)  # the most estimates may hold of what the measured spend leaves
+    paced = False
     verdicts = []
     for c in sorted(candidates, key=lambda c: (-c.value_per_cost, c.arrived, c.key)):
         if c.value <= 0:
             verdicts.append(Verdict(c.key, DEFER, "no_value"))
         elif c.cost > budget:
             verdicts.append(Verdict(c.key, DEFER, "larger_than_budget"))
-        elif c.cost <= left:
-            left -= c.cost
-            verdicts.append(Verdict(c.key, ADMIT, "ranked"))
-        else:
+        elif c.cost > left:
             verdicts.append(Verdict(c.key, DEFER, "over_budget"))
+        elif paced or (flight > 0 and flight + c.cost > allowance):
+            paced = True  # the order holds: nothing of less value per core-second goes before it
+            verdicts.append(Verdict(c.key, DEFER, "paced"))
+        else:
+            left -= c.cost
+            flight += c.cost
+            verdicts.append(Verdict(c.key, ADMIT, "ranked"))
     return verdicts

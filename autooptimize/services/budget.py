@@ -16,6 +16,13 @@ core-seconds (:func:`~autooptimize.domain.budget.core_seconds`) once finished, a
 plus every action of the last hour no candidate stands for (ad-hoc actions, hygiene), measured once
 finished and estimated while queued or running. Ad-hoc actions are never held back; they only count.
 
+**Pacing** (AO_BUDGET_PACE, domain/budget.py): estimates in flight hold at most that share of what the
+measured spend leaves, so an estimate's error cannot spend the hour twice; each tick also estimates the
+open candidates again with their table's newest measurements. The model learns from the actions that
+ran under the budget (and those no candidate stands for): in shadow mode, the actions of candidates it
+never admitted ran only because shadow holds nothing back, and an enforcing budget would not have known
+their cost.
+
 **Shadow mode** (AO_BUDGET_MODE=shadow) records and ranks exactly the same way but holds nothing back:
 each candidate's action is submitted on arrival and linked to its record. Its spend counts only what the
 budget admitted, so its verdicts are the ones an enforcing budget would have given.
@@ -69,13 +76,16 @@ def prior_of(settings: Settings) -> CostPrior:
 
 
 def cost_model(session: Session, settings: Settings, table_id: int | None) -> CostModel:
-    """The table's cost model: the prior scaled by its newest finished rewrites (the prior when none)."""
+    """The table's cost model: the prior scaled by its newest finished rewrites that ran under the budget
+    (module doc; the prior when none)."""
     if table_id is None:
         return CostModel(prior_of(settings))
+    never_admitted = select(BudgetDecision.action_id).where(BudgetDecision.action_id.is_not(None),
+                                                            BudgetDecision.admitted_at.is_(None))
     rows = session.execute(
         select(Action.files_in, Action.bytes_in, Action.timings)
         .where(Action.table_id == table_id, Action.state == ActionState.SUCCEEDED.value,
-               Action.kind.in_(REWRITE_KINDS), Action.files_in > 0)
+               Action.kind.in_(REWRITE_KINDS), Action.files_in > 0, Action.id.not_in(never_admitted))
         .order_by(Action.finished_at.desc()).limit(HISTORY)).all()
     samples = [Sample(int(files or 0), int(bytes_ or 0), spent) for files, bytes_, timings in rows
                if (spent := core_seconds(timings)) is not None]
@@ -128,10 +138,11 @@ def _link(settings: Settings, row_id: int, action_id: str) -> None:
 
 def spend(session: Session, settings: Settings, at: datetime | None = None) -> dict[str, float]:
     """Core-seconds of the rolling hour up to ``at``: ``admitted`` (candidates the budget admitted),
-    ``other`` (actions no candidate stands for: ad hoc, hygiene) and their ``total`` (module doc)."""
+    ``other`` (actions no candidate stands for: ad hoc, hygiene), their ``total`` (module doc), and
+    ``in_flight``: the part of ``admitted`` still at its estimate (its action not finished)."""
     at = at or now()
     since = at - HOUR
-    admitted = 0.0
+    admitted = in_flight = 0.0
     rows = session.execute(
         select(BudgetDecision.cost, Action.state, Action.timings)
         .outerjoin(Action, Action.id == BudgetDecision.action_id)
@@ -139,10 +150,11 @@ def spend(session: Session, settings: Settings, at: datetime | None = None) -> d
     for estimate, state, timings in rows:
         measured = core_seconds(timings) if state is not None and ActionState(state).terminal else None
         admitted += measured if measured is not None else estimate
+        in_flight += estimate if measured is None else 0.0
     linked = select(BudgetDecision.action_id).where(BudgetDecision.action_id.is_not(None))
     others = session.scalars(select(Action).where(Action.created_at > since, Action.id.not_in(linked))).all()
     other = sum(_action_cost(session, settings, a) for a in others)
-    return {"admitted": admitted, "other": other, "total": admitted + other}
+    return {"admitted": admitted, "other": other, "total": admitted + other, "in_flight": in_flight}
 
 
 def _action_cost(session: Session, settings: Settings, action: Action) -> float:
@@ -177,12 +189,17 @@ def run_budget_tick(settings: Settings, dispatch: Dispatch | None = None) -> dic
             if _done_since(session, r):  # another action (e.g. ad hoc) rewrote the partition since
                 r.verdict, r.reason, r.decided_at = SUPERSEDED, "done_since", when
         rows = [r for r in rows if r.verdict in OPEN]
+        models: dict[int, CostModel] = {}
+        for r in rows:  # estimated again with the table's newest measurements
+            if r.table_id not in models:
+                models[r.table_id] = cost_model(session, settings, r.table_id)
+            r.cost = models[r.table_id].estimate(r.files_in, r.bytes_in)
         spent = spend(session, settings)
         if budget is None:
             verdicts = {r.id: (ADMIT, "no_budget") for r in rows}
         else:
             ranked = rank([BudgetCandidate(str(r.id), r.value, r.cost, r.arrived_at.timestamp()) for r in rows],
-                          budget - spent["total"], budget)
+                          budget - spent["total"], budget, pace=settings.budget_pace, in_flight=spent["in_flight"])
             verdicts = {int(v.key): (v.verdict, v.reason) for v in ranked}
         for r in rows:
             r.verdict, r.reason = verdicts[r.id]

@@ -24,7 +24,8 @@ from tests.integration.tables import DAY1, identifier, key_of, make_table
 HEAVY_FILES, BARELY_FILES = 30, 3
 # prior: 1 core-s per action + 0.05 per file → heavy 2.5 core-s for ~29 files removed, barely 1.15 for 2
 PRIOR = {"budget_prior_seconds_per_action": 1.0, "budget_prior_seconds_per_file": 0.05,
-         "budget_prior_seconds_per_gib": 40.0, "rewrite_engine": "local"}
+         "budget_prior_seconds_per_gib": 40.0, "rewrite_engine": "local",
+         "budget_pace": 1.0}  # the ranking under test; pacing: tests/unit/test_budget.py, benchmarks/budget.py
 ROOM = 3.0  # core-seconds left this hour: the heavy candidate fits, a barely one after it does not
 
 
@@ -154,5 +155,9 @@ def test_shadow_records_the_same_verdicts_and_holds_nothing_back(settings, catal
     with session_scope(tight) as s:
         linked = s.scalars(select(BudgetDecision.action_id).where(BudgetDecision.table_id.in_([barely_a, barely_b]))).all()
     assert set(linked) == set(arrived[1:])  # the deferred ones ran, linked, and are not in the admitted spend
+    # the cost model learns from what the budget admitted only: an enforcing budget would not have run the rest
+    with session_scope(tight) as s:
+        assert budget.cost_model(s, tight, heavy).samples == 1
+        assert budget.cost_model(s, tight, barely_a).samples == 0
     # close the shadow's open candidates so that later tests see none
     budget.run_budget_tick(tight.model_copy(update={"budget_core_seconds_per_hour": None}), port)

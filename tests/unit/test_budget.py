@@ -98,6 +98,45 @@ def test_ranking_admits_by_value_per_cost_within_what_is_left():
     assert {x.verdict for x in rank(cands, remaining=-5.0, budget=20.0)} == {DEFER}
 
 
+def test_pacing_holds_estimates_in_flight_to_a_share_of_what_is_left_and_keeps_the_order():
+    cands = [BudgetCandidate("a", 40, 3.0), BudgetCandidate("b", 30, 3.0), BudgetCandidate("c", 20, 3.0),
+             BudgetCandidate("d", 1, 0.5)]
+    # nothing in flight: 10 left, pace 0.5 → estimates may hold 5: a (3) in, b would make 6 → paced, and so
+    # is everything after it, even d that would fit (nothing of less value per core-second overtakes b)
+    v = rank(cands, remaining=10.0, budget=10.0, pace=0.5)
+    assert [(x.key, x.verdict, x.reason) for x in v] == [
+        ("a", ADMIT, "ranked"), ("b", DEFER, "paced"), ("c", DEFER, "paced"), ("d", DEFER, "paced")]
+    # with 3 already in flight of 10 measured-left (7 left on estimates): the allowance 5 is 2 away
+    assert {x.verdict for x in rank(cands, remaining=7.0, budget=10.0, pace=0.5, in_flight=3.0)} == {DEFER}
+    # nothing in flight: the best candidate is admitted whatever the pace, when it fits what is left
+    assert rank([BudgetCandidate("big", 10, 8.0)], remaining=10.0, budget=10.0, pace=0.2)[0].verdict == ADMIT
+    # pace 1 is the greedy knapsack of before
+    assert [x.verdict for x in rank(cands, 10.0, 10.0, pace=1.0)] == [ADMIT, ADMIT, ADMIT, ADMIT]
+    with pytest.raises(InvalidArgument, match="pace"):
+        rank(cands, 10.0, 10.0, pace=0.0)
+
+
+@given(st.lists(st.floats(0.01, 10), min_size=1, max_size=30), st.floats(0.05, 1), st.floats(0, 1.0),
+       st.floats(0.01, 100))
+def test_paced_spending_holds_the_budget_while_estimates_err_by_less_than_the_pace_allows(costs, pace, err, budget):
+    """Ticks admit, the admitted finish at (1 + e) × their estimate with e < (1 − pace) / pace, and the
+    next tick sees them measured: the measured spend never passes the budget, except by the one action a
+    tick may admit with nothing in flight (its own error)."""
+    err = err * (1 - pace) / pace * 0.999
+    pending = [BudgetCandidate(f"c{i}", 1.0, c, arrived=i) for i, c in enumerate(costs)]
+    spent = 0.0
+    while pending:
+        verdicts = rank(pending, budget - spent, budget, pace=pace)
+        admitted = {v.key for v in verdicts if v.verdict == ADMIT}
+        if not admitted:
+            break
+        batch = [c for c in pending if c.key in admitted]
+        spent += sum(c.cost for c in batch) * (1 + err)
+        largest = max(c.cost for c in batch)
+        assert spent <= budget + largest * err + 1e-9
+        pending = [c for c in pending if c.key not in admitted]
+
+
 def test_ranking_refuses_repeated_keys_and_bad_numbers():
     with pytest.raises(InvalidArgument, match="unique"):
         rank([BudgetCandidate("a", 1, 1.0), BudgetCandidate("a", 2, 1.0)], 1.0, 1.0)
