@@ -65,7 +65,8 @@ class TableContext:
 @dataclass(frozen=True)
 class TaskOutcome:
     """What one task sent back: its call's result (or None), the error it raised (or None), the executor
-    that ran it (host and JVM pid), its Spark attempt number and its wall time."""
+    that ran it (host and JVM pid), its Spark attempt number, its wall time and the CPU seconds of its
+    Python worker (all its threads: pyarrow's IO and compute pools included)."""
 
     index: int
     value: Any
@@ -73,6 +74,7 @@ class TaskOutcome:
     executor: str
     attempt: int
     seconds: float
+    cpu: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def run_task(context: TableContext, index: int, call: Call) -> bytes:
     """Runs in an executor's Python worker: ``call`` on the table, its outcome pickled."""
     from pyspark import TaskContext
 
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()  # a Python worker runs one task at a time
     task = TaskContext.get()
     attempt = task.attemptNumber() if task is not None else 0
     function, args = call
@@ -124,12 +126,13 @@ def run_task(context: TableContext, index: int, call: Call) -> bytes:
         value, error = function(context.table(), *args, attempt=attempt), None
     except Exception as exc:  # sent back whole: the action maps it as if it ran in the worker
         value, error = None, exc
-    outcome = TaskOutcome(index, value, error, _executor(), attempt, time.monotonic() - started)
+    outcome = TaskOutcome(index, value, error, _executor(), attempt, time.monotonic() - started,
+                          time.process_time() - cpu)
     try:
         return pickle.dumps(outcome)
     except Exception as exc:  # an unpicklable error still reaches the action, as text
         return pickle.dumps(TaskOutcome(index, None, VerificationFailed(f"{type(exc).__name__}: {error or exc}"),
-                                        outcome.executor, attempt, outcome.seconds))
+                                        outcome.executor, attempt, outcome.seconds, outcome.cpu))
 
 
 def run_action_job(spark: SparkSession, context: TableContext, calls: Sequence[Call],

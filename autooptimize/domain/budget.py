@@ -30,8 +30,9 @@ by estimates in flight; the rest is admitted at later ticks, once those actions 
 count at their measured cost. The budget then holds as long as the estimates err by less than
 (1 − pace) / pace (×2 at the default 0.5). Pacing keeps the ranking's order: the first candidate it
 holds back stops the tick's admissions (``paced``), so nothing of less value per core-second overtakes
-it. When nothing is in flight, the best candidate that fits what is left is admitted whatever its size
-(a large one would otherwise never run); only that one action's estimate error can then overshoot.
+it. One exception: a candidate larger than ``pace`` × the whole budget could never pass the pace, so
+it is admitted when nothing is in flight and it fits what is left; only that one action's estimate
+error can then overshoot.
 """
 
 from __future__ import annotations
@@ -125,12 +126,15 @@ class CostModel:
 
 
 def core_seconds(timings: Mapping[str, float] | None) -> float | None:
-    """Core-seconds an action spent: the worker process's CPU seconds (``cpu``) plus the Spark tasks'
-    seconds on the executors (``task.wall``, one core each). An action recorded before ``cpu`` was
-    measured counts its wall seconds as one core; None when nothing was measured."""
+    """Core-seconds an action spent: the worker process's CPU seconds (``cpu``) plus its Spark tasks'
+    CPU seconds on the executors (``task.cpu``: their Python workers'; before that was measured, the
+    tasks' wall seconds ``task.wall``, one core each). CPU seconds, not wall: the machine's other load
+    stretches wall time and would make the same action cost more from one hour to the next. An action
+    recorded before ``cpu`` was measured counts its wall seconds as one core; None when nothing was
+    measured."""
     if not timings:
         return None
-    executors = float(timings.get("task.wall", 0.0))
+    executors = float(timings["task.cpu"] if "task.cpu" in timings else timings.get("task.wall", 0.0))
     if "cpu" in timings:
         return float(timings["cpu"]) + executors
     if "wall" in timings:
@@ -230,7 +234,7 @@ def rank(candidates: Sequence[BudgetCandidate], remaining: float, budget: float,
             verdicts.append(Verdict(c.key, DEFER, "larger_than_budget"))
         elif c.cost > left:
             verdicts.append(Verdict(c.key, DEFER, "over_budget"))
-        elif paced or (flight > 0 and flight + c.cost > allowance):
+        elif paced or (flight + c.cost > allowance and not (flight == 0 and c.cost > pace * budget)):
             paced = True  # the order holds: nothing of less value per core-second goes before it
             verdicts.append(Verdict(c.key, DEFER, "paced"))
         else:

@@ -193,5 +193,6 @@ def record_task_seconds(job: Any) -> None:
     """The tasks' own phases, summed over the job's tasks, in the action's profile (``task.*``)."""
     for outcome in job.outcomes:
         add_seconds("task.wall", outcome.seconds)
+        add_seconds("task.cpu", outcome.cpu)
         for name, seconds in (getattr(outcome.value, "seconds", None) or {}).items():
             add_seconds(f"task.{name}", seconds)
