@@ -64,6 +64,8 @@ class FleetSettings(BaseSettings):
     budget_tick_seconds: float = Field(default=30.0, gt=0)
     # the share of what the measured spend leaves that estimates in flight may hold (domain/budget.py)
     budget_pace: float = Field(default=0.5, gt=0, le=1)
+    # with nothing in flight, a candidate is admitted when its estimate × (1 + margin) fits what is left
+    budget_margin: float = Field(default=0.25, ge=0)
     # the cost model's prior (a table without finished actions): core-seconds per action, input file, GiB
     budget_prior_seconds_per_action: float = Field(default=1.0, ge=0)
     budget_prior_seconds_per_file: float = Field(default=0.02, ge=0)

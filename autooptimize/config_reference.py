@@ -93,6 +93,8 @@ DESCRIPTIONS: dict[str, str] = {
     "budget_pace": "the share (0–1] of what the hour's measured spend leaves that admitted actions still "
                    "running may hold at their estimates; the rest is admitted at later ticks, once measured "
                    "(1: admit all that fits at once, on estimates)",
+    "budget_margin": "with no admitted action in flight, the next candidate is admitted when its estimate "
+                     "times (1 + margin) fits what is left of the hour: room for the estimate to be low",
     "budget_tick_seconds": "how often beat ranks the candidates waiting for the budget (the admission window)",
     "budget_prior_seconds_per_action": "cost model prior, core-seconds per action (until a table has history)",
     "budget_prior_seconds_per_file": "cost model prior, core-seconds per input file",

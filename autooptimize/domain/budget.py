@@ -23,16 +23,15 @@ odd action does not swing every estimate. An action's measured core-seconds are
 then the key), each admitted when its cost fits what is left of the budget; one that does not fit is
 deferred and the next is tried (greedy by ratio, the usual answer to a knapsack of many small items).
 
-**Pacing.** An estimate can be wrong by half or more (the same action's CPU seconds vary with the
-machine's load), and a budget that admitted all it could afford on estimates at once would overspend
-by that error. So at most a fraction ``pace`` of what the *measured* spend leaves of the hour is held
-by estimates in flight; the rest is admitted at later ticks, once those actions have finished and
-count at their measured cost. The budget then holds as long as the estimates err by less than
-(1 − pace) / pace (×2 at the default 0.5). Pacing keeps the ranking's order: the first candidate it
-holds back stops the tick's admissions (``paced``), so nothing of less value per core-second overtakes
-it. One exception: a candidate larger than ``pace`` × the whole budget could never pass the pace, so
-it is admitted when nothing is in flight and it fits what is left; only that one action's estimate
-error can then overshoot.
+**Pacing.** An estimate can be wrong (the same action's CPU seconds vary with the machine's load),
+and a budget that admitted all it could afford on estimates at once would overspend by that error. So
+while admitted actions are in flight, their estimates may hold at most a fraction ``pace`` of what the
+*measured* spend leaves of the hour; the rest is admitted at later ticks, once they have finished and
+count at their measured cost. With nothing in flight, the next candidate is admitted when its estimate
+with a ``margin`` (1 + margin times) fits what is left, however large, so that the hour can be used to
+its end. The budget then holds while the estimates err by less than min(margin, (1 − pace) / pace).
+Pacing keeps the ranking's order: the first candidate it holds back stops the tick's admissions
+(``paced``), so nothing of less value per core-second overtakes it.
 """
 
 from __future__ import annotations
@@ -210,13 +209,14 @@ class Verdict:
 
 
 def rank(candidates: Sequence[BudgetCandidate], remaining: float, budget: float, *, pace: float = 1.0,
-         in_flight: float = 0.0) -> list[Verdict]:
+         in_flight: float = 0.0, margin: float = 0.0) -> list[Verdict]:
     """Verdicts for ``candidates`` when ``remaining`` core-seconds are left of an hourly ``budget`` (the
     spend counting ``in_flight``, the estimates of admitted actions not yet finished): in order of value
-    per core-second, each admitted when it fits what is left and the pace (see module doc).
+    per core-second, each admitted when it fits what is left, the pace and the margin (see module doc).
     Every candidate gets exactly one verdict, in ranking order."""
     _non_negative("budget", budget)
     _non_negative("in-flight estimate", in_flight)
+    _non_negative("margin", margin)
     if not isinstance(pace, int | float) or not 0 < pace <= 1:
         raise InvalidArgument(f"pace must be in (0, 1] (got {pace!r})")
     keys = [c.key for c in candidates]
@@ -232,9 +232,9 @@ def rank(candidates: Sequence[BudgetCandidate], remaining: float, budget: float,
             verdicts.append(Verdict(c.key, DEFER, "no_value"))
         elif c.cost > budget:
             verdicts.append(Verdict(c.key, DEFER, "larger_than_budget"))
-        elif c.cost > left:
+        elif c.cost > left or (flight == 0 and c.cost * (1 + margin) > left):
             verdicts.append(Verdict(c.key, DEFER, "over_budget"))
-        elif paced or (flight + c.cost > allowance and not (flight == 0 and c.cost > pace * budget)):
+        elif paced or (flight > 0 and flight + c.cost > allowance):
             paced = True  # the order holds: nothing of less value per core-second goes before it
             verdicts.append(Verdict(c.key, DEFER, "paced"))
         else:

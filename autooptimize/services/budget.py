@@ -16,8 +16,9 @@ core-seconds (:func:`~autooptimize.domain.budget.core_seconds`) once finished, a
 plus every action of the last hour no candidate stands for (ad-hoc actions, hygiene), measured once
 finished and estimated while queued or running. Ad-hoc actions are never held back; they only count.
 
-**Pacing** (AO_BUDGET_PACE, domain/budget.py): estimates in flight hold at most that share of what the
-measured spend leaves, so an estimate's error cannot spend the hour twice; each tick also estimates the
+**Pacing** (AO_BUDGET_PACE, AO_BUDGET_MARGIN; domain/budget.py): estimates in flight hold at most that
+share of what the measured spend leaves, and with nothing in flight a candidate goes when its estimate
+with the margin fits, so an estimate's error cannot overspend the hour; each tick also estimates the
 open candidates again with their table's newest measurements. The model learns from the actions that
 ran under the budget (and those no candidate stands for): in shadow mode, the actions of candidates it
 never admitted ran only because shadow holds nothing back, and an enforcing budget would not have known
@@ -199,7 +200,8 @@ def run_budget_tick(settings: Settings, dispatch: Dispatch | None = None) -> dic
             verdicts = {r.id: (ADMIT, "no_budget") for r in rows}
         else:
             ranked = rank([BudgetCandidate(str(r.id), r.value, r.cost, r.arrived_at.timestamp()) for r in rows],
-                          budget - spent["total"], budget, pace=settings.budget_pace, in_flight=spent["in_flight"])
+                          budget - spent["total"], budget, pace=settings.budget_pace, in_flight=spent["in_flight"],
+                          margin=settings.budget_margin)
             verdicts = {int(v.key): (v.verdict, v.reason) for v in ranked}
         for r in rows:
             r.verdict, r.reason = verdicts[r.id]
