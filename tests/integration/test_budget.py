@@ -25,7 +25,7 @@ HEAVY_FILES, BARELY_FILES = 30, 3
 # prior: 1 core-s per action + 0.05 per file → heavy 2.5 core-s for ~29 files removed, barely 1.15 for 2
 PRIOR = {"budget_prior_seconds_per_action": 1.0, "budget_prior_seconds_per_file": 0.05,
          "budget_prior_seconds_per_gib": 40.0, "rewrite_engine": "local",
-         "budget_pace": 1.0}  # the ranking under test; pacing: tests/unit/test_budget.py, benchmarks/budget.py
+         "budget_pace": 1.0, "budget_margin": 0.0}  # the ranking under test; pacing: tests/unit/test_budget.py, benchmarks/budget.py
 ROOM = 3.0  # core-seconds left this hour: the heavy candidate fits, a barely one after it does not
 
 
