@@ -19,6 +19,7 @@ from autooptimize.domain.actions import ActionRequest
 from autooptimize.errors import Retry
 from autooptimize.iceberg import paths
 from autooptimize.iceberg.commit import action_added_paths, live_data_paths
+from autooptimize.iceberg.fileio import exists
 from autooptimize.iceberg.files import PartitionFiles, partition_dir
 from spark_actors.session import fence
 
@@ -96,10 +97,14 @@ def remove_uncommitted(table: Table, directories: list[str] | tuple[str, ...], a
         if "/ao-" not in directory:
             raise paths.PathRefused(directory, location, "not_an_autooptimize_output", "delete")
         paths.check(location, directory, "delete")
+    # none there (an action's first attempt): nothing to remove, no need to list the table's live files
+    present = [d for d in directories if exists(table.io, d) or next(paths.walk(location, d, table.io), None)]
+    if not present:
+        return
     table.refresh()
     keep = {paths.normalise_path(p) for p in live_data_paths(table) | (
         action_added_paths(table, action_id) if action_id else set())}
-    for directory in directories:
+    for directory in present:
         _prune(table.io, location, directory, keep)
 
 
