@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
@@ -52,6 +52,7 @@ from pyiceberg.typedef import TableVersion
 from pyiceberg.types import IntegerType, ListType, LongType, NestedField, StructType
 
 from autooptimize.errors import TableRefused
+from autooptimize.iceberg.avro_reading import CachedAvroFile
 from autooptimize.iceberg.internals import inherit_from_manifest, record_slots, set_slot, slot
 
 #: Reserved field ids of the row lineage columns (spec, "Reserved Field IDs").
@@ -145,7 +146,7 @@ def _as_v3_manifest(manifest: ManifestFile) -> ManifestFile:
 
 def read_manifest_list(io: FileIO, path: str) -> list[ManifestFile]:
     """The manifests of a manifest list, ``first_row_id`` kept (any format version)."""
-    with AvroFile[ManifestFile](
+    with CachedAvroFile(
         io.new_input(path), MANIFEST_LIST_FILE_SCHEMAS[3],
         read_types={-1: ManifestFile, 508: PartitionFieldSummary}, read_enums={517: ManifestContent},
     ) as reader:
@@ -164,7 +165,7 @@ def manifests_of(io: FileIO, snapshot: Snapshot | None) -> list[ManifestFile]:
 def read_entries(manifest: ManifestFile, io: FileIO, discard_deleted: bool = True) -> list[ManifestEntry]:
     """``manifest.fetch_manifest_entry`` with the v3 data file fields kept and ``first_row_id`` inherited."""
     try:
-        with AvroFile[ManifestEntry](
+        with CachedAvroFile(
             io.new_input(manifest.manifest_path), MANIFEST_ENTRY_SCHEMAS[3],
             read_types={-1: ManifestEntry, 2: DataFile},
             read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
