@@ -39,23 +39,20 @@ def _avalanche(h):  # type: ignore[no-untyped-def]
     return h ^ (h >> _U(32))
 
 
-@_jit
-def _le(data, pos, width):  # type: ignore[no-untyped-def]
-    """``width`` bytes at ``pos`` read as a little-endian unsigned integer."""
-    out = _U(0)
-    for i in range(width):
-        out |= _U(data[pos + i]) << _U(8 * i)
-    return out
+# the bytes at ``pos`` read as a little-endian unsigned integer, written out (a loop over the width was
+# not turned into one load: strings hashed at half the speed)
 
 
 @_jit
 def _u64(data, pos):  # type: ignore[no-untyped-def]
-    return _le(data, pos, 8)
+    return (_U(data[pos]) | (_U(data[pos + 1]) << _U(8)) | (_U(data[pos + 2]) << _U(16))
+            | (_U(data[pos + 3]) << _U(24)) | (_U(data[pos + 4]) << _U(32)) | (_U(data[pos + 5]) << _U(40))
+            | (_U(data[pos + 6]) << _U(48)) | (_U(data[pos + 7]) << _U(56)))
 
 
 @_jit
 def _u32(data, pos):  # type: ignore[no-untyped-def]
-    return _le(data, pos, 4)
+    return _U(data[pos]) | (_U(data[pos + 1]) << _U(8)) | (_U(data[pos + 2]) << _U(16)) | (_U(data[pos + 3]) << _U(24))
 
 
 @_jit
@@ -210,6 +207,59 @@ def chain_marker(valid, position, lane1, lane2):  # type: ignore[no-untyped-def]
 
 
 @_jit
+def _merged(v1, v2, v3, v4):  # type: ignore[no-untyped-def]
+    """The four accumulators of a long input merged into one hash (XXH64's merge rounds)."""
+    h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+    h = (h ^ _round(_U(0), v1)) * P1 + P4
+    h = (h ^ _round(_U(0), v2)) * P1 + P4
+    h = (h ^ _round(_U(0), v3)) * P1 + P4
+    return (h ^ _round(_U(0), v4)) * P1 + P4
+
+
+@_jit
+def _hash_pair(data, pos, length, seed_a, seed_b):  # type: ignore[no-untyped-def]
+    """``(_hash_one(data, pos, length, seed_a), _hash_one(data, pos, length, seed_b))``, reading each word
+    of the value once for both (strings hashed in half the time)."""
+    end = pos + length
+    if length >= 32:
+        a1, a2, a3, a4 = seed_a + P1 + P2, seed_a + P2, seed_a, seed_a - P1
+        b1, b2, b3, b4 = seed_b + P1 + P2, seed_b + P2, seed_b, seed_b - P1
+        while pos + 32 <= end:
+            w = _u64(data, pos)
+            a1, b1 = _round(a1, w), _round(b1, w)
+            w = _u64(data, pos + 8)
+            a2, b2 = _round(a2, w), _round(b2, w)
+            w = _u64(data, pos + 16)
+            a3, b3 = _round(a3, w), _round(b3, w)
+            w = _u64(data, pos + 24)
+            a4, b4 = _round(a4, w), _round(b4, w)
+            pos += 32
+        a = _merged(a1, a2, a3, a4)
+        b = _merged(b1, b2, b3, b4)
+    else:
+        a = seed_a + P5
+        b = seed_b + P5
+    a = a + _U(length)
+    b = b + _U(length)
+    while pos + 8 <= end:
+        k = _round(_U(0), _u64(data, pos))
+        a = _rotl(a ^ k, 27) * P1 + P4
+        b = _rotl(b ^ k, 27) * P1 + P4
+        pos += 8
+    if pos + 4 <= end:
+        k = _u32(data, pos) * P1
+        a = _rotl(a ^ k, 23) * P2 + P3
+        b = _rotl(b ^ k, 23) * P2 + P3
+        pos += 4
+    while pos < end:
+        k = _U(data[pos]) * P5
+        a = _rotl(a ^ k, 11) * P1
+        b = _rotl(b ^ k, 11) * P1
+        pos += 1
+    return _avalanche(a), _avalanche(b)
+
+
+@_jit
 def chain_bytes(data, starts, lengths, valid, position, lane1, lane2):  # type: ignore[no-untyped-def]
     """Values ``data[starts[i]:starts[i] + lengths[i]]`` (strings as UTF-8, binaries)."""
     for i in range(lane1.shape[0]):
@@ -217,7 +267,6 @@ def chain_bytes(data, starts, lengths, valid, position, lane1, lane2):  # type: 
         a = _marked(present, position, lane1[i])
         b = _marked(present, position, lane2[i])
         if present:
-            a = _hash_one(data, starts[i], lengths[i], a)
-            b = _hash_one(data, starts[i], lengths[i], b)
+            a, b = _hash_pair(data, starts[i], lengths[i], a, b)
         lane1[i] = a
         lane2[i] = b
