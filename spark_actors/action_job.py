@@ -2,15 +2,12 @@
 
 The service's worker hands the job a :class:`TableContext` (the table's metadata without its snapshot
 history, and the FileIO properties: endpoint, keys, region) and one call per group: a module-level
-function of ours and its arguments. The job is ``spark.range(t, numPartitions=t)`` (exactly one row,
-so one task, per entry of :func:`task_bins`) followed by ``mapInArrow``; each task rebuilds the table
-object from the context in memory (no metadata file is read), runs its calls one after another, and
-sends back for each one pickled, small result (paths, DataFiles built from the footers, rows, digests,
-timings, which executor ran it) or the error it raised. On a cluster there is one task per call; on a
-local master of N cores the calls are spread over N tasks of about equal weight, since every task
-Spark starts leaves its core idle a while (:func:`task_bins`). Spark schedules the tasks over every
-executor core, retries a task whose executor died (it runs all its calls again), and stops them all
-when the action's tag is interrupted (``spark.interruptTag``).
+function of ours and its arguments. The job is ``spark.range(n, numPartitions=n)`` (exactly one row,
+so one task, per group) followed by ``mapInArrow``; each task rebuilds the table object from the
+context in memory (no metadata file is read), unpickles only its own call, runs it, and sends back one
+pickled, small result (paths, DataFiles built from the footers, rows, digests, timings, which executor
+ran it) or the error it raised. Spark schedules the tasks over every executor core, retries a task whose
+executor died, and stops them all when the action's tag is interrupted (``spark.interruptTag``).
 
 Our code reaches the executors as a session artifact (:mod:`spark_actors.artifacts`), so an executor
 needs only the libraries listed in docs/engines.md, not this package.
@@ -20,7 +17,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -138,38 +134,11 @@ def run_task(context: TableContext, index: int, call: Call) -> bytes:
                                         outcome.executor, attempt, outcome.seconds, outcome.cpu))
 
 
-def task_slots(spark: SparkSession) -> int | None:
-    """How many tasks the session's Spark runs at once, when its master says so (``local[N]``); None for
-    a cluster, whose executors come and go."""
-    try:
-        master = spark.conf.get("spark.master", None)
-    except Exception:  # a server that will not say: one task per call
-        return None
-    found = re.fullmatch(r"local(?:\[(\d+)(?:,\s*\d+)?\])?", (master or "").strip())
-    return int(found.group(1) or 1) if found else None
-
-
-def task_bins(weights: Sequence[float], slots: int | None) -> list[list[int]]:
-    """The calls (by index) each task runs: one task per call, or, given ``slots`` fewer than the calls,
-    ``slots`` tasks of about equal weight (largest call first onto the lightest task). Each task Spark
-    starts costs about 0.16 s between two tasks on a core (measured, ``local[2]``), whatever it runs."""
-    if slots is None or slots >= len(weights):
-        return [[i] for i in range(len(weights))]
-    bins: list[list[int]] = [[] for _ in range(max(1, slots))]
-    loads = [0.0] * len(bins)
-    for i in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
-        lightest = min(range(len(bins)), key=lambda b: (loads[b], b))
-        bins[lightest].append(i)
-        loads[lightest] += weights[i]
-    return bins
-
-
 def run_action_job(spark: SparkSession, context: TableContext, calls: Sequence[Call],
-                   tag: str | None = None, weights: Sequence[float] | None = None) -> JobOutcome:
-    """Run ``calls`` as the tasks of one Spark job, tagged ``tag``; every outcome in call order. A call
-    is ``(function, args)``: ``function(table, *args, attempt=n)`` a module-level function of ours,
-    ``args`` picklable. On a local master of N cores the calls go to N tasks balanced by ``weights``
-    (e.g. bytes to read; default equal), one after another in each; elsewhere one task per call."""
+                   tag: str | None = None) -> JobOutcome:
+    """Run ``calls`` as the tasks of one Spark job (one task each), tagged ``tag``; every outcome in call
+    order. A call is ``(function, args)``: ``function(table, *args, attempt=n)`` a module-level function
+    of ours, ``args`` picklable."""
     import pyarrow as pa
 
     started = time.monotonic()
@@ -179,7 +148,6 @@ def run_action_job(spark: SparkSession, context: TableContext, calls: Sequence[C
     calls = list(calls)
     if not calls:
         return JobOutcome((), 0.0)
-    bins = task_bins(list(weights) if weights is not None else [1.0] * len(calls), task_slots(spark))
     # the context once, each call apart: a task unpickles only its own calls (an action of 1,000 files
     # sent every task all 1,000 DataFiles)
     packed_context = pickle.dumps(context)
@@ -214,14 +182,12 @@ def run_action_job(spark: SparkSession, context: TableContext, calls: Sequence[C
 
         ctx = pickle.loads(packed_context)  # noqa: S301 - our own job's payload
         for batch in batches:
-            for task in batch.column("id").to_pylist():
-                for index in bins[task]:
-                    call = pickle.loads(packed_calls[index])  # noqa: S301 - our own job's payload
-                    yield pa.RecordBatch.from_pylist(
-                        [{"id": index, "outcome": run_task(ctx, index, call)}],
-                        schema=pa.schema([("id", pa.int64()), ("outcome", pa.binary())]))
+            for index in batch.column("id").to_pylist():
+                call = pickle.loads(packed_calls[index])  # noqa: S301 - our own job's payload
+                yield pa.RecordBatch.from_pylist([{"id": index, "outcome": run_task(ctx, index, call)}],
+                                                 schema=pa.schema([("id", pa.int64()), ("outcome", pa.binary())]))
 
-    frame = spark.range(0, len(bins), 1, len(bins)).mapInArrow(run, "id long, outcome binary")
+    frame = spark.range(0, len(calls), 1, len(calls)).mapInArrow(run, "id long, outcome binary")
     if tag is not None:
         spark.addTag(tag)
     try:

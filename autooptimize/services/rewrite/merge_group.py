@@ -112,8 +112,7 @@ def rewrite_in_one_job(spark: Any, table: Table, units: list[Unit], directories:
                            spec_id, None if g.respec else (pf.spec_id, pf.record), g.keys, g.zkeys,
                            g.sort_order_id)))
         with phase("action.spark_job"):
-            job = run_action_job(spark, TableContext.of(table), calls, tag=tag,
-                                 weights=[sum(g.by_path[p].size for p in g.inputs) for g in on_job])
+            job = run_action_job(spark, TableContext.of(table), calls, tag=tag)
         log.info("action %s: %d group(s) in one Spark job, %.2f s, on %d executor(s)", request.action_id,
                  len(calls), job.seconds, len(job.executors))
         record_task_seconds(job)
