@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autooptimize.config import Settings
-from autooptimize.domain.actions import ActionRequest, Hooks
+from autooptimize.domain.actions import ActionRequest, Engine, Hooks
 from autooptimize.domain.cancel import cancellable
 from autooptimize.domain.profile import Profile, phase, profiling
 from autooptimize.errors import (
@@ -163,8 +163,11 @@ def _run(settings: Settings, claimed: Claim, held: HeldLease, spark: Any, hooks:
             with phase("sizing"):
                 request = with_sizing(settings, request)
             if spark == "session" and not request.dry_run and kind.needs_spark:
-                with phase("session"):
-                    spark = get_session(settings)
+                if request.engine == Engine.LOCAL.value:
+                    spark = None  # the single-machine engine: pyarrow in this process, no Spark session
+                else:
+                    with phase("session"):
+                        spark = get_session(settings)
             tag = spark_tag(request.action_id)
             held.on_stop(_interrupter(spark, tag))
             held.on_stop(stop.set)

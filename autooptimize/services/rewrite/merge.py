@@ -47,7 +47,12 @@ from autooptimize.services.rewrite.kind import (
     live_inputs,
 )
 from autooptimize.services.rewrite.lifecycle import run_rewrite
-from autooptimize.services.rewrite.merge_group import prepare_group, rewrite_in_one_job, rewrite_one
+from autooptimize.services.rewrite.merge_group import (
+    prepare_group,
+    rewrite_in_one_job,
+    rewrite_one,
+    without_spark,
+)
 from autooptimize.services.rewrite.outputs import action_dir
 from autooptimize.services.rewrite.sort import (
     plan_sorted_partition,
@@ -253,7 +258,8 @@ class MergeKind:
         partitions = select_partitions(table, request.spec_id, request.partition_key)
         if not partitions:
             return None
-        if request.sizing.bytes_per_row is None and not request.dry_run and spark is not None:
+        if request.sizing.bytes_per_row is None and not request.dry_run and (
+                spark is not None or request.engine == Engine.LOCAL.value):  # local: measured in this process
             with phase("calibration"):
                 request = calibrated(spark, table, partitions, request)
         plans, skipped, rules = plan_partitions(table, partitions, request)
@@ -283,6 +289,8 @@ class MergeKind:
         """One group in this process's threads (``local``) or as its own Spark SQL job (``spark_sql``);
         a group of the ``spark`` engine goes with the others through :meth:`rewrite_action`."""
         g = prepare_group(table, unit, directory, request)
+        if spark is None and g.engine != Engine.LOCAL:
+            raise without_spark(request)
         if g.engine == Engine.SPARK:
             return self.rewrite_action(spark, table, [unit], [directory], codec, hooks, request)[0]
         return rewrite_one(spark, table, g, codec, hooks)

@@ -98,6 +98,8 @@ def rewrite_in_one_job(spark: Any, table: Table, units: list[Unit], directories:
     (a sort only Spark SQL can do) after it, one by one."""
     prepared = [prepare_group(table, u, d, request) for u, d in zip(units, directories, strict=True)]
     on_job = [g for g in prepared if g.engine == Engine.SPARK]
+    if spark is None and any(g.engine != Engine.LOCAL for g in prepared):
+        raise without_spark(request)
     results: dict[int, GroupResult] = {}
     if on_job:
         calls = []
@@ -150,6 +152,14 @@ def verify_written(table: Table, g: MergeGroup, written: Any, hooks: Hooks, exec
     return group_result(pf, g.inputs, sum(g.by_path[p].size for p in g.inputs), paths, outputs, digest_in.rows,
                         digest_in.checksum, digest_out, engine=Engine.SPARK.value, output_partitions=encoded,
                         sort_order_id=g.sort_order_id, data_files=tuple(outputs), executor=executor)
+
+
+def without_spark(request: ActionRequest) -> ActionRefused:
+    """A group that needs Spark (a sort only Spark's own sort can do) in an action without a session."""
+    return ActionRefused(f"{request.kind}_needs_spark",
+                         f"this {request.kind} needs Spark (NULLS FIRST and LAST mixed, or a nested sort key), "
+                         f"and the {request.engine} engine runs without a Spark session; use the spark engine "
+                         "or merge it instead")
 
 
 def rewrite_one(spark: Any, table: Table, g: MergeGroup, codec: str, hooks: Hooks) -> GroupResult:
