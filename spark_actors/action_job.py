@@ -1,4 +1,4 @@
-"""One Spark job per action: every group of the action is a call run by a task of one job, on the executors.
+"""One Spark job per action: every group of the action is one task of one job, run on the executors.
 
 The service's worker hands the job a :class:`TableContext` (the table's metadata without its snapshot
 history, and the FileIO properties: endpoint, keys, region) and one call per group: a module-level
@@ -148,7 +148,7 @@ def run_action_job(spark: SparkSession, context: TableContext, calls: Sequence[C
     calls = list(calls)
     if not calls:
         return JobOutcome((), 0.0)
-    # the context once, each call apart: a task unpickles only its own calls (an action of 1,000 files
+    # the context once, each call apart: a task unpickles only its own call (an action of 1,000 files
     # sent every task all 1,000 DataFiles)
     packed_context = pickle.dumps(context)
     packed_calls = [pickle.dumps(call) for call in calls]

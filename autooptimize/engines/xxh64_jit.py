@@ -39,12 +39,10 @@ def _avalanche(h):  # type: ignore[no-untyped-def]
     return h ^ (h >> _U(32))
 
 
-# the bytes at ``pos`` read as a little-endian unsigned integer, written out (a loop over the width was
-# not turned into one load: strings hashed at half the speed)
-
-
 @_jit
 def _u64(data, pos):  # type: ignore[no-untyped-def]
+    """The 8 bytes at ``pos`` as a little-endian unsigned integer, written out (``_u32``: 4 bytes): a loop
+    over the width was not turned into one load, and strings hashed at half the speed."""
     return (_U(data[pos]) | (_U(data[pos + 1]) << _U(8)) | (_U(data[pos + 2]) << _U(16))
             | (_U(data[pos + 3]) << _U(24)) | (_U(data[pos + 4]) << _U(32)) | (_U(data[pos + 5]) << _U(40))
             | (_U(data[pos + 6]) << _U(48)) | (_U(data[pos + 7]) << _U(56)))

@@ -9,6 +9,7 @@ is off until allowed per table (``track T --allow expire_snapshots,remove_orphan
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -240,8 +241,6 @@ def _listed_tables(catalog: Any, patterns: tuple[str, ...]) -> list[str]:
     """The tables of every namespace some pattern can match (a pattern's namespace part is all before its
     last dot). A namespace the catalog refuses to list (another engine's malformed name, one dropped
     meanwhile) is skipped with a warning: it must not stop the others from being tracked."""
-    import fnmatch
-
     spaces = [p.rsplit(".", 1)[0] for p in patterns]
     names: list[str] = []
     for namespace in catalog.list_namespaces():
@@ -261,8 +260,6 @@ def auto_track(settings: Settings, *, batch: int = 500) -> list[str]:
     listed the tables, so none is loaded: the default tuning is validated once and the new rows go in
     ``batch`` at a time (a table tracked meanwhile by someone else is left as it is).
     """
-    import fnmatch
-
     patterns = settings.auto_track_patterns
     if not patterns:
         return []
