@@ -23,6 +23,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from autooptimize.errors import AutoOptimizeError
 from autooptimize.iceberg.files import partition_key, partition_values
+from autooptimize.iceberg.v3 import manifests_of, read_entries
 
 __all__ = ["HistoryGap", "PartitionDelta", "SnapshotDiff", "snapshot_diff", "snapshots_since"]
 
@@ -129,13 +130,13 @@ def snapshot_diff(table: Table, snapshot: Snapshot) -> SnapshotDiff:
     partitions: dict[tuple[int, str], PartitionDelta] = {}
     delete_partitions: set[tuple[int, str]] = set()
     manifests_read = 0
-    for manifest in snapshot.manifests(table.io):
+    for manifest in manifests_of(table.io, snapshot):  # reader trees built once per schema
         if manifest.added_snapshot_id != sid:
             continue
         if manifest.content == ManifestContent.DELETES:
             if manifest.added_files_count:
                 manifests_read += 1
-                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                for entry in read_entries(manifest, table.io, discard_deleted=True):
                     if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == sid:
                         df = entry.data_file
                         delete_partitions.add((df.spec_id, partition_key(specs[df.spec_id], schema, df.partition)))
@@ -145,7 +146,7 @@ def snapshot_diff(table: Table, snapshot: Snapshot) -> SnapshotDiff:
         if manifest.added_files_count == 0 and manifest.deleted_files_count == 0:
             continue  # a manifest of carried-over files only (rewritten or merged)
         manifests_read += 1
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+        for entry in read_entries(manifest, table.io, discard_deleted=False):
             if entry.status == ManifestEntryStatus.EXISTING or entry.snapshot_id != sid:
                 continue
             df = entry.data_file

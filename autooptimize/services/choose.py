@@ -22,7 +22,7 @@ from autooptimize.services import zorder
 from autooptimize.services.rewrite.lineage import keeps_lineage
 from autooptimize.services.rewrite.merge import merge_refusal, plan_files, plan_merge, plan_merge_with_rule
 from autooptimize.services.rewrite.sort import sort_spec
-from autooptimize.services.sizing import learned
+from autooptimize.services.sizing import learned_in
 from autooptimize.services.sort import bound, plan_sort
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.stats import last_write_ms, median_partition_bytes
@@ -46,10 +46,14 @@ class Choice:
 
 def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: int | None,
                      partition_key: str | None, target_file_size: int | None = None,
-                     table_id: int | None = None) -> ActionRequest:
+                     table_id: int | None = None, known: PlanningFacts | None = None) -> ActionRequest:
     """The dry-run request decide and explain plan with: the table's tuning (defaults when untracked),
     the sizing its rewrites measured, the same group cap the actions use, and (``table_id``: tracked)
-    the table's median partition bytes for the policy's scale."""
+    the table's median partition bytes for the policy's scale. ``known``: the sizing and history already
+    read by the caller (:func:`planning_facts`), instead of reading them again."""
+    if known is None:
+        with session_scope(settings) as session:
+            known = planning_facts(session, settings.catalog, identifier, table_id, spec_id, partition_key)
     target = target_file_size or (tuning.target_file_size if tuning else settings.default_target_file_size)
     return ActionRequest(
         action_id="plan", identifier=identifier, spec_id=spec_id, partition_key=partition_key,
@@ -57,11 +61,26 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
         min_input_files=tuning.min_input_files if tuning else 2,
         max_bytes=tuning.max_bytes_per_action if tuning else None, checkpoint=None, dry_run=True,
         sort_order=tuning.sort_order if tuning else None,
-        zorder_columns=tuning.zorder_columns if tuning else None, sizing=learned(settings, identifier),
+        zorder_columns=tuning.zorder_columns if tuning else None, sizing=known.sizing,
         max_group_bytes=settings.max_group_bytes, policy=settings.merge_policy,
         settle_seconds=settings.settle_seconds, engine=settings.rewrite_engine, **policy_tuning(settings, tuning),
-        **partition_history(settings, table_id, spec_id, partition_key),
+        **known.history,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanningFacts:
+    """What planning reads from PostgreSQL: the table's learned sizing and the partition's history."""
+
+    sizing: Any
+    history: dict[str, Any]
+
+
+def planning_facts(session: Any, catalog: str, identifier: str, table_id: int | None, spec_id: int | None,
+                   partition_key: str | None) -> PlanningFacts:
+    """:func:`planning_request`'s reads from PostgreSQL, in the caller's transaction."""
+    return PlanningFacts(learned_in(session, catalog, identifier),
+                         partition_history_in(session, table_id, spec_id, partition_key))
 
 
 def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
@@ -83,12 +102,19 @@ def partition_history(settings: Any, table_id: int | None, spec_id: int | None =
     for one partition, when a writer last added a file to it (a merge's outputs carry no write time, so
     after a merge the files alone would make a partition look cold). Nothing when untracked."""
     if table_id is None:
-        return {"expected_partition_bytes": None, "last_write_ms": None}
-
-    one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
+        return partition_history_in(None, None)
     with session_scope(settings) as session:
-        return {"expected_partition_bytes": median_partition_bytes(session, table_id, one),
-                "last_write_ms": last_write_ms(session, table_id, *one) if one is not None else None}
+        return partition_history_in(session, table_id, spec_id, partition_key)
+
+
+def partition_history_in(session: Any, table_id: int | None, spec_id: int | None = None,
+                         partition_key: str | None = None) -> dict[str, Any]:
+    """:func:`partition_history` within the caller's transaction."""
+    if table_id is None:
+        return {"expected_partition_bytes": None, "last_write_ms": None}
+    one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
+    return {"expected_partition_bytes": median_partition_bytes(session, table_id, one),
+            "last_write_ms": last_write_ms(session, table_id, *one) if one is not None else None}
 
 
 def column_overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:

@@ -47,15 +47,20 @@ __all__ = ["NO_SIZING", "REWRITE_KINDS", "Sizing", "calibrate_spark_sql", "calib
 def learned(settings: Settings, identifier: str) -> Sizing:
     """Output bytes per row measured by the table's recent rewrites, or :data:`NO_SIZING`."""
     with session_scope(settings) as session:
-        rows = session.execute(
-            select(Action.bytes_out, Action.rows_out)
-            .join(TrackedTable, TrackedTable.id == Action.table_id)
-            .where(TrackedTable.catalog == settings.catalog, TrackedTable.identifier == identifier,
-                   Action.state == ActionState.SUCCEEDED.value, Action.kind.in_(REWRITE_KINDS),
-                   Action.bytes_out > 0, Action.rows_out > 0, Action.committed_snapshot_id.is_not(None))
-            .order_by(Action.finished_at.desc())
-            .limit(HISTORY_ACTIONS)
-        ).all()
+        return learned_in(session, settings.catalog, identifier)
+
+
+def learned_in(session: Any, catalog: str, identifier: str) -> Sizing:
+    """:func:`learned` within the caller's transaction."""
+    rows = session.execute(
+        select(Action.bytes_out, Action.rows_out)
+        .join(TrackedTable, TrackedTable.id == Action.table_id)
+        .where(TrackedTable.catalog == catalog, TrackedTable.identifier == identifier,
+               Action.state == ActionState.SUCCEEDED.value, Action.kind.in_(REWRITE_KINDS),
+               Action.bytes_out > 0, Action.rows_out > 0, Action.committed_snapshot_id.is_not(None))
+        .order_by(Action.finished_at.desc())
+        .limit(HISTORY_ACTIONS)
+    ).all()
     if not rows:
         return NO_SIZING
     return Sizing(sum(int(b) for b, _ in rows) / sum(int(r) for _, r in rows), "history")

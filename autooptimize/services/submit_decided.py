@@ -17,7 +17,7 @@ from autooptimize.domain.partitions import PartitionRef
 from autooptimize.errors import AutoOptimizeError, TableRefused
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.services import actions, budget
-from autooptimize.services.choose import choose, planning_request
+from autooptimize.services.choose import PlanningFacts, choose, planning_facts, planning_request
 from autooptimize.services.ports import Dispatch
 from autooptimize.services.rewrite.merge import select_partitions
 from autooptimize.services.sizing import REWRITE_KINDS
@@ -66,9 +66,11 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
             audit(session, "decision.deferred", table_id=table_id, reason="min_interval", partition=partition_key,
                   last_action=last.id, min_interval_seconds=tracked.min_interval_seconds)
             return None
+        # read here, in the same transaction, rather than in sessions of their own while planning
+        known = planning_facts(session, settings.catalog, identifier, table_id, spec_id, partition_key)
     # the partition travels as its Iceberg values (PartitionRef), never through its human text
     partition = PartitionRef.of_key(spec_id, partition_key) if partition_key else None
-    choice = _choose(settings, identifier, spec_id, partition_key, tuning, table_id)
+    choice = _choose(settings, identifier, spec_id, partition_key, tuning, table_id, known)
     if choice is None:
         return None
     decision = choice.decision
@@ -131,7 +133,7 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
 
 
 def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: str, tuning: Any,
-            table_id: int | None = None) -> Any:
+            table_id: int | None = None, known: PlanningFacts | None = None) -> Any:
     """The decision for one partition of the table as it is now (None when the partition is gone)."""
 
     table = load_table(settings, identifier)
@@ -139,7 +141,7 @@ def _choose(settings: Settings, identifier: str, spec_id: int, partition_key: st
     if not found:
         return None
     request = planning_request(settings, identifier, tuning, spec_id=spec_id, partition_key=partition_key,
-                               table_id=table_id)
+                               table_id=table_id, known=known)
     return choose(table, found[0], request, frozenset(tuning.allowed_actions))
 
 
