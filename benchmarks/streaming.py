@@ -369,6 +369,11 @@ class RunFigures:
     queued_p95_s: float | None = None
     run_p50_s: float | None = None
     run_p95_s: float | None = None
+    #: started → finished of the actions on a live partition (rule ``tiered`` only), and the p50 of each
+    #: phase the succeeded actions timed (plan, rewrite, commit, the Spark job's parts, …)
+    live_run_p50_s: float | None = None
+    live_run_p95_s: float | None = None
+    phases_p50_s: dict[str, float] = field(default_factory=dict)
     action_bytes_in: int | None = None
     action_bytes_out: int | None = None
     audit_events: dict[str, int] = field(default_factory=dict)
@@ -715,6 +720,16 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
         round(pct(queued, 0.5) or 0.0, 1), round(pct(queued, 0.95) or 0.0, 1))
     fig.run_p50_s, fig.run_p95_s = (None, None) if not ran else (
         round(pct(ran, 0.5) or 0.0, 1), round(pct(ran, 0.95) or 0.0, 1))
+    live_ran = [float(r["run_s"]) for r in done if r.get("run_s") is not None
+                and {str(p.get("rule")) for p in (r.get("plan") or {}).get("partitions") or []} == {"tiered"}]
+    fig.live_run_p50_s, fig.live_run_p95_s = (None, None) if not live_ran else (
+        round(pct(live_ran, 0.5) or 0.0, 2), round(pct(live_ran, 0.95) or 0.0, 2))
+    phases: dict[str, list[float]] = {}
+    for r in done:
+        for phase, seconds in (r.get("timings") or {}).items():
+            if isinstance(seconds, int | float):
+                phases.setdefault(str(phase), []).append(float(seconds))
+    fig.phases_p50_s = {k: round(pct(v, 0.5) or 0.0, 3) for k, v in sorted(phases.items())}
     fig.latency_actions = len(latencies)
     fig.latency_p50_s = None if not latencies else round(pct(latencies, 0.5) or 0.0, 2)
     fig.latency_p95_s = None if not latencies else round(pct(latencies, 0.95) or 0.0, 2)
@@ -931,6 +946,7 @@ def report(result: dict[str, Any]) -> str:
     both("  all, less the settle wait p50 / p95 s", "net_latency_p50_s", "net_latency_p95_s", goal="p95 < 2")
     both("action created → started p50 / p95 s", "queued_p50_s", "queued_p95_s")
     both("action started → finished p50 / p95 s", "run_p50_s", "run_p95_s")
+    both("  live partitions (tiered) p50 / p95 s", "live_run_p50_s", "live_run_p95_s", goal="p50 ≤ 1")
     row("unreferenced data files left on disk", "unreferenced_files")
     both("rows read / written", "rows_read", "rows_expected", lambda v: "-" if v is None else f"{v:,}")
     row("content equal (rows, ids, checksum)", "content_equal", lambda v: "-" if v is None else "yes" if v else "NO",
@@ -940,6 +956,7 @@ def report(result: dict[str, Any]) -> str:
     lines.append("service partitions merged and input MB by policy rule: "
                  + (", ".join(f"{rule} {n}× {mb} MB" for rule, (n, mb) in sorted(s["rewritten_by_rule"].items()))
                     or "-"))
+    lines.append("service action phases p50 s: " + (", ".join(f"{k} {v}" for k, v in s["phases_p50_s"].items()) or "-"))
     lines.append(f"service actions by state: {s['actions_by_state'] or '{}'}; by kind: {s['actions_by_kind'] or '{}'}; "
                  f"latency over {s['latency_actions']} event action(s){unmatched}")
     if s.get("maintenance_kinds"):
