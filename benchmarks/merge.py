@@ -9,7 +9,8 @@ path (plan, rewrite, verification of rows and the content digest on both sides, 
 bookkeeping) for the whole table at once, after a warm-up that has read every file once (a long-running
 actor has). The baseline reads each partition's files with pyarrow and writes them as one zstd Parquet
 file, without any check. It prints both in MB/s, their ratio, and the action's per-phase profile as
-recorded in its ``timings``.
+recorded in its ``timings``; then the CPU seconds of the plain rewrite, of the same groups run in this
+process by the function the tasks run (verification included), and of the tasks' Python workers.
 """
 
 from __future__ import annotations
@@ -77,14 +78,37 @@ def build_table(settings, files: int, total_mb: int, partitions: int):  # type: 
     return table
 
 
-def pyarrow_baseline(by_partition: dict[str, list[str]], codec: str) -> float:
-    """Seconds to read each partition's files and write them as one Parquet file, with plain pyarrow."""
+def pyarrow_baseline(by_partition: dict[str, list[str]], codec: str) -> tuple[float, float]:
+    """Seconds and CPU seconds (every thread of this process) to read each partition's files and write them
+    as one Parquet file, with plain pyarrow."""
     with tempfile.TemporaryDirectory() as tmp:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for i, paths in enumerate(by_partition.values()):
             data = pa.concat_tables(pq.read_table(p.removeprefix("file://")) for p in paths)
             pq.write_table(data, os.path.join(tmp, f"out-{i}.parquet"), compression=codec)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
+
+
+def groups_in_process(table, snapshot_id: int, codec: str) -> float:  # type: ignore[no-untyped-def]
+    """CPU seconds of this process running each partition's group with the very function an executor's
+    task runs (``spark_actors.group_tasks.rewrite_group``: read, digest, write, read back, digest), on the
+    files of ``snapshot_id`` (before the merge), outputs in a scratch directory of the table removed after.
+    Beside the tasks' CPU it separates what the work costs from what running it in Spark adds."""
+    from spark_actors.group_tasks import rewrite_group
+
+    by_partition: dict[tuple[int, str], list] = defaultdict(list)  # type: ignore[type-arg]
+    for task in table.scan(snapshot_id=snapshot_id).plan_files():
+        by_partition[(task.file.spec_id, repr(task.file.partition))].append(task.file)
+    scratch = f"{table.location().rstrip('/')}/data/bench-in-process"
+    cpu = time.process_time()
+    for i, files in enumerate(by_partition.values()):
+        rewrite_group(table, files, f"{scratch}/{i}", 1, codec, None, (files[0].spec_id, files[0].partition),
+                      None, None, None)
+    spent = time.process_time() - cpu
+    from autooptimize.iceberg.paths import delete_tree
+
+    delete_tree(table.location(), scratch, table.io)
+    return spent
 
 
 def main() -> int:
@@ -127,6 +151,7 @@ def main() -> int:
 
     run_action_job(spark, TableContext.of(table), [(group_tasks.warm, ())] * settings.spark_cores)
 
+    before_merge = table.current_snapshot().snapshot_id
     tracking.track(settings, NAME, target_file_size="128MiB")
     action_id = actions.submit(settings, NAME, dispatch=False)
     started = time.perf_counter()
@@ -135,7 +160,8 @@ def main() -> int:
     if out["state"] != "succeeded":
         print(json.dumps(out, default=str), file=sys.stderr)
         return 1
-    baseline_seconds = pyarrow_baseline(by_partition, "zstd")
+    baseline_seconds, baseline_cpu = pyarrow_baseline(by_partition, "zstd")
+    in_process_cpu = groups_in_process(table, before_merge, "zstd")
     mb = bytes_in / 1e6
     from autooptimize.storage.db import session_scope
     from autooptimize.storage.repositories import get_action
@@ -155,6 +181,8 @@ def main() -> int:
         "pyarrow_seconds": round(baseline_seconds, 2),
         "pyarrow_mb_per_s": round(mb / baseline_seconds, 2),
         "ratio_merge_to_pyarrow": round(baseline_seconds / merge_seconds, 3),
+        "pyarrow_cpu_seconds": round(baseline_cpu, 2),
+        "groups_in_process_cpu_seconds": round(in_process_cpu, 2),
         "profile_seconds": out.get("timings") or {},
         "verified": out["checksum_in"] == out["checksum_out"] and out["rows_in"] == out["rows_out"],
     }
@@ -164,6 +192,11 @@ def main() -> int:
     print(f"baseline (pyarrow read + write per partition, no checks): {result['pyarrow_mb_per_s']:>7} MB/s "
           f"({result['pyarrow_seconds']} s)")
     print(f"ratio merge / baseline: {result['ratio_merge_to_pyarrow']}")
+    tasks_cpu = (out.get("timings") or {}).get("task.cpu")
+    print(f"CPU s: the plain rewrite {result['pyarrow_cpu_seconds']}; the same groups run in this process by the "
+          f"tasks' own function (verification included) {result['groups_in_process_cpu_seconds']} "
+          f"({result['groups_in_process_cpu_seconds'] / max(baseline_cpu, 1e-9):.2f}× the plain rewrite); "
+          f"the Spark tasks' Python workers {tasks_cpu if tasks_cpu is not None else '-'}")
     print("profile (s): " + ", ".join(f"{k} {v:.2f}" for k, v in result["profile_seconds"].items()))
     if args.json:
         print(json.dumps(result))
