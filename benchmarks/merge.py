@@ -94,6 +94,7 @@ def groups_in_process(table, snapshot_id: int, codec: str) -> float:  # type: ig
     task runs (``spark_actors.group_tasks.rewrite_group``: read, digest, write, read back, digest), on the
     files of ``snapshot_id`` (before the merge), outputs in a scratch directory of the table removed after.
     Beside the tasks' CPU it separates what the work costs from what running it in Spark adds."""
+    from autooptimize.iceberg.paths import delete_tree
     from spark_actors.group_tasks import rewrite_group
 
     by_partition: dict[tuple[int, str], list] = defaultdict(list)  # type: ignore[type-arg]
@@ -105,8 +106,6 @@ def groups_in_process(table, snapshot_id: int, codec: str) -> float:  # type: ig
         rewrite_group(table, files, f"{scratch}/{i}", 1, codec, None, (files[0].spec_id, files[0].partition),
                       None, None, None)
     spent = time.process_time() - cpu
-    from autooptimize.iceberg.paths import delete_tree
-
     delete_tree(table.location(), scratch, table.io)
     return spent
 

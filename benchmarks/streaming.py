@@ -667,6 +667,11 @@ def action_hour(key: Any, values: Any) -> int | None:
     return None
 
 
+def _rules(action: dict[str, Any]) -> set[str]:
+    """The policy rules an action's plan applied to its partitions (``tiered``: a live partition)."""
+    return {str(p.get("rule")) for p in (action.get("plan") or {}).get("partitions") or []}
+
+
 def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord]) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         rows = [dict(r._mapping) for r in conn.execute(text(
@@ -705,7 +710,7 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
             fig.latency_unmatched += 1
             continue
         latencies.append(created - max(touching))
-        rules = {str(p.get("rule")) for p in (r.get("plan") or {}).get("partitions") or []}
+        rules = _rules(r)
         if rules == {"tiered"}:
             live_latencies.append(latencies[-1])
         net_latencies.append(latencies[-1] - (0.0 if rules == {"tiered"} else SETTLE_SECONDS))
@@ -720,8 +725,7 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
         round(pct(queued, 0.5) or 0.0, 1), round(pct(queued, 0.95) or 0.0, 1))
     fig.run_p50_s, fig.run_p95_s = (None, None) if not ran else (
         round(pct(ran, 0.5) or 0.0, 1), round(pct(ran, 0.95) or 0.0, 1))
-    live_ran = [float(r["run_s"]) for r in done if r.get("run_s") is not None
-                and {str(p.get("rule")) for p in (r.get("plan") or {}).get("partitions") or []} == {"tiered"}]
+    live_ran = [float(r["run_s"]) for r in done if r.get("run_s") is not None and _rules(r) == {"tiered"}]
     fig.live_run_p50_s, fig.live_run_p95_s = (None, None) if not live_ran else (
         round(pct(live_ran, 0.5) or 0.0, 2), round(pct(live_ran, 0.95) or 0.0, 2))
     phases: dict[str, list[float]] = {}

@@ -12,7 +12,7 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from autooptimize.domain.actions import ActionRequest
+from autooptimize.domain.actions import ActionRequest, Sizing
 from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, PartitionFacts, SortFacts, decide
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan
@@ -72,7 +72,7 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
 class PlanningFacts:
     """What planning reads from PostgreSQL: the table's learned sizing and the partition's history."""
 
-    sizing: Any
+    sizing: Sizing
     history: dict[str, Any]
 
 
