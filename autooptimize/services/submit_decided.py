@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import and_, func, or_, select, update
 
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
@@ -112,22 +112,32 @@ def _settled_since(settings: Settings, stats: PartitionStats, cold_after: float 
 
 
 def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
-    """(table, spec, key) of partitions quiet for their table's cold-after time (its tuning, else
-    AO_COLD_AFTER_SECONDS) since they were last judged, and not changed since: those left alone as written
-    to, and those a merge was submitted for that committed nothing (no snapshot changed them) and has
-    nothing queued or running. The listener hands them to decide again, so a partition whose writes
-    stopped gets its cold finish."""
+    """(table, spec, key) of partitions that went quiet or cold since they were last judged, and have not
+    changed since: those left alone as written to, and those a merge was submitted for that committed
+    nothing (no snapshot changed them) and has nothing queued or running. The listener hands them to
+    decide again, so a partition whose writes stopped gets its quiet merge and its cold finish.
+
+    From the partition's last write (``last_write_at``): once ``settle_seconds`` after it when its table
+    merges quiet partitions, and once its table's cold-after time after it (AO_COLD_AFTER_SECONDS unless
+    the table sets its own); each moment hands a partition over at most once, however long it then stays
+    quiet. A partition with no recorded write time is handed over once its cold-after time has passed
+    since it was last judged."""
     p, t, a = PartitionStats, TrackedTable, Action
-    # a table that merges quiet partitions is judged again once quiet (settle), every other once cold
-    cold_after = case((func.coalesce(t.quiet_merge, settings.quiet_merge), settings.settle_seconds),
-                      else_=func.coalesce(t.cold_after_seconds, settings.cold_after_seconds))
+    cold_after = func.coalesce(t.cold_after_seconds, settings.cold_after_seconds)
+    settle_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, settings.settle_seconds)
+    cold_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, cold_after)
+    due = or_(
+        and_(func.coalesce(t.quiet_merge, settings.quiet_merge), p.last_decision_at < settle_at,
+             settle_at <= func.now()),
+        and_(p.last_decision_at < cold_at, cold_at <= func.now()),
+        and_(p.last_write_at.is_(None),
+             p.last_decision_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, cold_after)))
     busy = (select(a.id).where(a.table_id == p.table_id, a.spec_id == p.spec_id, a.partition_key == p.partition_key,
                                a.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value])).exists())
     with session_scope(settings) as session:
         rows = session.execute(
             select(p.table_id, p.spec_id, p.partition_key).join(t, t.id == p.table_id)
-            .where(p.last_decision.in_(LIVE_VERDICTS + ("merge",)),
-                   p.last_decision_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, cold_after),
+            .where(p.last_decision.in_(LIVE_VERDICTS + ("merge",)), due,
                    p.updated_at <= p.last_decision_at, ~busy)).all()
     return [(int(ti), int(sp), str(k)) for ti, sp, k in rows]
 

@@ -44,3 +44,37 @@ def test_a_live_partition_waits_then_is_finished_once_cold(settings, catalog):
         assert action.kind == "merge" and action.trigger == "event"
     # judged and submitted: not handed over again
     assert [p for p in settled_partitions(live) if p[0] == table_id] == []
+
+
+def test_a_quiet_partition_is_judged_once_when_quiet_and_once_when_cold(settings, catalog):
+    """With quiet merging on the partition is handed back once at its settle time and once at its cold
+    time, not on every recheck while it stays quiet (it was, every settle time, until cold)."""
+    live = settings.model_copy(update={"merge_policy": "tiered", "settle_seconds": 3.0,
+                                     "cold_after_seconds": 12.0, "merge_fan_in": 8, "quiet_merge": True})
+    table = make_table(catalog, {DAY1: 3}, rows=10, name="settle_quiet")
+    ident = identifier(table)
+    tracking.track(live, ident, target_file_size="1MiB")
+    table_id = tracking.ensure_tracked(live, ident)
+    port = RecordingDispatch()
+    handler = on_attention_handler(live, port)
+    observe_table(live, ident, on_attention=handler)
+
+    def mine() -> list[tuple[int, int, str]]:
+        return [p for p in settled_partitions(live) if p[0] == table_id]
+
+    assert port.tickets == [] and mine() == []  # written to: waits
+    time.sleep(live.settle_seconds + 0.5)
+    due = mine()
+    assert due == [(table_id, 0, key_of(DAY1))]  # quiet now: judged again
+    for t, spec, key in due:
+        handler(t, spec, key)
+    [ticket] = port.tickets  # the quiet merge of a small partition
+    [row] = explain(live, ident)["partitions"]
+    assert row["rule"] == "quiet_full"
+    with session_scope(live) as session:  # as if it ran and found nothing left to do
+        action = session.get(Action, ticket.action_id)
+        action.state, action.finished_at = "skipped", action.created_at
+    time.sleep(live.settle_seconds + 0.5)
+    assert mine() == []  # quiet a settle time longer, unchanged since judged: not handed over again
+    time.sleep(live.cold_after_seconds - 2 * live.settle_seconds)
+    assert mine() == [(table_id, 0, key_of(DAY1))]  # cold now: judged once more
