@@ -201,9 +201,22 @@ def _suggest(args: argparse.Namespace) -> int:
             ("files at the end", "end_files", "{:.0f}"))
     for label, key, fmt in rows:
         print(f"{label:<24}" + "".join(f"{fmt.format(out[col][key]):>12}" for col in ("predicted", "defaults", "baseline")))
+    check = out.get("check")
+    if check:
+        p, r, e = check["predicted"], check["realised"], check["relative_error"]
+        rel = {k: "-" if v is None else f"{v:+.0%}" for k, v in e.items()}
+        print(f"since the previous suggestion ({check['commits']} writer commits, tuning in force: fan-in "
+              f"{check['tuning']['fan_in']}, cold after {check['tuning']['cold_after_seconds']:g} s): predicted "
+              f"WA {p['write_amplification']:.2f} and {p['mean_live_files']:.1f} live files, realised "
+              f"WA {_fmt(r['write_amplification'], '{:.2f}')} ({rel['write_amplification']}) and "
+              f"{_fmt(r['mean_live_files'], '{:.1f}')} ({rel['mean_live_files']})")
     print("applied as the table's tuning" if out["applied"] else
           "recorded (apply with --apply, or let it apply itself: track --auto-tune)")
     return 0
+
+
+def _fmt(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
 
 
 def cmd_scan(args: argparse.Namespace) -> int:

@@ -89,6 +89,13 @@ class _Table:
     replaced: int = 0
     actions: int = 0
     counts: list[int] = field(default_factory=list)
+    # (written, rewritten, replaced, actions) when measuring began (see simulate_policy's measure_from)
+    start: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def measure_from_here(self) -> None:
+        """Count only what happens from now on (the files already there stay, and count as live)."""
+        self.start = (self.written, self.rewritten, self.replaced, self.actions)
+        self.counts.clear()
 
     def add(self, part: Hashable, size: int, now: float) -> None:
         self.parts.setdefault(part, {})[f"w{next(self.names)}"] = size
@@ -125,9 +132,9 @@ class _Table:
             sse_over += max(0, sse - best_layout(capped, self.target)[1])
         return Figures(
             mean_live_files=sum(self.counts) / len(self.counts) if self.counts else 0.0,
-            max_live_files=max(self.counts, default=0), files_replaced=self.replaced,
-            bytes_rewritten=self.rewritten, bytes_written=self.written, end_files=n,
-            end_excess_mse=sse_over / n if n else 0.0, actions=self.actions,
+            max_live_files=max(self.counts, default=0), files_replaced=self.replaced - self.start[2],
+            bytes_rewritten=self.rewritten - self.start[1], bytes_written=self.written - self.start[0],
+            end_files=n, end_excess_mse=sse_over / n if n else 0.0, actions=self.actions - self.start[3],
             rules=tuple(sorted((rules or {}).items())))
 
 
@@ -157,8 +164,12 @@ def expected_bytes(received: dict[Hashable, int], part: Hashable) -> int | None:
     return int(statistics.median(others)) if others else None
 
 
-def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS) -> Figures:
-    """The live-partition policy with ``tuning`` over ``writes`` (see the module doc)."""
+def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS,
+                    measure_from: float | None = None) -> Figures:
+    """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``measure_from``
+    (seconds, as ``Write.at``): the whole history is replayed, but the figures count only the writes at
+    or after it and what happens from then on (AutoAnalyze compares them with what the table did since
+    a suggestion)."""
     t = _Table(tuning.target)
     rules: dict[str, int] = {}
     pending: set[Hashable] = set()
@@ -195,8 +206,12 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
                 continue  # written again since the timer was set
             judge(part, at)
 
+    measuring = measure_from is None
     for w in writes:
         run_until(w.at)
+        if not measuring and measure_from is not None and w.at >= measure_from:
+            t.measure_from_here()
+            measuring = True
         for part, size in w.files:
             t.add(part, size, w.at)
             heapq.heappush(events, (w.at + tuning.settle_seconds, next(seq), "settle", part))
@@ -204,6 +219,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         for part, _ in w.files:
             judge(part, w.at)
         t.counts.append(t.live_files)
+    if not measuring:  # no write at or after measure_from: nothing to count
+        t.measure_from_here()
     run_until(float("inf"))
     return t.figures(rules)
 

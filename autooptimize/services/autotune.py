@@ -12,7 +12,11 @@ tracked table every AO_AUTOTUNE_SECONDS.
 
 Afterwards, :func:`realised_since` measures what the table really did from its snapshot summaries:
 mean live data files after each writer commit (``total-data-files``), and write amplification (bytes our
-REPLACE commits removed over bytes the writers added), to compare with the prediction.
+REPLACE commits removed over bytes the writers added). Each re-evaluation first checks the previous one
+(:func:`check_prediction`): the simulator's figures for the writer commits since that suggestion, under
+the tuning in force, beside what the table did, with their relative error; recorded with the new
+suggestion (``check``), in the audit log (``table.tuning_checked``), and shown by ``whatif --suggest``
+and the console.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from autooptimize.domain.simulate import (
     Suggestion,
     Write,
     candidate_tunings,
+    simulate_policy,
     suggest_tuning,
 )
 from autooptimize.errors import InvalidArgument
@@ -68,6 +73,11 @@ def table_history(table: Table, max_commits: int = MAX_COMMITS) -> list[Write]:
     """The table's writer commits as simulator writes: seconds since the first, and the size of every
     data file each added to each partition (removals by writers are left out). REPLACE commits (ours,
     or any compaction) are not writes."""
+    return _history(table, max_commits)[0]
+
+
+def _history(table: Table, max_commits: int = MAX_COMMITS) -> tuple[list[Write], int]:
+    """:func:`table_history` and the time of its first commit (ms since the epoch; its ``Write.at`` 0)."""
     writers = [s for s in _writer_snapshots(table) if not _is_replace(s)][-max_commits:]
     writes: list[Write] = []
     start = writers[0].timestamp_ms if writers else 0
@@ -80,7 +90,7 @@ def table_history(table: Table, max_commits: int = MAX_COMMITS) -> list[Write]:
                       for size in d.added)
         if files:
             writes.append(Write((snapshot.timestamp_ms - start) / 1000, files))
-    return writes
+    return writes, start
 
 
 def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
@@ -116,11 +126,16 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         row = tracked_table(session, settings.catalog, identifier)
         current = default_tuning(settings, row)
         auto = bool(row is not None and row.auto_tune)
+        last_at = row.suggested_at if row is not None else None
+    # the previous suggestion's time: what the table did since, under the tuning in force, against the
+    # simulator's prediction for the same commits
+    check = check_prediction(table, current, int(last_at.timestamp() * 1000), latency) if last_at else None
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
+    out["check"] = check
     applied = False
     if record or apply:
         with session_scope(settings) as session:
@@ -131,6 +146,8 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
             else:
                 row.suggested_tuning = out
                 row.suggested_at = now()
+                if check is not None:
+                    audit(session, "table.tuning_checked", table_id=row.id, identifier=identifier, **check)
                 if apply or (apply is None and auto):
                     t = result.tuning
                     row.merge_fan_in, row.cold_after_seconds = t.fan_in, t.cold_after_seconds
@@ -167,6 +184,33 @@ def realised_since(table: Table, since_ms: int | None = None) -> dict[str, Any]:
     return {"commits": commits, "mean_live_files": sum(files) / len(files) if files else None,
             "bytes_written": written, "bytes_rewritten": rewritten,
             "write_amplification": rewritten / written if written else None}
+
+
+#: A check of a prediction needs at least this many writer commits since the suggestion it checks.
+MIN_CHECK_COMMITS = 10
+
+
+def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency: float = LATENCY_SECONDS,
+                     min_commits: int = MIN_CHECK_COMMITS) -> dict[str, Any] | None:
+    """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
+    history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
+    time (:func:`realised_since`), and the relative error of write amplification and mean live files.
+    None when fewer than ``min_commits`` writer commits landed since."""
+    writes, start_ms = _history(table)
+    measure_from = (since_ms - start_ms) / 1000
+    commits = sum(1 for w in writes if w.at >= measure_from)
+    if commits < min_commits:
+        return None
+    predicted = simulate_policy(writes, tuning, latency, measure_from=measure_from).as_dict()
+    realised = realised_since(table, since_ms)
+    error = {}
+    for key in ("write_amplification", "mean_live_files"):
+        p, r = predicted[key], realised[key]
+        error[key] = (r - p) / p if p and r is not None else None
+    return {"since_ms": since_ms, "commits": commits, "tuning": tuning.as_dict(),
+            "predicted": {k: predicted[k] for k in ("mean_live_files", "write_amplification", "bytes_written",
+                                                    "bytes_rewritten")},
+            "realised": realised, "relative_error": error}
 
 
 def reevaluate(settings: Settings) -> dict[str, str]:

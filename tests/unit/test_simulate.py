@@ -118,3 +118,16 @@ def test_a_members_bytes_and_late_share_are_what_it_says():
     assert 0.2 < late / total < 0.45  # 35 % late, less the hours whose late data is after the run
     assert all(30e6 < b < 120e6 for b in full), full  # 50 MB an hour, bursts on top
     assert len(LATE_P) == 3
+
+
+def test_measure_from_counts_only_what_happens_from_then_on() -> None:
+    writes = [Write(float(i), (("h", 50),)) for i in range(40)]
+    tuning = PolicyTuning(TARGET, fan_in=4)
+    whole = simulate_policy(writes, tuning)
+    assert simulate_policy(writes, tuning, measure_from=0.0) == whole
+    late = simulate_policy(writes, tuning, measure_from=30.0)
+    assert late.bytes_written == 10 * 50  # the ten writes at 30 s and after
+    assert late.files_replaced < whole.files_replaced and late.bytes_rewritten < whole.bytes_rewritten
+    assert late.end_files == whole.end_files  # the same table at the end
+    nothing = simulate_policy(writes, tuning, measure_from=1000.0)
+    assert (nothing.bytes_written, nothing.mean_live_files) == (0, 0.0)

@@ -226,7 +226,11 @@ async function tablePage(main) {
       el("h2", {}, "Suggested tuning (AutoAnalyze)"),
       el("p", {}, `fan-in ${s.tuning.fan_in}, cold after ${s.tuning.cold_after_seconds} s, leave alone below ${bytes(s.tuning.leave_alone_below)}`,
          ` · from ${num(s.commits)} commits · ${s.applied ? "applied" : "not applied"}`),
-      el("p", {class: "muted"}, `predicted ${fig(s.predicted)}; current tuning ${fig(s.defaults)}; bin-pack ${fig(s.baseline)}`)));
+      el("p", {class: "muted"}, `predicted ${fig(s.predicted)}; current tuning ${fig(s.defaults)}; bin-pack ${fig(s.baseline)}`),
+      s.check ? el("p", {"data-testid": "suggestion-check"}, `since the previous suggestion (${num(s.check.commits)} commits): ` +
+        `predicted ${fig(s.check.predicted)}; realised ` +
+        `${s.check.realised.mean_live_files === null ? "–" : s.check.realised.mean_live_files.toFixed(1)} live files, ` +
+        `WA ${s.check.realised.write_amplification === null ? "–" : s.check.realised.write_amplification.toFixed(2)}`) : ""));
   }
   main.append(el("h2", {}, "Latest actions: before and after"));
   const withPlans = t.actions.filter((a) => a.before_after);

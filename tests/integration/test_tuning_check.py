@@ -1,0 +1,52 @@
+"""AutoAnalyze checks its own predictions: each re-evaluation puts the simulator's figures for the writer
+commits since the previous suggestion beside what the table did in the same time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from sqlalchemy import select
+
+from autooptimize.services import tracking
+from autooptimize.services.autotune import suggest
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.models import AuditLog, TrackedTable
+from tests.integration.tables import DAY1, batch, identifier, make_table
+
+
+def test_the_next_suggestion_checks_the_previous_prediction_against_what_the_table_did(settings, catalog):
+    table = make_table(catalog, {DAY1: 20}, rows=20, name="tuning_check")
+    name = identifier(table)
+    tracking.track(settings, name, target_file_size="1MiB")
+    first = suggest(settings, name, min_commits=10)
+    assert first["check"] is None  # nothing to check yet
+    time.sleep(1.1)  # the next commits land after the suggestion's time
+    for i in range(12):
+        table.append(batch(10_000 + 20 * i, 20, DAY1))
+    # nothing merged the table meanwhile (no service runs here): the simulator did merge, the table did not
+    shown = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
+                           capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    assert "since the previous suggestion (12 writer commits" in shown.stdout, shown.stdout
+    assert "realised WA 0.00 (-100%)" in shown.stdout, shown.stdout
+    with session_scope(settings) as session:
+        row = session.scalars(select(TrackedTable).where(TrackedTable.identifier == name)).one()
+        check = row.suggested_tuning["check"]
+        [event] = session.scalars(select(AuditLog).where(AuditLog.table_id == row.id,
+                                                         AuditLog.event == "table.tuning_checked")).all()
+        assert event.detail["realised"] == check["realised"]
+    assert check["commits"] == 12
+    realised, predicted = check["realised"], check["predicted"]
+    assert realised["commits"] == 12 and realised["bytes_rewritten"] == 0
+    assert realised["write_amplification"] == 0.0 and check["relative_error"]["write_amplification"] == -1.0
+    assert realised["mean_live_files"] == 20 + 6.5  # 21, 22, … 32 files after the 12 commits
+    assert predicted["write_amplification"] > 0 and predicted["mean_live_files"] < realised["mean_live_files"]
+    assert check["relative_error"]["mean_live_files"] > 0
+    assert predicted["bytes_written"] == realised["bytes_written"]  # the same commits, the same bytes
+    again = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest", "--json"],
+                           capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert json.loads(again.stdout)["check"] is None  # no commit since the last suggestion
