@@ -76,8 +76,8 @@ DESCRIPTIONS: dict[str, str] = {
     "settle_seconds": "a partition written to within this long is live (the tiered policy merges it gently)",
     "merge_fan_in": "files of a similar size the tiered policy merges together in a live partition",
     "cold_after_seconds": "a partition with no writes for this long is cold: finished to its best layout once",
-    "quiet_merge": "merge a small partition's files (at most 3 targets of bytes) once it is quiet (no write "
-                   "for AO_SETTLE_SECONDS), before it goes cold (a per-table knob, `track --[no-]quiet-merge`)",
+    "quiet_merge": "merge a partition's small files once it is quiet (no write for AO_SETTLE_SECONDS), before "
+                   "it goes cold; off by default (a per-table knob, `track --quiet-merge`)",
     "autotune_seconds": "how often beat re-evaluates each table's suggested tuning (AutoAnalyze)",
     "dispatch": "`rpq`: actions wait in the reliable priority queue and the dispatcher feeds the actors only "
                 "while they have free slots; `direct`: straight to Celery",

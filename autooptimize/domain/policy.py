@@ -13,9 +13,8 @@ show which one applied:
 ``tiered``            written to: the smallest files merge once ``fan_in`` of similar size have gathered
                       (:data:`TINY_FAN_IN` while they weigh under ``scale // TINY_DIVISOR`` together)
 ``live_wait``         written to, over the excess rule, but no tier holds ``fan_in`` files yet
-``quiet_full``        quiet (``quiet_merge`` on, no write for ``settle_seconds``, not cold, and a small
-                      partition: at most :data:`QUIET_MAX_TARGETS` targets of bytes): every file under
-                      the target merges into one group (an even split)
+``quiet_full``        quiet (``quiet_merge`` on, no write for ``settle_seconds``, not cold): every file
+                      under the target merges into one group (an even split)
 ``quiet_partial``     quiet: the small files merge, the largest stay (see *absorb* below)
 ``cold_finish``       cold: every file under ¾ of the target merges once into the best layout its
                       bytes allow (an even split of ``round(B / target)`` files); the plan reports
@@ -33,15 +32,11 @@ smallest file, so they start a tier of their own: each byte is rewritten about o
 scale waits for the cold finish. Groups are packed First Fit Decreasing into bins of at most
 ``target + target // BIN_SLACK_DIVISOR`` bytes.
 
-**Absorb** (quiet, with ``quiet_merge``, in a partition of at most :data:`QUIET_MAX_TARGETS` targets of
-bytes, received or expected). Sorted by size, a file under half the target joins the
+**Absorb** (quiet, only with ``quiet_merge``). Sorted by size, a file under half the target joins the
 group only while it is at most ``min(fan_in, ABSORB_RATIO)`` times the bytes of the smaller files already
 in it: a merged hour is not rewritten for one late file, only once late bytes weigh a quarter of it. It
 keeps fewer files between late writes at the price of more bytes rewritten (the policy before issue 25,
-with the cold finish after it); AutoAnalyze turns it on where the table's history says it pays. Only a
-small partition (one that ends as one to three files) is merged so: a larger one keeps the tiered rules
-while quiet, since absorbing there rewrites whole targets for a few late files and leaves files of ¾ of
-the target or more that the cold finish never evens out (m03 of the family).
+with the cold finish after it); AutoAnalyze turns it on where the table's history says it pays.
 
 **Cold.** One merge of everything small, once: a late file after that makes the partition live again,
 and it is finished again when it next goes cold. Files at or above ¾ of the target are never rewritten.
@@ -76,7 +71,6 @@ __all__ = [
     "DEFAULT_QUIET_MERGE",
     "DEFAULT_SETTLE_SECONDS",
     "LIVE_LARGE_DIVISOR",
-    "QUIET_MAX_TARGETS",
     "RULES",
     "SKIP_RULES",
     "TINY_DIVISOR",
@@ -113,16 +107,7 @@ ABSORB_RATIO = 4
 DONE_NUMERATOR, DONE_DENOMINATOR = 1, 2
 #: Whether a partition that is quiet (no write for ``settle_seconds``) but not yet cold merges its small
 #: files (the rules of the policy before issue 25): fewer live files between late writes, more bytes.
-#: Off by default. On benchmarks.streaming's trace (300 commits at 1.6/s, 8 MiB) it moved mean live files
-#: from 1.10× the bin-pack's to 0.95× and write amplification from 1.38 to 1.68 (docs/policy.md), and the
-#: p95 from a commit to its action less the settle wait from 1.26 s to 2.20 s; AutoAnalyze turns it on
-#: per table where the table's history says it pays.
 DEFAULT_QUIET_MERGE = False
-#: Quiet merging applies to a partition of at most this many targets of bytes (received, or expected from
-#: the table's other partitions). With quiet merging on everywhere (policy_sim, fan-in 12, cold after
-#: 60 s): 3 held 39 of the family's 60 goals, no limit 37 with m03 (2 GB hours at 512 MiB) ending far from
-#: its best layout (excess MSE 12,007 MiB² against 0); 2 held 38, 4 and more lost m03 again.
-QUIET_MAX_TARGETS = 3
 #: Cold, files under this share of the target are merged into the best layout (Iceberg's bin-pack rule,
 #: so the end layout is the bin-pack's).
 COLD_DONE_NUMERATOR, COLD_DONE_DENOMINATOR = 3, 4
@@ -279,8 +264,7 @@ def plan_partition(
     """The policy's plan for one partition's live data files (see the module doc for the rules).
 
     ``cold``: no file arrived for the table's ``cold_after_seconds``; ``quiet``: none for its
-    ``settle_seconds`` and the table merges quiet partitions (``quiet_merge``; ignored when cold, and for a
-    partition of more than :data:`QUIET_MAX_TARGETS` targets of bytes, received, expected or held).
+    ``settle_seconds`` and the table merges quiet partitions (``quiet_merge``; ignored when cold).
     ``received_bytes`` / ``expected_bytes``: the bytes the partition has received in all and the bytes
     the table's history says it will hold (None: unknown); they set the partition's scale
     (:func:`partition_scale`). Judged by :func:`~autooptimize.domain.entropy.excess_needs_attention`
@@ -323,7 +307,7 @@ def plan_partition(
         if len(group) < min_input_files:
             return PolicyPlan(measured.plan(()), "nothing_to_merge", True)
         return PolicyPlan(measured.plan([group]), "cold_finish", True)
-    if quiet and max(received_bytes or 0, expected_bytes or 0, sum(sizes)) <= QUIET_MAX_TARGETS * target:
+    if quiet:
         cap = target * DONE_NUMERATOR // DONE_DENOMINATOR
         group = _absorbed([i for i in by_size if sizes[i] < cap], sizes, min(fan_in, ABSORB_RATIO))
         if len(group) < min_input_files:  # wait for more, or for the cold finish

@@ -17,6 +17,8 @@ Figures (:class:`Figures`): live data files after each write (mean, max), files 
 rewritten, write amplification (bytes rewritten / bytes written), files and excess MSE at the end
 (``Σ (SSE − SSE_best) / N`` over the partitions, in bytes², SSE_best from
 :func:`~autooptimize.domain.entropy.best_layout` of each partition's bytes capped at the target).
+Output model: a writer's file weighs ``output_ratio`` times its bytes once first merged (1 by default;
+AutoAnalyze learns a table's own from its REPLACE commits); a merged file keeps its size when merged again.
 Pure: the standard library and :mod:`autooptimize.domain` only.
 """
 
@@ -79,6 +81,8 @@ class Figures:
 @dataclass
 class _Table:
     target: int
+    #: what a writer's bytes weigh once merged (rows that compress better together make smaller files)
+    output_ratio: float = 1.0
     parts: dict[Hashable, dict[str, int]] = field(default_factory=dict)
     received: dict[Hashable, int] = field(default_factory=dict)
     newest: dict[Hashable, float] = field(default_factory=dict)
@@ -105,7 +109,11 @@ class _Table:
         self.live_files += 1
 
     def files(self, part: Hashable) -> list[PlanFile]:
-        return [PlanFile(p, s) for p, s in self.parts[part].items()]
+        if self.output_ratio == 1.0:
+            return [PlanFile(p, s) for p, s in self.parts[part].items()]
+        # a writer's file shrinks (or grows) by the ratio when first merged; a merged file keeps its size
+        return [PlanFile(p, s, out_size=round(s * self.output_ratio) if p[0] == "w" else None)
+                for p, s in self.parts[part].items()]
 
     def apply(self, part: Hashable, groups: Sequence[RewriteGroup]) -> None:
         files = self.parts[part]
@@ -138,9 +146,10 @@ class _Table:
             rules=tuple(sorted((rules or {}).items())))
 
 
-def simulate_baseline(writes: Sequence[Write], target: int, every: int = BASELINE_EVERY) -> Figures:
+def simulate_baseline(writes: Sequence[Write], target: int, every: int = BASELINE_EVERY,
+                      output_ratio: float = 1.0) -> Figures:
     """A blocking Iceberg bin-pack of every partition after every ``every`` writes and after the last."""
-    t = _Table(target)
+    t = _Table(target, output_ratio)
 
     def binpack() -> None:
         for part in t.parts:
@@ -165,12 +174,12 @@ def expected_bytes(received: dict[Hashable, int], part: Hashable) -> int | None:
 
 
 def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS,
-                    measure_from: float | None = None) -> Figures:
+                    measure_from: float | None = None, output_ratio: float = 1.0) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``measure_from``
     (seconds, as ``Write.at``): the whole history is replayed, but the figures count only the writes at
     or after it and what happens from then on (AutoAnalyze compares them with what the table did since
-    a suggestion)."""
-    t = _Table(tuning.target)
+    a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same)."""
+    t = _Table(tuning.target, output_ratio)
     rules: dict[str, int] = {}
     pending: set[Hashable] = set()
     events: list[tuple[float, int, str, Hashable]] = []  # (at, seq, kind, partition)
@@ -297,7 +306,8 @@ def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FA
 
 def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    candidates: Sequence[PolicyTuning] | None = None,
-                   every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS) -> Suggestion:
+                   every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS,
+                   output_ratio: float = 1.0) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
@@ -308,8 +318,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     cands = list(candidates) if candidates is not None else candidate_tunings(default)
     if default not in cands:
         cands.insert(0, default)
-    base = simulate_baseline(writes, default.target, every)
-    results = [(t, simulate_policy(writes, t, latency)) for t in cands]
+    base = simulate_baseline(writes, default.target, every, output_ratio)
+    results = [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio)) for t in cands]
     defaults = next(f for t, f in results if t == default)
     good = [(t, f) for t, f in results if _meets(f, base)]
     if good:

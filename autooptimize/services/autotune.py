@@ -5,7 +5,8 @@ commits: what each added to each partition, and when) are replayed by
 :func:`~autooptimize.domain.simulate.suggest_tuning` over candidate tunings (fan-in, cold-after and, for
 very small partitions, leaving them alone; the table's target and settle time stay). The suggestion is
 the one that rewrites the fewest bytes while keeping the file goal (mean live files within 1.05× and end
-files within 1.1× of a blocking bin-pack every 20 commits of the same history). It is recorded on the
+files within 1.1× of a blocking bin-pack every 20 commits of the same history). Merged files weigh what
+the table's own REPLACE commits say they do (:func:`learned_output_ratio`). It is recorded on the
 tracked table with its predicted figures (``suggested_tuning``), shown by ``whatif --suggest`` and the
 console, and applied only when the owner allowed it (``track --auto-tune``). Beat re-evaluates every
 tracked table every AO_AUTOTUNE_SECONDS.
@@ -93,6 +94,25 @@ def _history(table: Table, max_commits: int = MAX_COMMITS) -> tuple[list[Write],
     return writes, start
 
 
+#: The learned output ratio is kept within these bounds (a handful of odd merges must not skew a replay).
+OUTPUT_RATIO_BOUNDS = (0.01, 2.0)
+
+
+def learned_output_ratio(table: Table) -> float:
+    """What the table's merged bytes weigh against their inputs, from its REPLACE commits still in the
+    metadata (``added-files-size`` over ``removed-files-size``; ours or any compaction's); 1.0 when none.
+    The simulator applies it to a writer's file the first time it is merged."""
+    added = removed = 0
+    for snapshot in _writer_snapshots(table):
+        if _is_replace(snapshot) and snapshot.summary is not None:
+            added += int(snapshot.summary.get("added-files-size") or 0)
+            removed += int(snapshot.summary.get("removed-files-size") or 0)
+    if not removed or not added:
+        return 1.0
+    low, high = OUTPUT_RATIO_BOUNDS
+    return min(high, max(low, added / removed))
+
+
 def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
     """The tuning the table runs with now: its own where set, else the service's defaults."""
     target = table_target or (row.target_file_size if row else settings.default_target_file_size)
@@ -129,12 +149,15 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         last_at = row.suggested_at if row is not None else None
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
     # simulator's prediction for the same commits
-    check = check_prediction(table, current, int(last_at.timestamp() * 1000), latency) if last_at else None
+    ratio = learned_output_ratio(table)
+    check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio)
+             if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
-                            latency=latency)
+                            latency=latency, output_ratio=ratio)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
+    out["output_ratio"] = ratio
     out["check"] = check
     applied = False
     if record or apply:
@@ -191,7 +214,7 @@ MIN_CHECK_COMMITS = 10
 
 
 def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency: float = LATENCY_SECONDS,
-                     min_commits: int = MIN_CHECK_COMMITS) -> dict[str, Any] | None:
+                     min_commits: int = MIN_CHECK_COMMITS, output_ratio: float = 1.0) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
@@ -201,7 +224,8 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
     commits = sum(1 for w in writes if w.at >= measure_from)
     if commits < min_commits:
         return None
-    predicted = simulate_policy(writes, tuning, latency, measure_from=measure_from).as_dict()
+    predicted = simulate_policy(writes, tuning, latency, measure_from=measure_from,
+                                output_ratio=output_ratio).as_dict()
     realised = realised_since(table, since_ms)
     error = {}
     for key in ("write_amplification", "mean_live_files"):

@@ -25,8 +25,9 @@ def test_the_next_suggestion_checks_the_previous_prediction_against_what_the_tab
     first = suggest(settings, name, min_commits=10)
     assert first["check"] is None  # nothing to check yet
     time.sleep(1.1)  # the next commits land after the suggestion's time
-    for i in range(12):
+    for i in range(12):  # paced: the simulated merges (2 s after their decision) land within these commits
         table.append(batch(10_000 + 20 * i, 20, DAY1))
+        time.sleep(0.4)
     # nothing merged the table meanwhile (no service runs here): the simulator did merge, the table did not
     shown = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
                            capture_output=True, text=True, env=dict(os.environ), timeout=300)
@@ -50,3 +51,24 @@ def test_the_next_suggestion_checks_the_previous_prediction_against_what_the_tab
     again = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest", "--json"],
                            capture_output=True, text=True, env=dict(os.environ), timeout=300)
     assert json.loads(again.stdout)["check"] is None  # no commit since the last suggestion
+
+
+def test_the_replay_learns_what_merged_bytes_weigh_from_the_tables_replace_commits(settings, catalog):
+    from autooptimize.services import actions
+    from autooptimize.services.autotune import learned_output_ratio
+
+    table = make_table(catalog, {DAY1: 24}, rows=20, name="output_ratio")
+    name = identifier(table)
+    tracking.track(settings, name, target_file_size="1MiB")
+    assert learned_output_ratio(table) == 1.0  # no REPLACE commit yet
+    local = settings.model_copy(update={"rewrite_engine": "local"})
+    action_id = actions.submit(local, name, dispatch=False)
+    assert actions.execute(local, action_id, spark=None)["state"] == "succeeded"
+    table = table.refresh()
+    summary = table.current_snapshot().summary
+    assert summary.operation.value == "replace"
+    expected = int(summary["added-files-size"]) / int(summary["removed-files-size"])
+    assert expected != 1.0 and learned_output_ratio(table) == expected
+    for i in range(12):  # more writer commits, so a suggestion has a history to replay
+        table.append(batch(10_000 + 20 * i, 20, DAY1))
+    assert suggest(settings, name, min_commits=10)["output_ratio"] == expected

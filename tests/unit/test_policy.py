@@ -19,7 +19,6 @@ from autooptimize.domain.planning import PlanFile
 from autooptimize.domain.policy import (
     ABSORB_RATIO,
     LIVE_LARGE_DIVISOR,
-    QUIET_MAX_TARGETS,
     SKIP_RULES,
     TINY_DIVISOR,
     TINY_FAN_IN,
@@ -106,20 +105,6 @@ def test_quiet_merges_tiers_and_stragglers_into_one_group_but_not_the_hour_for_o
     late = plan_partition(files_of([10 * 1000 * KB, 100 * KB]), S, T, cold=False, quiet=True)
     assert (late.rule, late.plan.is_empty) == ("live_wait", True)  # waits: for late bytes, or the cold finish
     assert plan_partition(files_of([10 * 1000 * KB, 100 * KB]), S, T, cold=True, quiet=True).rule == "cold_finish"
-
-
-def test_quiet_merging_is_for_small_partitions_only() -> None:
-    """A partition of more than QUIET_MAX_TARGETS targets (held, received or expected) keeps the tiered
-    rules while quiet: absorbing there would rewrite whole targets for a few late files."""
-    sizes = [1600 * KB] * 7 + [200 * KB] * 4
-    small = plan_partition(files_of(sizes), S, T, cold=False, quiet=True, received_bytes=sum(sizes))
-    assert small.rule == "quiet_full"
-    for big in ({"received_bytes": QUIET_MAX_TARGETS * S + 1}, {"expected_bytes": QUIET_MAX_TARGETS * S + 1}):
-        result = plan_partition(files_of(sizes), S, T, cold=False, quiet=True, **big)
-        assert result.rule == plan_partition(files_of(sizes), S, T, cold=False, **big).rule
-        assert result.rule in ("tiered", "live_wait")
-    at_limit = plan_partition(files_of(sizes), S, T, cold=False, quiet=True, expected_bytes=QUIET_MAX_TARGETS * S)
-    assert at_limit.rule == "quiet_full"
 
 
 def test_live_merges_a_full_tier_and_leaves_merged_files_alone() -> None:
@@ -239,8 +224,6 @@ def test_policy_invariants(sizes: list[int], tolerance: int, state: str, fan_in:
     assert result.plan.is_empty or result.attention
     assert result.plan.is_empty == (result.rule in SKIP_RULES)
     scale = partition_scale(small, sum(sizes), expected)
-    if state == "quiet" and max(sum(sizes), expected or 0) > QUIET_MAX_TARGETS * small:
-        state = "live"  # quiet merging is for small partitions; a larger one keeps the tiered rules
     for g in result.plan.groups:
         assert len(g.files) >= min_input
         members = sorted(f.size for f in g.files)

@@ -131,3 +131,16 @@ def test_measure_from_counts_only_what_happens_from_then_on() -> None:
     assert late.end_files == whole.end_files  # the same table at the end
     nothing = simulate_policy(writes, tuning, measure_from=1000.0)
     assert (nothing.bytes_written, nothing.mean_live_files) == (0, 0.0)
+
+
+def test_an_output_ratio_shrinks_a_writers_files_when_first_merged() -> None:
+    writes = [Write(float(i), (("h", 50),)) for i in range(40)]
+    tuning = PolicyTuning(TARGET, fan_in=4)
+    assert simulate_policy(writes, tuning, output_ratio=1.0) == simulate_policy(writes, tuning)
+    same = simulate_policy(writes, tuning)
+    half = simulate_policy(writes, tuning, output_ratio=0.5)
+    # the first merge of each writer file halves its bytes: later merges rewrite fewer bytes
+    assert half.bytes_written == same.bytes_written and half.bytes_rewritten < same.bytes_rewritten
+    base_same, base_half = simulate_baseline(writes, TARGET, 5), simulate_baseline(writes, TARGET, 5, 0.5)
+    # the bin-pack sees the same output model: its smaller outputs stay under ¾ of the target longer
+    assert base_half != base_same and base_half.end_files < base_same.end_files
