@@ -120,7 +120,7 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
     seen = 0
 
     def actor() -> None:
-        """The actors: each merge runs when due, beside the writer (as the service's workers do)."""
+        """An actor: each merge runs when due, beside the writer (as the service's workers do)."""
         while not stop.is_set() or pending:
             with lock:
                 due = sorted(p for p in pending if p[0] <= time.monotonic())[:1]
@@ -146,8 +146,10 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
         if until is not None:
             time.sleep(max(0.0, min(0.2, until - time.monotonic())))
 
-    worker = threading.Thread(target=actor, daemon=True)
-    worker.start()
+    # two actors, as the service's worker runs two merges at once (its concurrency on this machine)
+    workers = [threading.Thread(target=actor, daemon=True) for _ in range(2)]
+    for worker in workers:
+        worker.start()
     try:
         _write_paced(replay, commits, offsets, between=step)
         quiet_until = time.monotonic() + tuning["cold_after_seconds"] + LATENCY_SECONDS + 3
@@ -158,7 +160,8 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
                     quiet_until = max(quiet_until, max(p[0] for p in pending) + 2)
     finally:
         stop.set()
-        worker.join(timeout=120)
+        for worker in workers:
+            worker.join(timeout=120)
     assert not failures, failures
 
     realised = realised_since(replay.refresh())
