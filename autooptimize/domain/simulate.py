@@ -109,10 +109,9 @@ class _Table:
         self.live_files += 1
 
     def files(self, part: Hashable) -> list[PlanFile]:
-        if self.output_ratio == 1.0:
-            return [PlanFile(p, s) for p, s in self.parts[part].items()]
         # a writer's file shrinks (or grows) by the ratio when first merged; a merged file keeps its size
-        return [PlanFile(p, s, out_size=round(s * self.output_ratio) if p[0] == "w" else None)
+        scaled = self.output_ratio != 1.0
+        return [PlanFile(p, s, out_size=round(s * self.output_ratio) if scaled and p[0] == "w" else None)
                 for p, s in self.parts[part].items()]
 
     def apply(self, part: Hashable, groups: Sequence[RewriteGroup]) -> None:

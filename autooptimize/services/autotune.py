@@ -138,7 +138,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     ``latency``: seconds from a decision to its commit in the replay. Raises InvalidArgument when the
     history is shorter than ``min_commits`` writer commits."""
     table = load_table(settings, identifier)
-    writes = table_history(table)
+    writes, start_ms = _history(table)
     if len(writes) < min_commits:
         raise InvalidArgument(f"table {identifier!r} has {len(writes)} writer commit(s) in its metadata; a "
                               f"suggestion replays at least {min_commits}")
@@ -150,8 +150,8 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
     # simulator's prediction for the same commits
     ratio = learned_output_ratio(table)
-    check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio)
-             if last_at else None)
+    check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio,
+                              history=(writes, start_ms)) if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio)
@@ -214,12 +214,14 @@ MIN_CHECK_COMMITS = 10
 
 
 def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency: float = LATENCY_SECONDS,
-                     min_commits: int = MIN_CHECK_COMMITS, output_ratio: float = 1.0) -> dict[str, Any] | None:
+                     min_commits: int = MIN_CHECK_COMMITS, output_ratio: float = 1.0,
+                     history: tuple[list[Write], int] | None = None) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
-    None when fewer than ``min_commits`` writer commits landed since."""
-    writes, start_ms = _history(table)
+    None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
+    the time of its first (as ``_history`` returns them), when the caller has read them already."""
+    writes, start_ms = history if history is not None else _history(table)
     measure_from = (since_ms - start_ms) / 1000
     commits = sum(1 for w in writes if w.at >= measure_from)
     if commits < min_commits:
