@@ -73,7 +73,8 @@ DESCRIPTIONS: dict[str, str] = {
                       "a single machine); see docs/engines.md",
     "merge_policy": "how automatic merges choose files: `tiered` (live partitions bounded without rewriting "
                     "merged bytes again) or `binpack` (every file that needs it, each time)",
-    "settle_seconds": "a partition written to within this long is live (the tiered policy merges it gently)",
+    "settle_seconds": "a partition with no write for this long is quiet: with AO_QUIET_MERGE its small files "
+                      "merge then, before it goes cold",
     "merge_fan_in": "files of a similar size the tiered policy merges together in a live partition",
     "cold_after_seconds": "a partition with no writes for this long is cold: finished to its best layout once",
     "quiet_merge": "merge a partition's small files once it is quiet (no write for AO_SETTLE_SECONDS), before "

@@ -23,7 +23,8 @@ and the service's default worker concurrency (``--worker-concurrency`` sets it a
 pyiceberg to the same catalog (SqlCatalog on the same database, warehouse under AO_HOME; a concurrent-update
 conflict is retried by pyiceberg). After the last commit the benchmark waits until no action of the table is
 queued or running in ``ao_actions`` and none was created for ``--quiet-seconds`` (bounded by
-``--drain-timeout``), then stops the service (SIGTERM, then SIGKILL) and the Spark server it started.
+``--drain-timeout``; by default the service's cold-after time plus 20 s, so that every partition's cold
+finish is counted), then stops the service (SIGTERM, then SIGKILL) and the Spark server it started.
 
 Baseline run, in the same process after the service has stopped: the same trace (same seed, same rows)
 into a second table that nothing tracks. After every ``--compact-every`` commits the writer stops for a
@@ -468,6 +469,19 @@ def table_figures(fig: RunFigures, table: Table, records: list[CommitRecord], se
 # --- the service run -------------------------------------------------------------------------------------
 
 
+def drain_quiet_seconds(settings: Settings, args: argparse.Namespace) -> float:
+    """``--quiet-seconds``, else the service's cold-after time plus 20 s: a shorter wait stops the service
+    before its cold finishes, which leaves write amplification low and the end layout unfinished."""
+    if args.quiet_seconds is not None:
+        return float(args.quiet_seconds)
+    cold = settings.cold_after_seconds
+    for item in args.service_env or ():
+        key, _, value = item.partition("=")
+        if key == "AO_COLD_AFTER_SECONDS":
+            cold = float(value)
+    return cold + 20.0
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -773,7 +787,7 @@ def run_service(args: argparse.Namespace, settings: Settings, engine: Engine, ca
             say(f"service: tracking {SERVICE_TABLE} {tracked_after:.0f} s after start; writer starts")
         records, seconds = write_trace(catalog, SERVICE_TABLE, shape, trace, args.rate, expected,
                                        alive=lambda: _service_line(engine, service), label="service")
-        quiet, waited = wait_quiet(engine, service, args.quiet_seconds, args.drain_timeout)
+        quiet, waited = wait_quiet(engine, service, drain_quiet_seconds(settings, args), args.drain_timeout)
         extra["drain_seconds"] = round(waited, 1)
         extra["quiet"] = quiet
         if not quiet:
@@ -1106,7 +1120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline-rule", choices=("iceberg", "all"), default="iceberg",
                         help="baseline: rewrite the files Iceberg's rule picks (default) or every file of a "
                              "partition with ≥ 2 small files")
-    parser.add_argument("--quiet-seconds", type=float, default=20.0, help="service: quiet this long = done")
+    parser.add_argument("--quiet-seconds", type=float, default=None,
+                        help="service: quiet this long = done (default: its cold-after time + 20 s)")
     parser.add_argument("--drain-timeout", type=float, default=900.0, help="service: most seconds to wait for quiet")
     parser.add_argument("--start-timeout", type=float, default=600.0,
                         help="service: most seconds to wait for it to track the table")

@@ -95,7 +95,7 @@ class ActionRequest:
     # how a merge chooses its groups: "tiered" (the live-partition policy, autooptimize.domain.policy)
     # or "binpack" (First Fit Decreasing over every file that needs it); AO_MERGE_POLICY
     policy: str = "tiered"
-    settle_seconds: float = 3.0  # a partition written to more recently than this is live (AO_SETTLE_SECONDS)
+    settle_seconds: float = 3.0  # no write for this long: quiet, merged with quiet_merge (AO_SETTLE_SECONDS)
     fan_in: int = 12  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
     cold_after_seconds: float = 60.0  # no new file for this long: the partition is cold (AO_COLD_AFTER_SECONDS)
     expected_partition_bytes: int | None = None  # the table's median partition bytes (its history), if known
