@@ -6,7 +6,8 @@ commits: what each added to each partition, and when) are replayed by
 very small partitions, leaving them alone; the table's target and settle time stay). The suggestion is
 the one that rewrites the fewest bytes while keeping the file goal (mean live files within 1.05× and end
 files within 1.1× of a blocking bin-pack every 20 commits of the same history). Merged files weigh what
-the table's own REPLACE commits say they do (:func:`learned_output_ratio`). It is recorded on the
+the table's own REPLACE commits say they do (:func:`learned_output_ratio`), and a merge lands as long
+after its decision as the table's own recent merges did (:func:`learned_latency`). It is recorded on the
 tracked table with its predicted figures (``suggested_tuning``), shown by ``whatif --suggest`` and the
 console, and applied only when the owner allowed it (``track --auto-tune``). Beat re-evaluates every
 tracked table every AO_AUTOTUNE_SECONDS.
@@ -23,10 +24,13 @@ and the console.
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
 from pyiceberg.table import Table
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from autooptimize.config import Settings
 from autooptimize.domain.policy import PolicyTuning
@@ -43,7 +47,7 @@ from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import TrackedTable
+from autooptimize.storage.models import Action, ActionState, TrackedTable
 from autooptimize.storage.repositories import audit, now, tracked_table, tracked_tables
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,9 @@ log = logging.getLogger(__name__)
 MAX_COMMITS = 5000
 #: A suggestion needs at least this many writer commits of history.
 MIN_COMMITS = 20
+#: The table's most recent merges :func:`learned_latency` reads, and how many it needs to replace
+#: the simulator's assumed latency.
+LATENCY_ACTIONS, MIN_LATENCY_ACTIONS = 200, 10
 
 
 def _writer_snapshots(table: Table) -> list[Any]:
@@ -113,6 +120,22 @@ def learned_output_ratio(table: Table) -> float:
     return min(high, max(low, added / removed))
 
 
+def learned_latency(session: Session, table_id: int) -> tuple[float, int]:
+    """Seconds from a merge's decision to its commit on this table (the median over its most recent
+    succeeded merges, ``created_at`` to ``finished_at``: queueing, the Spark job and the commit), and how
+    many merges that is; :data:`~autooptimize.domain.simulate.LATENCY_SECONDS` while fewer than
+    :data:`MIN_LATENCY_ACTIONS`. The simulator lands each merge that long after it was decided."""
+    rows = session.execute(
+        select(Action.created_at, Action.finished_at)
+        .where(Action.table_id == table_id, Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value,
+               Action.finished_at.is_not(None))
+        .order_by(Action.finished_at.desc()).limit(LATENCY_ACTIONS)).all()
+    if len(rows) < MIN_LATENCY_ACTIONS:
+        return LATENCY_SECONDS, len(rows)
+    seconds = statistics.median((done - created).total_seconds() for created, done in rows if done is not None)
+    return min(max(seconds, 0.1), 600.0), len(rows)
+
+
 def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
     """The tuning the table runs with now: its own where set, else the service's defaults."""
     target = table_target or (row.target_file_size if row else settings.default_target_file_size)
@@ -131,12 +154,13 @@ def suggestion_dict(s: Suggestion, commits: int, seconds: float) -> dict[str, An
 
 def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: bool | None = None,
             min_commits: int = MIN_COMMITS, cold_after: Sequence[float] = SUGGEST_COLD_AFTER,
-            latency: float = LATENCY_SECONDS) -> dict[str, Any]:
+            latency: float | None = None) -> dict[str, Any]:
     """The suggested tuning for ``identifier`` from its own history, with predicted, baseline and
     current-tuning figures. ``record``: store it on the tracked table. ``apply``: set it as the table's
     tuning (None: only when the table allows auto-tuning). ``cold_after``: the cold-after times tried;
-    ``latency``: seconds from a decision to its commit in the replay. Raises InvalidArgument when the
-    history is shorter than ``min_commits`` writer commits."""
+    ``latency``: seconds from a decision to its commit in the replay (None: the table's own,
+    :func:`learned_latency`). Raises InvalidArgument when the history is shorter than ``min_commits``
+    writer commits."""
     table = load_table(settings, identifier)
     writes, start_ms = _history(table)
     if len(writes) < min_commits:
@@ -147,6 +171,9 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         current = default_tuning(settings, row)
         auto = bool(row is not None and row.auto_tune)
         last_at = row.suggested_at if row is not None else None
+        merges = 0
+        if latency is None:
+            latency, merges = learned_latency(session, row.id) if row is not None else (LATENCY_SECONDS, 0)
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
     # simulator's prediction for the same commits
     ratio = learned_output_ratio(table)
@@ -158,6 +185,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"] = ratio
+    out["latency_seconds"], out["latency_merges"] = latency, merges
     out["check"] = check
     applied = False
     if record or apply:

@@ -72,3 +72,38 @@ def test_the_replay_learns_what_merged_bytes_weigh_from_the_tables_replace_commi
     for i in range(12):  # more writer commits, so a suggestion has a history to replay
         table.append(batch(10_000 + 20 * i, 20, DAY1))
     assert suggest(settings, name, min_commits=10)["output_ratio"] == expected
+
+
+def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, catalog):
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from autooptimize.domain.simulate import LATENCY_SECONDS
+    from autooptimize.services.autotune import MIN_LATENCY_ACTIONS
+    from autooptimize.storage.models import Action
+
+    table = make_table(catalog, {DAY1: 12}, rows=20, name="latency")
+    name = identifier(table)
+    tracking.track(settings, name, target_file_size="1MiB")
+    table_id = tracking.ensure_tracked(settings, name)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def record(n: int, kind: str = "merge", state: str = "succeeded", first: int = 0) -> None:
+        with session_scope(settings) as session:
+            for i in range(first, first + n):  # merge i took 0.5 + 0.1 i seconds from decision to commit
+                created = start + timedelta(seconds=10 * i)
+                session.add(Action(id=str(uuid.uuid4()), table_id=table_id, kind=kind, trigger="event",
+                                   priority_class="interactive", state=state, created_at=created,
+                                   finished_at=created + timedelta(seconds=0.5 + 0.1 * i)))
+
+    record(MIN_LATENCY_ACTIONS - 1)
+    record(5, kind="sort", first=100)  # other kinds and failed merges are not the policy's merges
+    record(5, state="failed", first=200)
+    few = suggest(settings, name, min_commits=10, record=False)
+    assert (few["latency_seconds"], few["latency_merges"]) == (LATENCY_SECONDS, MIN_LATENCY_ACTIONS - 1)
+    record(2, first=MIN_LATENCY_ACTIONS - 1)  # 11 merges: 0.5 … 1.5 s, median 1.0 s
+    learned = suggest(settings, name, min_commits=10, record=False)
+    assert learned["latency_merges"] == MIN_LATENCY_ACTIONS + 1
+    assert abs(learned["latency_seconds"] - 1.0) < 1e-9
+    given = suggest(settings, name, min_commits=10, record=False, latency=3.0)
+    assert (given["latency_seconds"], given["latency_merges"]) == (3.0, 0)
