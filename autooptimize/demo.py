@@ -53,6 +53,11 @@ ARROW = pa.schema([
 ])
 
 
+#: The demo table's cold-after time: its files are all written before the service starts, so nothing
+#: is gained by waiting the default 60 s for late data before the cold finish merges each partition.
+DEMO_COLD_AFTER_SECONDS = 5.0
+
+
 def _batch(rng: random.Random, day: dt.date, first_id: int, rows: int) -> pa.Table:
     base = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
     return pa.table({
@@ -98,6 +103,8 @@ def create_demo_table(settings: Settings, files: int, partitions: int, seed: int
         catalog.purge_table(DEMO_TABLE)
     except NoSuchTableError:
         pass
+    except FileNotFoundError:  # an earlier demo's files are gone (its AO_HOME was removed): forget the entry
+        catalog.drop_table(DEMO_TABLE)
     table = catalog.create_table(DEMO_TABLE, schema=SCHEMA, location=location, partition_spec=SPEC)
     rng = random.Random(seed)
     days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(partitions)]
@@ -197,7 +204,10 @@ def _run_demo(settings: Settings, stop: StopSignals, files: int, partitions: int
     started = time.monotonic()
     table = create_demo_table(settings, files, partitions, location=location)
     say(f"  written to {table.location()} in {time.monotonic() - started:.1f} s")
-    api.track(DEMO_TABLE, settings=settings, target_file_size=target_size)
+    api.track(DEMO_TABLE, settings=settings, target_file_size=target_size, cold_after_seconds=DEMO_COLD_AFTER_SECONDS)
+    say(f"  tracked with target {target_size} and cold-after {DEMO_COLD_AFTER_SECONDS:g} s (a partition with no "
+        f"write for that long is merged into its best layout; the default, "
+        f"{settings.cold_after_seconds:g} s, waits for late data)")
     checksum = table_checksum(table)
     before: dict[str, Any] = {"files": _files(table), "checksum": checksum, "rows": int(checksum.split(":")[0])}
     if settings.spark_remote == "local":

@@ -150,3 +150,17 @@ def test_demo_stopped_by_sigterm_stops_its_processes_and_leaves_a_running_server
         if proc.poll() is None:
             proc.kill()
 
+
+
+def test_the_demo_recreates_its_table_when_an_earlier_demos_files_are_gone(settings):
+    """A demo whose AO_HOME was deleted left its catalog entry behind (the catalog lives in PostgreSQL):
+    the next demo stopped at purging it, FileNotFoundError on the vanished metadata file."""
+    import shutil
+    from urllib.parse import urlsplit
+
+    from autooptimize.demo import create_demo_table
+
+    first = create_demo_table(settings, files=2, partitions=1)
+    shutil.rmtree(urlsplit(first.location()).path)
+    again = create_demo_table(settings, files=3, partitions=1)
+    assert len(list(again.scan().plan_files())) == 3
