@@ -478,7 +478,10 @@ def drain_quiet_seconds(settings: Settings, args: argparse.Namespace) -> float:
     for item in args.service_env or ():
         key, _, value = item.partition("=")
         if key == "AO_COLD_AFTER_SECONDS":
-            cold = float(value)
+            try:
+                cold = float(value)
+            except ValueError:
+                raise SystemExit(f"--service-env AO_COLD_AFTER_SECONDS wants seconds, got {value!r}") from None
     return cold + 20.0
 
 
