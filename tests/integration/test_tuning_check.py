@@ -82,7 +82,7 @@ def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, 
     from autooptimize.services.autotune import MIN_LATENCY_ACTIONS
     from autooptimize.storage.models import Action
 
-    table = make_table(catalog, {DAY1: 12}, rows=20, name="latency")
+    table = make_table(catalog, {DAY1: 20}, rows=20, name="latency")
     name = identifier(table)
     tracking.track(settings, name, target_file_size="1MiB")
     table_id = tracking.ensure_tracked(settings, name)
@@ -107,3 +107,7 @@ def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, 
     assert abs(learned["latency_seconds"] - 1.0) < 1e-9
     given = suggest(settings, name, min_commits=10, record=False, latency=3.0)
     assert (given["latency_seconds"], given["latency_merges"]) == (3.0, 0)
+    shown = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
+                           capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    assert "a merge lands 1.00 s after its decision (median of the table's last 11 merges)" in shown.stdout
