@@ -25,6 +25,7 @@ from sqlalchemy import func, select
 
 from autooptimize import api
 from autooptimize.domain.histogram import power_of_two_edges, size_histogram
+from autooptimize.services.autotune import suggest
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, AuditLog, TrackedTable
 from autooptimize.storage.repositories import audit_events
@@ -154,6 +155,7 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
     name = identifier(table)
     api.track(name, settings=settings, target_file_size="1MiB", sort_order="id",
               allowed_actions="merge,sort,expire_snapshots")
+    suggestion = suggest(settings, name)  # AutoAnalyze's, recorded on the table (the expiry below ends the history)
     merges = [api.optimize(name, partition=f"day={d.isoformat()}", settings=settings).id for d in DAYS[:3]]
     sort = api.optimize(name, partition=f"day={DAYS[3].isoformat()}", action="sort", settings=settings).id
     _wait_for_actions(settings, name, [*merges, sort])
@@ -205,6 +207,13 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
 
         _open(driver, base, f"/tables/{name}", "table")
         assert _card(driver, "files") == f"{len(every):,}"
+        tuning = suggestion["tuning"]
+        assert (f"fan-in {tuning['fan_in']}, cold after {tuning['cold_after_seconds']:g} s"
+                in _card(driver, "suggestion")), _card(driver, "suggestion")
+        assert f"from {suggestion['commits']} commits" in _card(driver, "suggestion")
+        assert _card(driver, "suggestion-replay") == (
+            f"replayed with merges landing {suggestion['latency_seconds']:.2f} s after their decision (assumed: too "
+            f"few merges yet), merged bytes weighing {suggestion['output_ratio']:.2f}× their inputs")
         edges = power_of_two_edges(every, 1024 * 1024)
         assert _histogram(driver, "hist-table") == {"table": list(size_histogram(every, edges).counts)}
         assert len(_cells(driver, "partitions", "partition")) == len(DAYS)
