@@ -474,15 +474,24 @@ def drain_quiet_seconds(settings: Settings, args: argparse.Namespace) -> float:
     before its cold finishes, which leaves write amplification low and the end layout unfinished."""
     if args.quiet_seconds is not None:
         return float(args.quiet_seconds)
-    cold = settings.cold_after_seconds
+    value = service_overrides(args).get("AO_COLD_AFTER_SECONDS")
+    if value is None:
+        return settings.cold_after_seconds + 20.0
+    try:
+        return float(value) + 20.0
+    except ValueError:
+        raise SystemExit(f"--service-env AO_COLD_AFTER_SECONDS wants seconds, got {value!r}") from None
+
+
+def service_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """``--service-env AO_NAME=value`` items as a dict (experiments: AO_SETTLE_SECONDS=15, …)."""
+    out: dict[str, str] = {}
     for item in args.service_env or ():
         key, _, value = item.partition("=")
-        if key == "AO_COLD_AFTER_SECONDS":
-            try:
-                cold = float(value)
-            except ValueError:
-                raise SystemExit(f"--service-env AO_COLD_AFTER_SECONDS wants seconds, got {value!r}") from None
-    return cold + 20.0
+        if not key.startswith("AO_") or not value:
+            raise SystemExit(f"--service-env wants AO_NAME=value, got {item!r}")
+        out[key] = value
+    return out
 
 
 def _free_port() -> int:
@@ -507,11 +516,7 @@ def service_env(settings: Settings, args: argparse.Namespace) -> dict[str, str]:
         "PYTHONPATH": str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
         "PYTHONUNBUFFERED": "1",
     })
-    for item in args.service_env or ():  # experiments: AO_SETTLE_SECONDS=15, AO_MERGE_FAN_IN=12, …
-        key, _, value = item.partition("=")
-        if not key.startswith("AO_") or not value:
-            raise SystemExit(f"--service-env wants AO_NAME=value, got {item!r}")
-        env[key] = value
+    env.update(service_overrides(args))
     return env
 
 
