@@ -96,6 +96,9 @@ class Settings(FleetSettings):
     merge_fan_in: int = Field(default=12, ge=2, le=1000)
     # a partition with no new file for this long is finished to its best layout once (the policy's cold rule)
     cold_after_seconds: float = Field(default=60.0, ge=0, le=86400)
+    # a partition goes cold sooner: after this many times the longest of its last 3 gaps between writes
+    # (at least 5 s, at most the cold-after time; 0: off), autooptimize.domain.policy.partition_cold_after
+    cold_gap_factor: float = Field(default=4.0, ge=0, le=1000)
     # merge a partition's small files once it is quiet (no write for AO_SETTLE_SECONDS) before it goes cold
     quiet_merge: bool = False
     # how often beat re-evaluates every tracked table's suggested tuning (AutoAnalyze, services/autotune.py)

@@ -77,6 +77,9 @@ DESCRIPTIONS: dict[str, str] = {
                       "merge then, before it goes cold",
     "merge_fan_in": "files of a similar size the tiered policy merges together in a live partition",
     "cold_after_seconds": "a partition with no writes for this long is cold: finished to its best layout once",
+    "cold_gap_factor": "a partition goes cold sooner, once no write came for this many times the longest of its "
+                       "last 3 gaps between writes (at least 5 s, at most AO_COLD_AFTER_SECONDS; 0: off): an "
+                       "hour only late data reaches is finished soon after its late writes stop",
     "quiet_merge": "merge a partition's small files once it is quiet (no write for AO_SETTLE_SECONDS), before "
                    "it goes cold; off by default (a per-table knob, `track --quiet-merge`)",
     "autotune_seconds": "how often beat re-evaluates each table's suggested tuning (AutoAnalyze)",

@@ -100,6 +100,8 @@ class ActionRequest:
     cold_after_seconds: float = 60.0  # no new file for this long: the partition is cold (AO_COLD_AFTER_SECONDS)
     expected_partition_bytes: int | None = None  # the table's median partition bytes (its history), if known
     last_write_ms: int | None = None  # when a writer last added a file to the one partition (the listener's)
+    write_gaps: tuple[float, ...] = ()  # that partition's recent gaps between writes, seconds, newest first
+    cold_gap_factor: float = 4.0  # the partition is cold sooner after close writes (AO_COLD_GAP_FACTOR)
     leave_alone_below: int = 0  # partitions under this many bytes are never merged (the table's tuning)
     quiet_merge: bool = False  # merge a quiet partition before it goes cold (AO_QUIET_MERGE, the table's tuning)
     now_ms: int | None = None  # the clock live-ness is judged by (None: now)

@@ -10,7 +10,8 @@ keeping the table:
   Iceberg's size-ratio rule (``plan_iceberg_bin_pack``, min input files 2); once more after the last.
 * :func:`simulate_policy`: the live-partition policy (:func:`~autooptimize.domain.policy.plan_partition`)
   judges a partition when a write touches it, when a merge of it lands, when it settles and when it
-  goes cold (the service's timers). A plan takes ``latency`` seconds to land; one merge in flight per
+  goes cold (the service's timers; each partition's cold-after time from its own recent gaps between
+  writes, :meth:`~autooptimize.domain.policy.PolicyTuning.cold_after`). A plan takes ``latency`` seconds to land; one merge in flight per
   partition. After the last write the clock runs on until every partition is cold and judged.
 
 Figures (:class:`Figures`): live data files after each write (mean, max), files replaced, bytes
@@ -33,7 +34,7 @@ from typing import Any
 
 from autooptimize.domain.entropy import best_layout
 from autooptimize.domain.planning import PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
-from autooptimize.domain.policy import PolicyTuning, plan_partition
+from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, plan_partition
 
 __all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
            "Suggestion", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
@@ -184,9 +185,14 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     events: list[tuple[float, int, str, Hashable]] = []  # (at, seq, kind, partition)
     seq = itertools.count()
 
+    gaps: dict[Hashable, list[float]] = {}  # each partition's recent gaps between writes, newest first
+
+    def cold_after(part: Hashable) -> float:
+        return tuning.cold_after(gaps.get(part))
+
     def plan(part: Hashable, now: float) -> tuple[RewriteGroup, ...]:
         # the same sum the cold timer was set at (``now - newest`` may round just under cold_after)
-        cold = now >= t.newest[part] + tuning.cold_after_seconds
+        cold = now >= t.newest[part] + cold_after(part)
         quiet = tuning.quiet_merge and not cold and now >= t.newest[part] + tuning.settle_seconds
         files = t.files(part)
         result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, quiet=quiet, fan_in=tuning.fan_in,
@@ -210,7 +216,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             if kind == "land":
                 pending.discard(part)
                 t.apply(part, plan(part, at))  # the action plans on the files as they are when it runs
-            elif at < t.newest[part] + (tuning.settle_seconds if kind == "settle" else tuning.cold_after_seconds):
+            elif at < t.newest[part] + (tuning.settle_seconds if kind == "settle" else cold_after(part)):
                 continue  # written again since the timer was set
             judge(part, at)
 
@@ -221,9 +227,11 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             t.measure_from_here()
             measuring = True
         for part, size in w.files:
+            if part in t.newest and w.at > t.newest[part]:  # as the listener keeps them (one per commit)
+                gaps[part] = [w.at - t.newest[part], *gaps.get(part, ())][:COLD_GAPS_KEPT]
             t.add(part, size, w.at)
             heapq.heappush(events, (w.at + tuning.settle_seconds, next(seq), "settle", part))
-            heapq.heappush(events, (w.at + tuning.cold_after_seconds, next(seq), "cold", part))
+            heapq.heappush(events, (w.at + cold_after(part), next(seq), "cold", part))
         for part, _ in w.files:
             judge(part, w.at)
         t.counts.append(t.live_files)
@@ -297,7 +305,7 @@ def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FA
             for a in leave_alone:
                 for q in quiet_merge:
                     t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
-                                     default.tolerance, q)
+                                     default.tolerance, q, default.cold_gap_factor)
                     if t not in out:
                         out.append(t)
     return out

@@ -145,7 +145,8 @@ def default_tuning(settings: Settings, row: TrackedTable | None, table_target: i
             else settings.cold_after_seconds)
     quiet = row.quiet_merge if row is not None and row.quiet_merge is not None else settings.quiet_merge
     return PolicyTuning(target, fan_in, settings.settle_seconds, max(cold, settings.settle_seconds),
-                        (row.leave_alone_below or 0) if row is not None else 0, tolerance, quiet)
+                        (row.leave_alone_below or 0) if row is not None else 0, tolerance, quiet,
+                        settings.cold_gap_factor)
 
 
 def suggestion_dict(s: Suggestion, commits: int, seconds: float) -> dict[str, Any]:

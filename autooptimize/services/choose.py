@@ -25,7 +25,8 @@ from autooptimize.services.rewrite.sort import sort_spec
 from autooptimize.services.sizing import learned_in
 from autooptimize.services.sort import bound, plan_sort
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.stats import last_write_ms, median_partition_bytes
+from autooptimize.storage.stats import median_partition_bytes
+from autooptimize.storage.write_clock import write_clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +93,8 @@ def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
     return {"fan_in": fan_in if fan_in is not None else settings.merge_fan_in,
             "cold_after_seconds": cold_after if cold_after is not None else settings.cold_after_seconds,
             "leave_alone_below": getattr(tuning, "leave_alone_below", None) or 0,
-            "quiet_merge": quiet if quiet is not None else settings.quiet_merge}
+            "quiet_merge": quiet if quiet is not None else settings.quiet_merge,
+            "cold_gap_factor": settings.cold_gap_factor}
 
 
 def partition_history(settings: Any, table_id: int | None, spec_id: int | None = None,
@@ -111,10 +113,11 @@ def partition_history_in(session: Any, table_id: int | None, spec_id: int | None
                          partition_key: str | None = None) -> dict[str, Any]:
     """:func:`partition_history` within the caller's transaction."""
     if table_id is None:
-        return {"expected_partition_bytes": None, "last_write_ms": None}
+        return {"expected_partition_bytes": None, "last_write_ms": None, "write_gaps": ()}
     one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
+    at, gaps = write_clock(session, table_id, *one) if one is not None else (None, ())
     return {"expected_partition_bytes": median_partition_bytes(session, table_id, one),
-            "last_write_ms": last_write_ms(session, table_id, *one) if one is not None else None}
+            "last_write_ms": at, "write_gaps": gaps}
 
 
 def column_overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:

@@ -14,6 +14,7 @@ from sqlalchemy import and_, func, or_, select, update
 
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
+from autooptimize.domain.policy import COLD_FLOOR_SECONDS, COLD_GAPS_KEPT, partition_cold_after
 from autooptimize.errors import AutoOptimizeError, TableRefused
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.services import actions, budget
@@ -49,7 +50,10 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
             Action.kind.in_(REWRITE_KINDS)).order_by(Action.created_at.desc()).limit(1)).one_or_none()
         quiet = tracked.quiet_merge if tracked.quiet_merge is not None else settings.quiet_merge
         # when a partition left alone may be judged otherwise: once quiet (quiet merges on), else once cold
-        cold_after = settings.settle_seconds if quiet else tracked.cold_after_seconds
+        # (its own cold-after time: sooner than the table's once its writes came close together)
+        cold_after = settings.settle_seconds if quiet else partition_cold_after(
+            tracked.cold_after_seconds if tracked.cold_after_seconds is not None else settings.cold_after_seconds,
+            stats.write_gaps if stats is not None else None, settings.cold_gap_factor, settings.settle_seconds)
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
                 and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at
                 and not _cold_since(settings, last.finished_at, cold_after)):
@@ -118,14 +122,20 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     decide again, so a partition whose writes stopped gets its quiet merge and its cold finish.
 
     From the partition's last write (``last_write_at``): once ``settle_seconds`` after it when its table
-    merges quiet partitions, and once its table's cold-after time after it (AO_COLD_AFTER_SECONDS unless
-    the table sets its own); each moment hands a partition over at most once, however long it then stays
+    merges quiet partitions, and once its cold-after time after it (its table's, AO_COLD_AFTER_SECONDS
+    unless the table sets its own, or sooner from its recent gaps between writes, as
+    :func:`~autooptimize.domain.policy.partition_cold_after` computes it); each moment hands a partition over at most once, however long it then stays
     quiet. A partition with no recorded write time is handed over once its cold-after time has passed
     since it was last judged."""
     p, t, a = PartitionStats, TrackedTable, Action
     cold_after = func.coalesce(t.cold_after_seconds, settings.cold_after_seconds)
+    partition_cold: Any = cold_after
+    if settings.cold_gap_factor:  # partition_cold_after in SQL: no gap yet (NULL) keeps the table's time
+        longest = func.greatest(*(p.write_gaps[i + 1] for i in range(COLD_GAPS_KEPT)))
+        partition_cold = func.least(cold_after, func.greatest(
+            COLD_FLOOR_SECONDS, settings.settle_seconds, func.coalesce(settings.cold_gap_factor * longest, cold_after)))
     settle_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, settings.settle_seconds)
-    cold_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, cold_after)
+    cold_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, partition_cold)
     due = or_(
         and_(func.coalesce(t.quiet_merge, settings.quiet_merge), p.last_decision_at < settle_at,
              settle_at <= func.now()),

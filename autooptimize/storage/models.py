@@ -24,7 +24,7 @@ from sqlalchemy import (
     false,
     func,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, validates
 from sqlalchemy.types import TIMESTAMP
 
@@ -117,6 +117,9 @@ class PartitionStats(Base):
     small_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # when a writer last added a file here (a REPLACE is not a write; migration 0009): the policy's clock
     last_write_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
+    # seconds between the partition's last writes, newest first, at most 3 (migration 0014): its own
+    # cold-after time (autooptimize.domain.policy.partition_cold_after); NULL until its second write
+    write_gaps: Mapped[list[float] | None] = mapped_column(ARRAY(Float), nullable=True)
     snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(
         TIMESTAMP(timezone=True), server_default=_now(), onupdate=_now()

@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autooptimize.domain.entropy import partition_needs_attention, squared_error
+from autooptimize.domain.policy import COLD_GAPS_KEPT
 from autooptimize.errors import AutoOptimizeError
 from autooptimize.redact import redact
 from autooptimize.storage.models import EntropyHistory, PartitionStats
@@ -242,6 +243,7 @@ def apply_delta(
             "small_files": c.small_files + d_small,
             "small_bytes": c.small_bytes + d_small_bytes,
             "last_write_at": c.last_write_at if written_at is None else func.greatest(c.last_write_at, written_at),
+            "write_gaps": c.write_gaps if written_at is None else _gaps_after(written_at),
             "snapshot_id": snapshot_id,
             "updated_at": func.now(),
         },
@@ -265,6 +267,18 @@ def apply_delta(
         session.execute(delete(PartitionStats).where(
             c.table_id == table_id, c.spec_id == spec_id, c.partition_key == partition_key))
     return figures
+
+
+def _gaps_after(written_at: datetime) -> Any:
+    """The partition's ``write_gaps`` once a writer's commit at ``written_at`` is counted: its gap since the
+    last write first, the :data:`COLD_GAPS_KEPT` newest kept; unchanged when it is not later (a snapshot seen
+    twice or out of order adds no gap)."""
+    return text(
+        "CASE WHEN ao_partition_stats.last_write_at IS NOT NULL"
+        " AND CAST(:gap_at AS timestamptz) > ao_partition_stats.last_write_at"
+        " THEN (array_prepend(CAST(extract(epoch FROM CAST(:gap_at AS timestamptz) - ao_partition_stats.last_write_at)"
+        " AS double precision), coalesce(ao_partition_stats.write_gaps, CAST('{}' AS double precision[]))))"
+        f"[1:{COLD_GAPS_KEPT}] ELSE ao_partition_stats.write_gaps END").bindparams(gap_at=written_at)
 
 
 def _later(stored: datetime | None, ms: int | None) -> datetime | None:
@@ -291,8 +305,9 @@ def replace_stats(
         if not only:
             return []
         where.append(tuple_(c.spec_id, c.partition_key).in_(sorted(only)))
-    known = {(r.spec_id, r.partition_key): r.last_write_at
-             for r in session.execute(select(c.spec_id, c.partition_key, c.last_write_at).where(*where))}
+    # the listener's write clock, which a scan cannot see: kept across the replacement
+    known = {(r.spec_id, r.partition_key): (r.last_write_at, r.write_gaps)
+             for r in session.execute(select(c.spec_id, c.partition_key, c.last_write_at, c.write_gaps).where(*where))}
     before = set(known)
     session.execute(delete(PartitionStats).where(*where))
     rows = [p for p in partitions if p.n_files > 0 and (only is None or (p.spec_id, p.partition_key) in only)]
@@ -302,7 +317,8 @@ def replace_stats(
              "partition_values": p.values, "n_files": p.n_files, "sse": p.sse, "total_bytes": p.total_bytes,
              "small_files": p.small_files, "small_bytes": p.small_bytes, "snapshot_id": snapshot_id,
              # a scan sees only the live files' times (a merged file has none): never move the clock back
-             "last_write_at": _later(known.get((p.spec_id, p.partition_key)), p.last_write_ms)}
+             "last_write_at": _later(known.get((p.spec_id, p.partition_key), (None,))[0], p.last_write_ms),
+             "write_gaps": known.get((p.spec_id, p.partition_key), (None, None))[1]}
             for p in rows
         ])
     written = [PartitionFigures(p.spec_id, p.partition_key, p.n_files, p.sse, p.total_bytes, p.small_files,
@@ -368,11 +384,3 @@ def median_partition_bytes(session: Session, table_id: int, exclude: PartitionId
         where.append(tuple_(c.spec_id, c.partition_key) != tuple_(*exclude))
     value = session.execute(select(func.percentile_cont(0.5).within_group(c.total_bytes)).where(*where)).scalar_one()
     return None if value is None else int(value)
-
-
-def last_write_ms(session: Session, table_id: int, spec_id: int, partition_key: str) -> int | None:
-    """When a writer last added a file to the partition (epoch ms), as the listener saw it, or None."""
-    c = PartitionStats.__table__.c
-    value = session.execute(select(c.last_write_at).where(c.table_id == table_id, c.spec_id == spec_id,
-                                                          c.partition_key == partition_key)).scalar_one_or_none()
-    return None if value is None else int(value.timestamp() * 1000)

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import time
 
+from autooptimize.domain.policy import COLD_FLOOR_SECONDS
 from autooptimize.services import tracking
 from autooptimize.services.explain import explain
 from autooptimize.services.observe.roll import observe_table
 from autooptimize.services.submit_decided import on_attention_handler, settled_partitions
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import Action
+from autooptimize.storage.models import Action, PartitionStats
 from tests.fakes import RecordingDispatch
-from tests.integration.tables import DAY1, identifier, key_of, make_table
+from tests.integration.tables import DAY1, batch, identifier, key_of, make_table
 
 
 def test_a_live_partition_waits_then_is_finished_once_cold(settings, catalog):
@@ -78,3 +79,42 @@ def test_a_quiet_partition_is_judged_once_when_quiet_and_once_when_cold(settings
     assert mine() == []  # quiet a settle time longer, unchanged since judged: not handed over again
     time.sleep(live.cold_after_seconds - 2 * live.settle_seconds)
     assert mine() == [(table_id, 0, key_of(DAY1))]  # cold now: judged once more
+
+
+def test_a_partition_written_in_quick_succession_is_cold_after_its_own_gaps_not_the_tables(settings, catalog):
+    """The listener keeps each partition's newest gaps between writes; the recheck, decide and the merge's
+    own cold test all take the partition as cold after 4 × the longest of them (at least 5 s), long before
+    the table's 60 s. With the factor off it stays live for the table's time."""
+    live = settings.model_copy(update={"merge_policy": "tiered", "settle_seconds": 1.0,
+                                     "cold_after_seconds": 60.0, "merge_fan_in": 8, "cold_gap_factor": 4.0})
+    table = make_table(catalog, {DAY1: 1}, rows=10, name="settle_gaps")
+    ident = identifier(table)
+    tracking.track(live, ident, target_file_size="1MiB")
+    table_id = tracking.ensure_tracked(live, ident)
+    port = RecordingDispatch()
+    handler = on_attention_handler(live, port)
+    observe_table(live, ident, on_attention=handler)  # the first look scans: the write time, no gap yet
+    for i in range(3):  # three writes about 0.3 s apart, each seen by the listener
+        time.sleep(0.3)
+        table.append(batch(1000 + 10 * i, 10))
+        observe_table(live, ident, on_attention=handler)
+    with session_scope(live) as session:
+        [stats] = session.query(PartitionStats).filter_by(table_id=table_id).all()
+        gaps = list(stats.write_gaps)
+    assert len(gaps) == 3 and all(0.2 < g < 3.0 for g in gaps), gaps  # one per write after the first
+    assert port.tickets == [] and [r["rule"] for r in explain(live, ident)["partitions"]] == ["live_wait"]
+
+    def mine(s) -> list[tuple[int, int, str]]:
+        return [p for p in settled_partitions(s) if p[0] == table_id]
+
+    time.sleep(COLD_FLOOR_SECONDS + 0.5)  # 4 × ~0.3 s is under the floor: cold 5 s after the last write
+    off = live.model_copy(update={"cold_gap_factor": 0.0})
+    assert mine(off) == [] and [r["rule"] for r in explain(off, ident)["partitions"]] == ["live_wait"]
+    due = mine(live)
+    assert due == [(table_id, 0, key_of(DAY1))]
+    [row] = explain(live, ident)["partitions"]
+    assert (row["rule"], row["files_replaced"]) == ("cold_finish", 4)
+    for t, spec, key in due:
+        handler(t, spec, key)
+    assert len(port.tickets) == 1  # judged cold and submitted: the merge finishes it
+    assert mine(live) == []

@@ -18,6 +18,7 @@ from autooptimize.domain.entropy import (
 from autooptimize.domain.planning import PlanFile
 from autooptimize.domain.policy import (
     ABSORB_RATIO,
+    COLD_FLOOR_SECONDS,
     LIVE_LARGE_DIVISOR,
     SKIP_RULES,
     TINY_DIVISOR,
@@ -26,6 +27,7 @@ from autooptimize.domain.policy import (
     PolicyTuning,
     capped_bytes,
     is_live,
+    partition_cold_after,
     partition_scale,
     plan_partition,
 )
@@ -189,6 +191,27 @@ def test_bad_arguments_are_named() -> None:
 
 def test_is_live() -> None:
     assert is_live(0.5, 3.0) and not is_live(3.0, 3.0)
+
+
+def test_a_partition_whose_writes_came_close_together_goes_cold_sooner() -> None:
+    assert COLD_FLOOR_SECONDS == 5.0
+    # k × the longest of the newest three gaps, the fourth gap is forgotten
+    assert partition_cold_after(60.0, [2.0, 7.5, 1.0, 30.0], 4.0) == 30.0
+    assert partition_cold_after(60.0, [0.2, 0.3], 4.0) == 5.0  # never under the floor
+    assert partition_cold_after(60.0, [0.2], 4.0, settle_seconds=8.0) == 8.0  # nor under the settle time
+    assert partition_cold_after(60.0, [20.0], 4.0) == 60.0  # never later than the table's
+    assert partition_cold_after(3.0, [0.1], 4.0) == 3.0  # a table colder sooner than the floor keeps its own
+    # no gap yet (one write so far), or the factor off: the table's time
+    assert partition_cold_after(60.0, None) == partition_cold_after(60.0, []) == 60.0
+    assert partition_cold_after(60.0, [1.0], 0.0) == 60.0
+    assert PolicyTuning(S).cold_after([1.0, 2.0]) == 8.0
+    assert PolicyTuning(S, cold_gap_factor=0.0).cold_after([1.0, 2.0]) == PolicyTuning(S).cold_after_seconds
+    with pytest.raises(InvalidArgument, match="gap factor"):
+        partition_cold_after(60.0, [1.0], -1.0)
+    with pytest.raises(InvalidArgument, match="gaps between writes"):
+        partition_cold_after(60.0, [1.0, -2.0], 4.0)
+    with pytest.raises(InvalidArgument, match="cold_gap_factor"):
+        PolicyTuning(S, cold_gap_factor=float("nan"))
 
 
 small = 1000  # target in the random worlds

@@ -144,3 +144,16 @@ def test_an_output_ratio_shrinks_a_writers_files_when_first_merged() -> None:
     base_same, base_half = simulate_baseline(writes, TARGET, 5), simulate_baseline(writes, TARGET, 5, 0.5)
     # the bin-pack sees the same output model: its smaller outputs stay under ¾ of the target longer
     assert base_half != base_same and base_half.end_files < base_same.end_files
+
+
+def test_an_hour_only_late_data_reaches_is_finished_after_its_own_gaps_not_the_tables_cold_after() -> None:
+    """Hour "a" gets a late file every 3 s while hour "b" is written every 0.5 s for 90 s: once a's late
+    writes stop (at 30 s) it is cold after 4 × 3 s, not after the table's 60 s, so its files are merged
+    while b is still written, and the table at the end is the same."""
+    writes = [Write(i * 0.5, (("b", 40),) + ((("a", 30),) if i % 6 == 0 and i <= 60 else ())) for i in range(180)]
+    tuning = PolicyTuning(TARGET, fan_in=12)
+    own = simulate_policy(writes, tuning)
+    table = simulate_policy(writes, PolicyTuning(TARGET, fan_in=12, cold_gap_factor=0.0))
+    assert own.mean_live_files < table.mean_live_files
+    assert (own.end_files, own.end_excess_mse) == (table.end_files, table.end_excess_mse)
+    assert dict(own.rules)["cold_finish"] >= dict(table.rules)["cold_finish"]

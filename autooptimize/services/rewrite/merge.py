@@ -19,7 +19,7 @@ from autooptimize.domain.actions import ActionOutcome, ActionRequest, Engine, Gr
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.job_groups import cap_groups
 from autooptimize.domain.planning import Plan, PlanFile, balance_outputs, plan_bin_pack
-from autooptimize.domain.policy import SKIP_RULES, is_live
+from autooptimize.domain.policy import SKIP_RULES, is_live, partition_cold_after
 from autooptimize.domain.policy import plan_partition as plan_by_policy
 from autooptimize.domain.profile import phase
 from autooptimize.engines.types import SPARK, engine_for, unsupported_reason
@@ -170,11 +170,15 @@ def plan_merge_with_rule(table: Table, pf: PartitionFiles, request: ActionReques
     if request.policy == "tiered" and not without_ids and request.max_bytes is None:
         now_ms = request.now_ms if request.now_ms is not None else int(time.time() * 1000)
         newest = pf.newest_ms
+        gaps: tuple[float, ...] = ()
         if request.last_write_ms is not None and request.partition_key == pf.key:
             # the listener's clock: the files of a merge carry no write time of their own
             newest = max(newest or 0, request.last_write_ms)
+            gaps = request.write_gaps
+        cold_after = partition_cold_after(request.cold_after_seconds, gaps, request.cold_gap_factor,
+                                          request.settle_seconds)
         # no known write time (only our own outputs): nothing is being written there, so it is cold
-        cold = newest is None or not is_live((now_ms - newest) / 1000, request.cold_after_seconds)
+        cold = newest is None or not is_live((now_ms - newest) / 1000, cold_after)
         quiet = request.quiet_merge and not cold and not is_live((now_ms - newest) / 1000, request.settle_seconds)
         chosen = plan_by_policy(files, request.target_file_size, request.tolerance, cold=cold, quiet=quiet,
                                 fan_in=request.fan_in, min_input_files=request.min_input_files,

@@ -1,0 +1,27 @@
+"""Each partition's recent gaps between writes (``ao_partition_stats.write_gaps``, seconds, newest first, at
+most 3): the partition's own cold-after time, sooner than its table's once its writes came close together
+(``autooptimize.domain.policy.partition_cold_after``). NULL until the listener has seen two writes.
+
+Revision ID: 0014_write_gaps
+Revises: 0013_tenant
+Create Date: 2026-11-26
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision = "0014_write_gaps"
+down_revision = "0013_tenant"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("ao_partition_stats", sa.Column("write_gaps", postgresql.ARRAY(sa.Float), nullable=True))
+
+
+def downgrade() -> None:
+    op.drop_column("ao_partition_stats", "write_gaps")
