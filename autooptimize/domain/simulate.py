@@ -296,18 +296,19 @@ def shortfall(f: Figures, base: Figures) -> float:
 
 def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FAN_INS,
                       cold_after: Sequence[float] = SUGGEST_COLD_AFTER,
-                      leave_alone: Sequence[int] = (0,), quiet_merge: Sequence[bool] = (False, True)) -> list[PolicyTuning]:
-    """Every combination of the given fan-ins, cold-after times, leave-alone sizes and quiet merging at
+                      leave_alone: Sequence[int] = (0,), quiet_merge: Sequence[bool] = (False, True),
+                      cold_gap_factors: Sequence[float] | None = None) -> list[PolicyTuning]:
+    """Every combination of the given fan-ins, cold-after times, leave-alone sizes, quiet merging and cold
+    gap factors (None: ``default``'s and 0, the partition's own cold-after time on and off) at
     ``default``'s target, settle time and tolerance; ``default`` first."""
+    if cold_gap_factors is None:
+        cold_gap_factors = tuple(dict.fromkeys((default.cold_gap_factor, 0.0)))
     out = [default]
-    for f in fan_ins:
-        for c in cold_after:
-            for a in leave_alone:
-                for q in quiet_merge:
-                    t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
-                                     default.tolerance, q, default.cold_gap_factor)
-                    if t not in out:
-                        out.append(t)
+    for f, c, a, q, k in itertools.product(fan_ins, cold_after, leave_alone, quiet_merge, cold_gap_factors):
+        t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
+                         default.tolerance, q, k)
+        if t not in out:
+            out.append(t)
     return out
 
 

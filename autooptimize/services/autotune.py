@@ -144,9 +144,9 @@ def default_tuning(settings: Settings, row: TrackedTable | None, table_target: i
     cold = (row.cold_after_seconds if row is not None and row.cold_after_seconds is not None
             else settings.cold_after_seconds)
     quiet = row.quiet_merge if row is not None and row.quiet_merge is not None else settings.quiet_merge
+    gaps = row.cold_gap_factor if row is not None and row.cold_gap_factor is not None else settings.cold_gap_factor
     return PolicyTuning(target, fan_in, settings.settle_seconds, max(cold, settings.settle_seconds),
-                        (row.leave_alone_below or 0) if row is not None else 0, tolerance, quiet,
-                        settings.cold_gap_factor)
+                        (row.leave_alone_below or 0) if row is not None else 0, tolerance, quiet, gaps)
 
 
 def suggestion_dict(s: Suggestion, commits: int, seconds: float) -> dict[str, Any]:
@@ -204,7 +204,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
                     t = result.tuning
                     row.merge_fan_in, row.cold_after_seconds = t.fan_in, t.cold_after_seconds
                     row.leave_alone_below = t.leave_alone_below or None
-                    row.quiet_merge = t.quiet_merge
+                    row.quiet_merge, row.cold_gap_factor = t.quiet_merge, t.cold_gap_factor
                     applied = True
                     audit(session, "table.auto_tuned", table_id=row.id, identifier=identifier, tuning=t.as_dict(),
                           predicted=result.predicted.as_dict())

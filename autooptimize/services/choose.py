@@ -90,11 +90,12 @@ def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
     fan_in = getattr(tuning, "merge_fan_in", None)
     cold_after = getattr(tuning, "cold_after_seconds", None)
     quiet = getattr(tuning, "quiet_merge", None)
+    gap_factor = getattr(tuning, "cold_gap_factor", None)
     return {"fan_in": fan_in if fan_in is not None else settings.merge_fan_in,
             "cold_after_seconds": cold_after if cold_after is not None else settings.cold_after_seconds,
             "leave_alone_below": getattr(tuning, "leave_alone_below", None) or 0,
             "quiet_merge": quiet if quiet is not None else settings.quiet_merge,
-            "cold_gap_factor": settings.cold_gap_factor}
+            "cold_gap_factor": gap_factor if gap_factor is not None else settings.cold_gap_factor}
 
 
 def partition_history(settings: Any, table_id: int | None, spec_id: int | None = None,

@@ -53,7 +53,9 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         # (its own cold-after time: sooner than the table's once its writes came close together)
         cold_after = settings.settle_seconds if quiet else partition_cold_after(
             tracked.cold_after_seconds if tracked.cold_after_seconds is not None else settings.cold_after_seconds,
-            stats.write_gaps if stats is not None else None, settings.cold_gap_factor, settings.settle_seconds)
+            stats.write_gaps if stats is not None else None,
+            tracked.cold_gap_factor if tracked.cold_gap_factor is not None else settings.cold_gap_factor,
+            settings.settle_seconds)
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
                 and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at
                 and not _cold_since(settings, last.finished_at, cold_after)):
@@ -129,11 +131,11 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     since it was last judged."""
     p, t, a = PartitionStats, TrackedTable, Action
     cold_after = func.coalesce(t.cold_after_seconds, settings.cold_after_seconds)
-    partition_cold: Any = cold_after
-    if settings.cold_gap_factor:  # partition_cold_after in SQL: no gap yet (NULL) keeps the table's time
-        longest = func.greatest(*(p.write_gaps[i + 1] for i in range(COLD_GAPS_KEPT)))
-        partition_cold = func.least(cold_after, func.greatest(
-            COLD_FLOOR_SECONDS, settings.settle_seconds, func.coalesce(settings.cold_gap_factor * longest, cold_after)))
+    # partition_cold_after in SQL: no gap yet (NULL) or a factor of 0 keeps the table's time
+    factor = func.nullif(func.coalesce(t.cold_gap_factor, settings.cold_gap_factor), 0)
+    longest = func.greatest(*(p.write_gaps[i + 1] for i in range(COLD_GAPS_KEPT)))
+    partition_cold = func.least(cold_after, func.greatest(
+        COLD_FLOOR_SECONDS, settings.settle_seconds, func.coalesce(factor * longest, cold_after)))
     settle_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, settings.settle_seconds)
     cold_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, partition_cold)
     due = or_(

@@ -41,6 +41,7 @@ TUNING_FIELDS = (
     "target_file_size", "tolerance", "min_input_files", "priority_class", "weight", "sort_order",
     "zorder_columns", "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",
     "merge_fan_in", "cold_after_seconds", "leave_alone_below", "quiet_merge", "auto_tune", "tenant",
+    "cold_gap_factor",
 )
 #: Changes to the allowed actions relative to what the table allows now (``track --allow/--disallow``).
 RELATIVE_FIELDS = ("allow", "disallow")
@@ -68,6 +69,8 @@ class TableTuning:
     auto_tune: bool = False
     # the tenant it is shared under in the fair dispatch (None: its namespace's first level)
     tenant: str | None = None
+    # a partition is cold after this many times its recent gaps between writes (None: AO_COLD_GAP_FACTOR)
+    cold_gap_factor: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -135,6 +138,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         "quiet_merge": None,
         "auto_tune": False,
         "tenant": None,
+        "cold_gap_factor": None,
     }
     merged = {**base, **{k: v for k, v in changes.items() if v is not None}}
     target = size_arg("target_file_size", merged["target_file_size"])
@@ -170,6 +174,15 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         if not 0 <= cold_after <= 86400:
             raise InvalidArgument(f"cold_after_seconds must be seconds from 0 to 86400 (got {merged['cold_after_seconds']!r})")
     leave_alone = merged["leave_alone_below"]
+    gap_factor = merged["cold_gap_factor"]
+    if gap_factor is not None:
+        try:
+            gap_factor = float(gap_factor)
+        except (TypeError, ValueError):
+            gap_factor = -1.0
+        if not 0 <= gap_factor <= 1000:
+            raise InvalidArgument(f"cold_gap_factor must be a number from 0 (off) to 1000 "
+                                  f"(got {merged['cold_gap_factor']!r})")
     if merged["quiet_merge"] is not None and not isinstance(merged["quiet_merge"], bool):
         raise InvalidArgument(f"quiet_merge must be true or false (got {merged['quiet_merge']!r})")
     if not isinstance(merged["auto_tune"], bool):
@@ -194,6 +207,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         quiet_merge=merged["quiet_merge"],
         auto_tune=merged["auto_tune"],
         tenant=tenant,
+        cold_gap_factor=gap_factor,
     )
 
 
@@ -205,7 +219,7 @@ def tuning_of(row: TrackedTable) -> TableTuning:
         min_interval_seconds=row.min_interval_seconds, enabled=row.enabled,
         merge_fan_in=row.merge_fan_in, cold_after_seconds=row.cold_after_seconds,
         leave_alone_below=row.leave_alone_below, quiet_merge=row.quiet_merge, auto_tune=bool(row.auto_tune),
-        tenant=row.tenant,
+        tenant=row.tenant, cold_gap_factor=row.cold_gap_factor,
     )
 
 

@@ -85,6 +85,9 @@ class TrackedTable(CatalogTableKey, Base):
     # the merge tuning (migration 0009; NULL: the service's defaults) and AutoAnalyze's last suggestion
     merge_fan_in: Mapped[int | None] = mapped_column(Integer, nullable=True)
     cold_after_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # a partition is cold after this many times its recent gaps between writes (migration 0014; NULL:
+    # AO_COLD_GAP_FACTOR; 0: only the cold-after time)
+    cold_gap_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
     leave_alone_below: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     quiet_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     auto_tune: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())

@@ -109,7 +109,8 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
     live = settings.model_copy(update={"merge_policy": "tiered", "rewrite_engine": "local"})
     tracking.track(live, ident, target_file_size="8MiB", merge_fan_in=tuning["fan_in"],
                    cold_after_seconds=tuning["cold_after_seconds"],
-                   leave_alone_below=tuning["leave_alone_below"] or None, quiet_merge=tuning["quiet_merge"])
+                   leave_alone_below=tuning["leave_alone_below"] or None, quiet_merge=tuning["quiet_merge"],
+                   cold_gap_factor=tuning["cold_gap_factor"])
     table_id = tracking.ensure_tracked(live, ident)
     port = RecordingDispatch()
     handler = on_attention_handler(live, port)

@@ -210,6 +210,9 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
         tuning = suggestion["tuning"]
         assert (f"fan-in {tuning['fan_in']}, cold after {tuning['cold_after_seconds']:g} s"
                 in _card(driver, "suggestion")), _card(driver, "suggestion")
+        own = (f" (or {tuning['cold_gap_factor']:g} × a partition's recent gaps between writes)"
+               if tuning["cold_gap_factor"] else "")
+        assert f"cold after {tuning['cold_after_seconds']:g} s{own}, leave alone" in _card(driver, "suggestion")
         assert f"from {suggestion['commits']} commits" in _card(driver, "suggestion")
         assert _card(driver, "suggestion-replay") == (
             f"replayed with merges landing {suggestion['latency_seconds']:.2f} s after their decision (assumed: too "

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from autooptimize.domain.policy import COLD_FLOOR_SECONDS
+from autooptimize.errors import InvalidArgument
 from autooptimize.services import tracking
 from autooptimize.services.explain import explain
 from autooptimize.services.observe.roll import observe_table
@@ -110,6 +113,13 @@ def test_a_partition_written_in_quick_succession_is_cold_after_its_own_gaps_not_
     time.sleep(COLD_FLOOR_SECONDS + 0.5)  # 4 × ~0.3 s is under the floor: cold 5 s after the last write
     off = live.model_copy(update={"cold_gap_factor": 0.0})
     assert mine(off) == [] and [r["rule"] for r in explain(off, ident)["partitions"]] == ["live_wait"]
+    # the table's own factor wins over the service's: 0 keeps the table's 60 s, and a bad one is refused
+    assert tracking.track(live, ident, cold_gap_factor=0)["cold_gap_factor"] == 0.0
+    assert mine(live) == [] and [r["rule"] for r in explain(live, ident)["partitions"]] == ["live_wait"]
+    with pytest.raises(InvalidArgument, match=r"cold_gap_factor must be a number from 0 \(off\) to 1000 \(got 'soon'\)"):
+        tracking.track(live, ident, cold_gap_factor="soon")
+    assert tracking.track(off, ident, cold_gap_factor=4)["cold_gap_factor"] == 4.0
+    assert mine(off) == [(table_id, 0, key_of(DAY1))]
     due = mine(live)
     assert due == [(table_id, 0, key_of(DAY1))]
     [row] = explain(live, ident)["partitions"]

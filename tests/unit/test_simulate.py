@@ -12,6 +12,7 @@ from autooptimize.domain.policy import PolicyTuning, capped_bytes
 from autooptimize.domain.simulate import (
     Write,
     _Table,
+    candidate_tunings,
     shortfall,
     simulate_baseline,
     simulate_policy,
@@ -157,3 +158,10 @@ def test_an_hour_only_late_data_reaches_is_finished_after_its_own_gaps_not_the_t
     assert own.mean_live_files < table.mean_live_files
     assert (own.end_files, own.end_excess_mse) == (table.end_files, table.end_excess_mse)
     assert dict(own.rules)["cold_finish"] >= dict(table.rules)["cold_finish"]
+
+
+def test_the_suggestion_tries_each_partitions_own_cold_after_time_on_and_off() -> None:
+    tunings = candidate_tunings(PolicyTuning(TARGET))
+    assert {t.cold_gap_factor for t in tunings} == {4.0, 0.0} and tunings[0] == PolicyTuning(TARGET)
+    assert len(tunings) == len(set(tunings)) == 1 + 7 * 4 * 2 * 2 - 1  # the default is not tried twice
+    assert {t.cold_gap_factor for t in candidate_tunings(PolicyTuning(TARGET, cold_gap_factor=0.0))} == {0.0}

@@ -224,7 +224,9 @@ async function tablePage(main) {
     const fig = (f) => `${f.mean_live_files.toFixed(1)} live files, WA ${f.write_amplification.toFixed(2)}`;
     main.append(el("div", {class: "panel", "data-testid": "suggestion"},
       el("h2", {}, "Suggested tuning (AutoAnalyze)"),
-      el("p", {}, `fan-in ${s.tuning.fan_in}, cold after ${s.tuning.cold_after_seconds} s, leave alone below ${bytes(s.tuning.leave_alone_below)}`,
+      el("p", {}, `fan-in ${s.tuning.fan_in}, cold after ${s.tuning.cold_after_seconds} s` +
+         (s.tuning.cold_gap_factor ? ` (or ${s.tuning.cold_gap_factor} × a partition's recent gaps between writes)` : "") +
+         `, leave alone below ${bytes(s.tuning.leave_alone_below)}`,
          ` · from ${num(s.commits)} commits · ${s.applied ? "applied" : "not applied"}`),
       el("p", {class: "muted"}, `predicted ${fig(s.predicted)}; current tuning ${fig(s.defaults)}; bin-pack ${fig(s.baseline)}`),
       s.latency_seconds === undefined ? null : el("p", {class: "muted", "data-testid": "suggestion-replay"},
