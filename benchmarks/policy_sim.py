@@ -2,7 +2,7 @@
 
     python -m benchmarks.policy_sim [--member NAME ...] [--json] [--fan-in N] [--settle S] [--cold-after S]
                                     [--target SIZE] [--every N] [--trace family|streaming] [--suggest]
-                                    [--quiet-merge] [--commits N]
+                                    [--quiet-merge] [--cold-gap-factor K] [--commits N]
 
 For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streaming``: the trace of
 ``benchmarks.streaming`` at 8 and 128 MiB), the same writes are replayed twice by
@@ -37,6 +37,7 @@ from typing import Any
 
 from autooptimize.domain.policy import (
     DEFAULT_COLD_AFTER_SECONDS,
+    DEFAULT_COLD_GAP_FACTOR,
     DEFAULT_FAN_IN,
     DEFAULT_QUIET_MERGE,
     DEFAULT_SETTLE_SECONDS,
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fan-in", type=int, default=DEFAULT_FAN_IN)
     ap.add_argument("--settle", type=float, default=DEFAULT_SETTLE_SECONDS)
     ap.add_argument("--cold-after", type=float, default=DEFAULT_COLD_AFTER_SECONDS)
+    ap.add_argument("--cold-gap-factor", type=float, default=DEFAULT_COLD_GAP_FACTOR,
+                    help="a partition is cold after this many times its recent gaps between writes (0: off)")
     ap.add_argument("--target", help="override every member's target (e.g. 128MiB)")
     ap.add_argument("--every", type=int, default=BASELINE_EVERY, help="bin-pack after this many writes")
     ap.add_argument("--commits", type=int, help="keep each member's first N commits (as streaming --member)")
@@ -152,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     suggested = []
     for name, target, writes in work:
         target = parse_size(args.target) if args.target else target
-        tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after, quiet_merge=args.quiet_merge)
+        tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after, quiet_merge=args.quiet_merge,
+                              cold_gap_factor=args.cold_gap_factor)
         rows.append(compare(name, writes, tuning, args.every))
         if args.suggest:
             leave = sorted({0, min(target // 8, 1 << 20)})
@@ -164,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"hour_seconds": HOUR_SECONDS, "every": args.every, "rows": rows, "suggested": suggested},
                          indent=2))
     else:
-        print(f"policy (fan_in {args.fan_in}, settle {args.settle:g} s, cold after {args.cold_after:g} s, "
+        print(f"policy (fan_in {args.fan_in}, settle {args.settle:g} s, cold after {args.cold_after:g} s "
+              f"or {args.cold_gap_factor:g} × a partition's recent gaps, "
               f"quiet merge {'on' if args.quiet_merge else 'off'}) "
               f"beside a blocking bin-pack every {args.every} writes; one partition-hour = {HOUR_SECONDS:g} s")
         print_table(rows)
@@ -178,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 t = s["tuning"]
                 held_d, held_s = sum(d["ok"].values()), sum(s["ok"].values())
                 print(f"{d['member']:<28} fan-in {t['fan_in']:>2}, cold after {t['cold_after_seconds']:>4.0f} s, "
-                      f"leave alone below {t['leave_alone_below']:>8}, quiet merge "
+                      f"gaps × {t['cold_gap_factor']:g}, leave alone below {t['leave_alone_below']:>8}, quiet merge "
                       f"{'on ' if t['quiet_merge'] else 'off'}: goals held {held_d} -> {held_s} of 5, "
                       f"shortfall {d['shortfall']:.2f} -> {s['shortfall']:.2f}" + ("" if held_s >= held_d else "  WORSE"))
     # a member may need no merge (files over the target), but the run as a whole must have merged

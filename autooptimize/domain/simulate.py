@@ -11,8 +11,8 @@ keeping the table:
 * :func:`simulate_policy`: the live-partition policy (:func:`~autooptimize.domain.policy.plan_partition`)
   judges a partition when a write touches it, when a merge of it lands, when it settles and when it
   goes cold (the service's timers; each partition's cold-after time from its own recent gaps between
-  writes, :meth:`~autooptimize.domain.policy.PolicyTuning.cold_after`). A plan takes ``latency`` seconds to land; one merge in flight per
-  partition. After the last write the clock runs on until every partition is cold and judged.
+  writes, :meth:`~autooptimize.domain.policy.PolicyTuning.cold_after`). A plan takes ``latency`` seconds
+  to land; one merge in flight per partition. After the last write the clock runs on until every partition is cold and judged.
 
 Figures (:class:`Figures`): live data files after each write (mean, max), files replaced, bytes
 rewritten, write amplification (bytes rewritten / bytes written), files and excess MSE at the end

@@ -18,7 +18,13 @@ from autooptimize.domain.policy import COLD_FLOOR_SECONDS, COLD_GAPS_KEPT, parti
 from autooptimize.errors import AutoOptimizeError, TableRefused
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.services import actions, budget
-from autooptimize.services.choose import PlanningFacts, choose, planning_facts, planning_request
+from autooptimize.services.choose import (
+    PlanningFacts,
+    choose,
+    planning_facts,
+    planning_request,
+    policy_tuning,
+)
 from autooptimize.services.ports import Dispatch
 from autooptimize.services.rewrite.merge import select_partitions
 from autooptimize.services.sizing import REWRITE_KINDS
@@ -51,10 +57,9 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         quiet = tracked.quiet_merge if tracked.quiet_merge is not None else settings.quiet_merge
         # when a partition left alone may be judged otherwise: once quiet (quiet merges on), else once cold
         # (its own cold-after time: sooner than the table's once its writes came close together)
+        knobs = policy_tuning(settings, tracked)
         cold_after = settings.settle_seconds if quiet else partition_cold_after(
-            tracked.cold_after_seconds if tracked.cold_after_seconds is not None else settings.cold_after_seconds,
-            stats.write_gaps if stats is not None else None,
-            tracked.cold_gap_factor if tracked.cold_gap_factor is not None else settings.cold_gap_factor,
+            knobs["cold_after_seconds"], stats.write_gaps if stats is not None else None, knobs["cold_gap_factor"],
             settings.settle_seconds)
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
                 and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at
@@ -126,8 +131,8 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     From the partition's last write (``last_write_at``): once ``settle_seconds`` after it when its table
     merges quiet partitions, and once its cold-after time after it (its table's, AO_COLD_AFTER_SECONDS
     unless the table sets its own, or sooner from its recent gaps between writes, as
-    :func:`~autooptimize.domain.policy.partition_cold_after` computes it); each moment hands a partition over at most once, however long it then stays
-    quiet. A partition with no recorded write time is handed over once its cold-after time has passed
+    :func:`~autooptimize.domain.policy.partition_cold_after` computes it); each moment hands a partition
+    over at most once, however long it then stays quiet. A partition with no recorded write time is handed over once its cold-after time has passed
     since it was last judged."""
     p, t, a = PartitionStats, TrackedTable, Action
     cold_after = func.coalesce(t.cold_after_seconds, settings.cold_after_seconds)
