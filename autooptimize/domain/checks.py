@@ -37,6 +37,18 @@ def non_negative_int(name: str, value: int) -> int:
 MAX_INT = 2**31 - 1
 
 
+def bounded_float(value: Any, minimum: float, maximum: float, valid: str) -> float:
+    """A number from ``minimum`` to ``maximum`` (an int, a float or its text; not NaN); InvalidArgument
+    with ``valid`` (what the caller accepts, e.g. "x must be seconds from 0 to 86400") otherwise."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not minimum <= number <= maximum:
+        raise InvalidArgument(f"{valid} (got {value!r})")
+    return number
+
+
 def bounded_int(name: str, value: Any, minimum: int, maximum: int = MAX_INT) -> int:
     """An integer from ``minimum`` to ``maximum`` from an int or its decimal text (no fraction, no bool)."""
     valid = f"{name} must be a whole number from {minimum} to {maximum}"

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 
 from autooptimize.config import Settings
-from autooptimize.domain.checks import bounded_int
+from autooptimize.domain.checks import bounded_float, bounded_int
 from autooptimize.domain.fairness.tenants import check_tenant
 from autooptimize.domain.sizes import parse_size
 from autooptimize.errors import InvalidArgument
@@ -167,22 +167,11 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
     fan_in = merged["merge_fan_in"]
     cold_after = merged["cold_after_seconds"]
     if cold_after is not None:
-        try:
-            cold_after = float(cold_after)
-        except (TypeError, ValueError):
-            cold_after = -1.0
-        if not 0 <= cold_after <= 86400:
-            raise InvalidArgument(f"cold_after_seconds must be seconds from 0 to 86400 (got {merged['cold_after_seconds']!r})")
+        cold_after = bounded_float(cold_after, 0, 86400, "cold_after_seconds must be seconds from 0 to 86400")
     leave_alone = merged["leave_alone_below"]
     gap_factor = merged["cold_gap_factor"]
     if gap_factor is not None:
-        try:
-            gap_factor = float(gap_factor)
-        except (TypeError, ValueError):
-            gap_factor = -1.0
-        if not 0 <= gap_factor <= 1000:
-            raise InvalidArgument(f"cold_gap_factor must be a number from 0 (off) to 1000 "
-                                  f"(got {merged['cold_gap_factor']!r})")
+        gap_factor = bounded_float(gap_factor, 0, 1000, "cold_gap_factor must be a number from 0 (off) to 1000")
     if merged["quiet_merge"] is not None and not isinstance(merged["quiet_merge"], bool):
         raise InvalidArgument(f"quiet_merge must be true or false (got {merged['quiet_merge']!r})")
     if not isinstance(merged["auto_tune"], bool):

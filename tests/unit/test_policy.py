@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from autooptimize.domain.checks import bounded_float
 from autooptimize.domain.entropy import (
     EntropyStats,
     best_layout,
@@ -187,6 +188,14 @@ def test_bad_arguments_are_named() -> None:
     with pytest.raises(InvalidArgument, match="fan_in"):
         PolicyTuning(S, fan_in=1)
     assert PolicyTuning(S).tolerance == S // 4
+
+
+def test_bounded_float_takes_numbers_and_their_text_and_names_what_is_valid() -> None:
+    assert bounded_float("2.5", 0, 10, "k must be from 0 to 10") == 2.5
+    assert bounded_float(0, 0, 10, "k must be from 0 to 10") == 0.0
+    for bad in ("soon", None, float("nan"), -1, 11, "1e9"):
+        with pytest.raises(InvalidArgument, match=r"^k must be from 0 to 10 \(got "):
+            bounded_float(bad, 0, 10, "k must be from 0 to 10")
 
 
 def test_is_live() -> None:
