@@ -46,6 +46,7 @@ from autooptimize.domain.simulate import (
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff
+from autooptimize.services.choose import policy_tuning
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
 from autooptimize.storage.repositories import audit, now, tracked_table, tracked_tables
@@ -140,13 +141,10 @@ def default_tuning(settings: Settings, row: TrackedTable | None, table_target: i
     """The tuning the table runs with now: its own where set, else the service's defaults."""
     target = table_target or (row.target_file_size if row else settings.default_target_file_size)
     tolerance = min(row.tolerance if row else settings.tolerance_default, target)
-    fan_in = row.merge_fan_in if row is not None and row.merge_fan_in is not None else settings.merge_fan_in
-    cold = (row.cold_after_seconds if row is not None and row.cold_after_seconds is not None
-            else settings.cold_after_seconds)
-    quiet = row.quiet_merge if row is not None and row.quiet_merge is not None else settings.quiet_merge
-    gaps = row.cold_gap_factor if row is not None and row.cold_gap_factor is not None else settings.cold_gap_factor
-    return PolicyTuning(target, fan_in, settings.settle_seconds, max(cold, settings.settle_seconds),
-                        (row.leave_alone_below or 0) if row is not None else 0, tolerance, quiet, gaps)
+    knobs = policy_tuning(settings, row)  # the table's own where set, as planning takes them
+    return PolicyTuning(target, knobs["fan_in"], settings.settle_seconds,
+                        max(knobs["cold_after_seconds"], settings.settle_seconds), knobs["leave_alone_below"],
+                        tolerance, knobs["quiet_merge"], knobs["cold_gap_factor"])
 
 
 def suggestion_dict(s: Suggestion, commits: int, seconds: float) -> dict[str, Any]:

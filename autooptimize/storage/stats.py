@@ -311,16 +311,17 @@ def replace_stats(
     before = set(known)
     session.execute(delete(PartitionStats).where(*where))
     rows = [p for p in partitions if p.n_files > 0 and (only is None or (p.spec_id, p.partition_key) in only)]
-    if rows:
-        session.execute(insert(PartitionStats), [
-            {"table_id": table_id, "spec_id": p.spec_id, "partition_key": p.partition_key,
-             "partition_values": p.values, "n_files": p.n_files, "sse": p.sse, "total_bytes": p.total_bytes,
-             "small_files": p.small_files, "small_bytes": p.small_bytes, "snapshot_id": snapshot_id,
-             # a scan sees only the live files' times (a merged file has none): never move the clock back
-             "last_write_at": _later(known.get((p.spec_id, p.partition_key), (None,))[0], p.last_write_ms),
-             "write_gaps": known.get((p.spec_id, p.partition_key), (None, None))[1]}
-            for p in rows
-        ])
+    values = []
+    for p in rows:
+        last_write_at, write_gaps = known.get((p.spec_id, p.partition_key), (None, None))
+        values.append({
+            "table_id": table_id, "spec_id": p.spec_id, "partition_key": p.partition_key,
+            "partition_values": p.values, "n_files": p.n_files, "sse": p.sse, "total_bytes": p.total_bytes,
+            "small_files": p.small_files, "small_bytes": p.small_bytes, "snapshot_id": snapshot_id,
+            # a scan sees only the live files' times (a merged file has none): never move the clock back
+            "last_write_at": _later(last_write_at, p.last_write_ms), "write_gaps": write_gaps})
+    if values:
+        session.execute(insert(PartitionStats), values)
     written = [PartitionFigures(p.spec_id, p.partition_key, p.n_files, p.sse, p.total_bytes, p.small_files,
                                 p.small_bytes) for p in rows]
     gone = before - {(p.spec_id, p.partition_key) for p in rows}

@@ -9,8 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from autooptimize.storage.models import PartitionStats
-
-PartitionId = tuple[int, str]  # (spec_id, partition_key)
+from autooptimize.storage.stats import PartitionId
 
 
 def write_clock(session: Session, table_id: int, spec_id: int,
