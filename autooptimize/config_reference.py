@@ -138,6 +138,8 @@ DESCRIPTIONS: dict[str, str] = {
                        "observes the tables of the shards it holds leases on, a fair share of them",
     "listener_lease_seconds": "a listener that dies has its shards taken by the others within this time (its "
                               "leases are renewed every tenth of it, at most every second)",
+    "listener_interval_seconds": "the listener's pause between passes that found no change (a pass that found one "
+                                 "is followed at once); `autooptimize listener --interval` overrides it",
     "decide_inline": "the listener as before issue 26 (the scale benchmark's baseline): it decides and scans in "
                      "its own process and compares every table on every pass; off, decisions and whole scans are "
                      "control-queue tasks and every table is compared every 10 s, in between only those written",

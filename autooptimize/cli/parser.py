@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     wi.set_defaults(func=actions.cmd_whatif)
 
     ls = sub.add_parser("listener", help="watch tracked tables' snapshots and keep partition entropy current")
-    ls.add_argument("--interval", type=seconds, default=1.0)
+    ls.add_argument("--interval", type=seconds, default=None,
+                    help="seconds between passes that found no change (default AO_LISTENER_INTERVAL_SECONDS)")
     ls.add_argument("--workers", type=count(1, 256), default=4)
     ls.add_argument("--once", action="store_true")
     ls.set_defaults(func=up.cmd_listener)

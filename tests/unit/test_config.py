@@ -66,7 +66,9 @@ def test_defaults_are_the_documented_ones(monkeypatch):
      ("AO_HOME", "", "not empty"), ("AO_HOME", "  ", "not empty"), ("AO_BUFFER_ROOT", "", "not empty"),
      ("AO_PRIORITY_CLASSES", "high,high", "high given more than once"),
      ("AO_PRIORITY_CLASSES", "high,low,normal,low", "low given more than once"),
-     ("AO_RETENTION_AUDIT_DAYS", "0", "greater than 0"), ("AO_RETENTION_SWEEP_SECONDS", "1", "greater than")],
+     ("AO_RETENTION_AUDIT_DAYS", "0", "greater than 0"), ("AO_RETENTION_SWEEP_SECONDS", "1", "greater than"),
+     ("AO_LISTENER_INTERVAL_SECONDS", "0", "greater than or equal to 0.05"),
+     ("AO_LISTENER_INTERVAL_SECONDS", "90", "less than or equal to 60")],
 )
 def test_invalid_settings_name_the_variable(monkeypatch, name, value, needle):
     monkeypatch.setenv(name, value)
@@ -85,6 +87,7 @@ def test_postgres_url_forms_are_normalised(monkeypatch):
     ("AO_REDIS_URL", "redis://localhost"), ("AO_DATABASE_URL", "postgresql://u:p%40ss@db.example.com/ao-prod"),
     ("AO_SPARK_REMOTE", "sc://spark:15002/;use_ssl=true"), ("AO_FLOWER_USER", "ops.team@example"),
     ("AO_FLOWER_ADDRESS", "0.0.0.0"), ("AO_DEFAULT_TOLERANCE", "32MiB"), ("AO_MAX_GROUP_BYTES", "1.5GiB"),
+    ("AO_LISTENER_INTERVAL_SECONDS", "0.2"),
 ])
 def test_valid_values_are_accepted(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
@@ -144,3 +147,27 @@ def test_large_partition_settings(monkeypatch):
     monkeypatch.setenv("AO_REWRITE_CONCURRENCY", "0")
     with pytest.raises(ConfigError, match="AO_REWRITE_CONCURRENCY"):
         load_settings()
+
+
+@pytest.mark.parametrize(("env", "argv", "expected"), [
+    (None, [], "1.0"), ("0.2", [], "0.2"), ("0.2", ["--interval", "3"], "3.0")])
+def test_the_listener_pauses_for_its_setting_unless_the_command_line_says_otherwise(monkeypatch, env, argv, expected):
+    import scheduler.listener
+    from autooptimize.cli import up
+    from autooptimize.cli.parser import build_parser
+    from autooptimize.config import get_settings
+
+    if env is None:
+        monkeypatch.delenv("AO_LISTENER_INTERVAL_SECONDS", raising=False)
+    else:
+        monkeypatch.setenv("AO_LISTENER_INTERVAL_SECONDS", env)
+    get_settings.cache_clear()  # the command reads the environment as it is now
+    monkeypatch.setattr(up, "decide_requester", lambda settings: None)
+    seen: list[list[str]] = []
+    monkeypatch.setattr(scheduler.listener, "main", lambda argv, **_: seen.append(argv) or 0)
+    args = build_parser().parse_args(["listener", *argv])
+    try:
+        assert args.func(args) == 0
+    finally:
+        get_settings.cache_clear()
+    assert seen[0][seen[0].index("--interval") + 1] == expected
