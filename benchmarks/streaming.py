@@ -37,7 +37,8 @@ table's field ids, all committed in one REPLACE snapshot (``commit_replace``).
 Figures, for each run, from the table's own metadata and (service) ``ao_actions``:
 
 - live data files after each writer commit: the data files of the snapshot the writer just committed,
-  counted exactly from its manifests (cached by manifest path); mean and max over the writer's commits.
+  counted exactly from its manifests (cached by manifest path); mean and max over the writer's commits,
+  and the mean by the hour's lag behind the newest hour the writer has written (0 to 4 or more).
   The snapshot summary's ``total-data-files`` is compared with that count (a mismatch is reported);
 - maintenance commits: snapshots carrying ``autooptimize.action-id`` (baseline: ``benchmark.baseline-
   rewrite``), "during ingest" when their sequence number is below the writer's last commit's, else "after";
@@ -137,6 +138,8 @@ log = logging.getLogger("benchmarks.streaming")
 #: the service's settle wait (the benchmark runs it with its default): settled partitions are judged again
 #: this long after their last write on purpose, so it is not detection latency
 SETTLE_SECONDS = DEFAULT_SETTLE_SECONDS
+#: live files are also counted by the hour's lag behind the writer's newest hour: 0, 1, …, LAGS_SHOWN-1 or more
+LAGS_SHOWN = 5
 
 
 def say(message: str) -> None:
@@ -157,19 +160,23 @@ class LiveCounter:
     """Exact live data / delete files of a snapshot; manifests are immutable, so each is read once."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, int] = {}
+        self._cache: dict[str, Counter[int]] = {}  # manifest → its live entries by partition hour
+        self.by_hour: Counter[int] = Counter()  # the data files of the snapshot counted last, by hour
 
     def count(self, table: Table, snapshot: Snapshot) -> tuple[int, int]:
         data = deletes = 0
+        self.by_hour = Counter()
         for manifest in snapshot.manifests(table.io):
-            n = self._cache.get(manifest.manifest_path)
-            if n is None:
-                n = sum(1 for _ in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
-                self._cache[manifest.manifest_path] = n
+            hours = self._cache.get(manifest.manifest_path)
+            if hours is None:
+                hours = Counter(e.data_file.partition[0]
+                                for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
+                self._cache[manifest.manifest_path] = hours
             if manifest.content == ManifestContent.DATA:
-                data += n
+                data += hours.total()
+                self.by_hour.update(hours)
             else:
-                deletes += n
+                deletes += hours.total()
         return data, deletes
 
 
@@ -237,6 +244,8 @@ class CommitRecord:
     live_files: int
     live_delete_files: int
     summary_live_files: int | None
+    #: live data files by the hour's lag behind the newest hour the writer has written (LAGS_SHOWN-1: that or more)
+    live_by_lag: tuple[int, ...]
     seconds: float
     retries: int
     failures: int
@@ -263,6 +272,7 @@ def write_trace(catalog: Catalog, ident: str, shape: TraceShape, trace: Sequence
     pyiceberg_log.addHandler(retries)
     propagate, pyiceberg_log.propagate = pyiceberg_log.propagate, False
     records: list[CommitRecord] = []
+    newest_hour: int | None = None
     started = time.monotonic()
     try:
         for k, commit in enumerate(trace):
@@ -289,13 +299,17 @@ def write_trace(catalog: Catalog, ident: str, shape: TraceShape, trace: Sequence
             summary = snapshot.summary
             assert summary is not None
             data_files, delete_files = counter.count(table, snapshot)
+            newest_hour = max(commit.hours) if newest_hour is None else max(newest_hour, *commit.hours)
+            lags = [0] * LAGS_SHOWN
+            for hour, n in counter.by_hour.items():
+                lags[min(LAGS_SHOWN - 1, max(0, newest_hour - hour))] += n
             total = summary.get("total-data-files")
             records.append(CommitRecord(
                 index=commit.index, snapshot_id=snapshot.snapshot_id,
                 sequence_number=snapshot.sequence_number or 0, committed_ms=snapshot.timestamp_ms,
                 hours=commit.hours, files_added=int(summary.get("added-data-files") or 0),
                 bytes_added=int(summary.get("added-files-size") or 0), rows=commit.rows,
-                live_files=data_files, live_delete_files=delete_files,
+                live_files=data_files, live_delete_files=delete_files, live_by_lag=tuple(lags),
                 summary_live_files=int(total) if total is not None else None, seconds=seconds,
                 retries=retries.count - before, failures=failures,
             ))
@@ -327,6 +341,8 @@ class RunFigures:
     writer_failures: int = 0
     live_files_mean: float | None = None
     live_files_max: int | None = None
+    #: mean live data files after a writer commit by the hour's lag behind the writer's newest hour (last: ≥)
+    live_files_by_lag: list[float] = field(default_factory=list)
     live_files_end: int | None = None
     end_excess_mse_mib2: float | None = None  # Σ over partitions of (SSE − SSE of the best layout) / files
     live_delete_files_max: int = 0
@@ -415,6 +431,9 @@ def table_figures(fig: RunFigures, table: Table, records: list[CommitRecord], se
     lives = [r.live_files for r in records]
     fig.live_files_mean = round(statistics.mean(lives), 2) if lives else None
     fig.live_files_max = max(lives, default=None)
+    if records:
+        fig.live_files_by_lag = [round(statistics.mean(r.live_by_lag[k] for r in records), 2)
+                                 for k in range(LAGS_SHOWN)]
     fig.live_delete_files_max = max((r.live_delete_files for r in records), default=0)
     fig.summary_count_mismatches = sum(1 for r in records if r.summary_live_files not in (None, r.live_files))
     current = table.current_snapshot()
@@ -958,6 +977,8 @@ def report(result: dict[str, Any]) -> str:
     row("writer commit retries (conflicts)", "writer_retries")
     row("live data files after a commit: mean", "live_files_mean", goal="service ≤ baseline")
     row("live data files after a commit: max", "live_files_max")
+    lags = [" ".join(f"{x:.1f}" for x in d.get("live_files_by_lag") or ()) or "-" for d in (s, b) if d]
+    lines.append(f"{f'  by the hour lag, 0 … {LAGS_SHOWN - 1}+ hours behind':36}" + "".join(f"{x:>21}" for x in lags))
     row("live data files at the end", "live_files_end")
     row("excess MSE at the end (MiB²)", "end_excess_mse_mib2")
     both("maintenance commits during / after", "maintenance_commits_during", "maintenance_commits_after")
