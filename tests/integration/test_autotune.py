@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.simulate import LATENCY_SECONDS, simulate_policy
+from autooptimize.engines.digest import arrow_digest
 from autooptimize.services import actions, tracking
 from autooptimize.services.autotune import realised_since, table_history
 from autooptimize.services.observe.roll import observe_table
@@ -147,6 +148,9 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
         if until is not None:
             time.sleep(max(0.0, min(0.2, until - time.monotonic())))
 
+    # a running worker has compiled its digest kernels long before (numba, about 5 s on a cold cache):
+    # compile them now, not inside the first merges of the replay
+    arrow_digest(commits[0])
     # two actors, as the service's worker runs two merges at once (its concurrency on this machine)
     workers = [threading.Thread(target=actor, daemon=True) for _ in range(2)]
     for worker in workers:
