@@ -978,7 +978,8 @@ def report(result: dict[str, Any]) -> str:
     row("live data files after a commit: mean", "live_files_mean", goal="service ≤ baseline")
     row("live data files after a commit: max", "live_files_max")
     lags = [" ".join(f"{x:.1f}" for x in d.get("live_files_by_lag") or ()) or "-" for d in (s, b) if d]
-    lines.append(f"{f'  by the hour lag, 0 … {LAGS_SHOWN - 1}+ hours behind':36}" + "".join(f"{x:>21}" for x in lags))
+    label = f"  by the hour's lag, 0 … {LAGS_SHOWN - 1}+ h behind"
+    lines.append(f"{label:36}" + "".join(f"{x:>21}" for x in lags))
     row("live data files at the end", "live_files_end")
     row("excess MSE at the end (MiB²)", "end_excess_mse_mib2")
     both("maintenance commits during / after", "maintenance_commits_during", "maintenance_commits_after")
