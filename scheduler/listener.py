@@ -355,13 +355,14 @@ def main(argv: list[str] | None = None, on_attention: OnAttention | None = None,
     """Entry point of ``autooptimize listener`` and ``python -m scheduler.listener``; stops on SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(prog="autooptimize listener",
                                      description="Keep partition stats current from new Iceberg snapshots.")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between passes when idle (default 1)")
+    parser.add_argument("--interval", type=float, default=None,
+                        help="seconds between passes when idle (default AO_LISTENER_INTERVAL_SECONDS, 1)")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
                         help=f"tables observed at once (default {DEFAULT_WORKERS})")
     parser.add_argument("--once", action="store_true", help="one pass over the changed tables, then exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = parser.parse_args(argv)
-    if args.interval <= 0:
+    if args.interval is not None and args.interval <= 0:
         parser.error(f"--interval must be > 0 seconds, got {args.interval}")
     if args.workers < 1:
         parser.error(f"--workers must be ≥ 1, got {args.workers}")
@@ -372,7 +373,8 @@ def main(argv: list[str] | None = None, on_attention: OnAttention | None = None,
         run_once(settings, on_attention=on_attention)
         return 0
     stop = stop_on_signals(log)
-    run_listener(settings, stop, args.interval, on_attention, workers=args.workers,
+    interval = args.interval if args.interval is not None else settings.listener_interval_seconds
+    run_listener(settings, stop, interval, on_attention, workers=args.workers,
                  scan=ScanHandOff(scan) if scan is not None else None)
     return 0
 

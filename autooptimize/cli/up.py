@@ -56,8 +56,8 @@ def cmd_listener(args: argparse.Namespace) -> int:
     from scheduler.listener import main as listener_main
 
     settings = current_settings()
-    interval = args.interval if args.interval is not None else settings.listener_interval_seconds
-    argv = ["--interval", str(interval), "--workers", str(args.workers)] + (["--once"] if args.once else [])
+    argv = (["--interval", str(args.interval)] if args.interval is not None else []) + [
+        "--workers", str(args.workers)] + (["--once"] if args.once else [])
     if settings.decide_inline:  # the listener plans and decides itself, and scans (before issue 26)
         return listener_main(argv, on_attention=on_attention_handler(settings, CeleryDispatch(settings)))
     # observing stays in the listener; decisions and whole scans are control-queue tasks

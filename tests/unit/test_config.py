@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from autooptimize.config import Settings, load_settings
@@ -150,7 +152,7 @@ def test_large_partition_settings(monkeypatch):
 
 
 @pytest.mark.parametrize(("env", "argv", "expected"), [
-    (None, [], "1.0"), ("0.2", [], "0.2"), ("0.2", ["--interval", "3"], "3.0")])
+    (None, [], 1.0), ("0.2", [], 0.2), ("0.2", ["--interval", "3"], 3.0)])
 def test_the_listener_pauses_for_its_setting_unless_the_command_line_says_otherwise(monkeypatch, env, argv, expected):
     import scheduler.listener
     from autooptimize.cli import up
@@ -163,11 +165,14 @@ def test_the_listener_pauses_for_its_setting_unless_the_command_line_says_otherw
         monkeypatch.setenv("AO_LISTENER_INTERVAL_SECONDS", env)
     get_settings.cache_clear()  # the command reads the environment as it is now
     monkeypatch.setattr(up, "decide_requester", lambda settings: None)
-    seen: list[list[str]] = []
-    monkeypatch.setattr(scheduler.listener, "main", lambda argv, **_: seen.append(argv) or 0)
+    # the listener's own entry point runs, up to its loop: no schema check, signal handlers or loop here
+    monkeypatch.setattr(scheduler.listener, "service_settings", lambda prog, verbose: get_settings())
+    monkeypatch.setattr(scheduler.listener, "stop_on_signals", lambda log: threading.Event())
+    seen: list[float] = []
+    monkeypatch.setattr(scheduler.listener, "run_listener", lambda settings, stop, interval, *a, **k: seen.append(interval))
     args = build_parser().parse_args(["listener", *argv])
     try:
         assert args.func(args) == 0
     finally:
         get_settings.cache_clear()
-    assert seen[0][seen[0].index("--interval") + 1] == expected
+    assert seen == [expected]
