@@ -103,6 +103,10 @@ class Settings(FleetSettings):
     quiet_merge: bool = False
     # how often beat re-evaluates every tracked table's suggested tuning (AutoAnalyze, services/autotune.py)
     autotune_seconds: int = Field(default=3600, ge=60)
+    # a pass starts no new table's suggestion after this long; the tables left go first in the next pass
+    autotune_pass_seconds: int = Field(default=300, ge=1, le=86400)
+    # a table suggested before is re-evaluated once at least this many writer commits landed since
+    autotune_min_new_commits: int = Field(default=20, ge=1, le=1_000_000)
 
 
     # table hygiene (rewrite_manifests, expire_snapshots, remove_orphans); an action's options override
@@ -216,6 +220,14 @@ class Settings(FleetSettings):
     def _address(cls, value: str) -> str:
         if not HOST.match(value if ":" not in value else f"[{value}]"):
             raise ValueError("must be a host name or IP address to listen on, such as 127.0.0.1 or 0.0.0.0")
+        return value
+
+    @field_validator("autotune_pass_seconds")
+    @classmethod
+    def _pass_within_interval(cls, value: int, info: ValidationInfo) -> int:
+        interval = info.data.get("autotune_seconds")
+        if interval is not None and value > interval:
+            raise ValueError(f"must be at most AO_AUTOTUNE_SECONDS ({interval}): a pass must end before the next starts")
         return value
 
     @field_validator("spark_driver_memory")

@@ -83,6 +83,9 @@ DESCRIPTIONS: dict[str, str] = {
     "quiet_merge": "merge a partition's small files once it is quiet (no write for AO_SETTLE_SECONDS), before "
                    "it goes cold; off by default (a per-table knob, `track --quiet-merge`)",
     "autotune_seconds": "how often beat re-evaluates each table's suggested tuning (AutoAnalyze)",
+    "autotune_pass_seconds": "how long one AutoAnalyze pass may start new suggestions (each replays the "
+                             "table's history about 200 times); the tables left go first in the next pass",
+    "autotune_min_new_commits": "writer commits since its last suggestion before a table is re-evaluated",
     "dispatch": "`rpq`: actions wait in the reliable priority queue and the dispatcher feeds the actors only "
                 "while they have free slots; `direct`: straight to Celery",
     "dispatch_slots": "actions in flight at once under `rpq`; unset: the workers' concurrency",

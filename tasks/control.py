@@ -91,7 +91,8 @@ def prune_state() -> dict[str, int]:
 
 @app.task(name="autooptimize.autotune")
 def autotune() -> dict[str, str]:
-    """Re-evaluate every tracked table's suggested merge tuning from its own history (AutoAnalyze)."""
+    """Re-evaluate the tracked tables' suggested merge tunings from their own histories (AutoAnalyze): in
+    rotation, within AO_AUTOTUNE_PASS_SECONDS, skipping tables with too few new commits."""
 
     return reevaluate(get_settings())
 

@@ -9,8 +9,9 @@ files within 1.1× of a blocking bin-pack every 20 commits of the same history).
 the table's own REPLACE commits say they do (:func:`learned_output_ratio`), and a merge lands as long
 after its decision as the table's own recent merges did (:func:`learned_latency`). It is recorded on the
 tracked table with its predicted figures (``suggested_tuning``), shown by ``whatif --suggest`` and the
-console, and applied only when the owner allowed it (``track --auto-tune``). Beat re-evaluates every
-tracked table every AO_AUTOTUNE_SECONDS.
+console, and applied only when the owner allowed it (``track --auto-tune``). Beat re-evaluates the
+tracked tables every AO_AUTOTUNE_SECONDS, in rotation and within AO_AUTOTUNE_PASS_SECONDS a pass
+(:func:`reevaluate`).
 
 Afterwards, :func:`realised_since` measures what the table really did from its snapshot summaries:
 mean live data files after each writer commit (``total-data-files``), and write amplification (bytes our
@@ -25,7 +26,8 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyiceberg.table import Table
@@ -266,14 +268,37 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
             "realised": realised, "relative_error": error}
 
 
-def reevaluate(settings: Settings) -> dict[str, str]:
-    """Beat's pass: a fresh suggestion for every enabled tracked table with enough history, applied where
-    the owner allowed it. Returns each table's outcome (``applied``, ``recorded`` or why not)."""
+def writer_commits_since(table: Table, since_ms: int) -> int:
+    """Writer commits (not REPLACE) on the main branch at or after ``since_ms``: snapshot summaries only,
+    no manifest read."""
+    return sum(1 for s in _writer_snapshots(table) if s.timestamp_ms >= since_ms and not _is_replace(s))
+
+
+def reevaluate(settings: Settings, clock: Callable[[], float] = time.monotonic) -> dict[str, str]:
+    """Beat's pass: a fresh suggestion for each enabled tracked table with enough history, applied where
+    the owner allowed it. Returns each table's outcome: ``applied`` or ``recorded``; ``unchanged`` (fewer
+    than AO_AUTOTUNE_MIN_NEW_COMMITS writer commits since its last suggestion: the replay would say the
+    same); ``deferred`` (the pass had run AO_AUTOTUNE_PASS_SECONDS: a suggestion replays the history about
+    200 times, up to a minute for a table of 5,000 commits, and the pass runs on the control queue beside
+    decide); ``skipped`` or ``failed`` with the reason. Tables go in rotation: never suggested first, then
+    the longest since their last suggestion, so a deferred table is first in the next pass."""
     with session_scope(settings) as session:
-        names = [t.identifier for t in tracked_tables(session, settings.catalog) if t.enabled]
+        rows = [(t.identifier, t.suggested_at) for t in tracked_tables(session, settings.catalog) if t.enabled]
+    rows.sort(key=lambda r: (r[1] is not None, r[1].timestamp() if r[1] is not None else 0.0, r[0]))
     outcome: dict[str, str] = {}
-    for name in names:
+    started = clock()
+    for name, last in rows:
+        if clock() - started >= settings.autotune_pass_seconds:
+            outcome[name] = (f"deferred: this pass ran its {settings.autotune_pass_seconds} s "
+                             "(AO_AUTOTUNE_PASS_SECONDS); first in line next pass")
+            continue
         try:
+            if last is not None:
+                new = writer_commits_since(load_table(settings, name), int(last.timestamp() * 1000))
+                if new < settings.autotune_min_new_commits:
+                    outcome[name] = (f"unchanged: {new} writer commit(s) since its last suggestion; re-evaluated "
+                                     f"after {settings.autotune_min_new_commits} (AO_AUTOTUNE_MIN_NEW_COMMITS)")
+                    continue
             out = suggest(settings, name)
             outcome[name] = "applied" if out["applied"] else "recorded"
         except InvalidArgument as exc:

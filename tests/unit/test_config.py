@@ -70,7 +70,10 @@ def test_defaults_are_the_documented_ones(monkeypatch):
      ("AO_PRIORITY_CLASSES", "high,low,normal,low", "low given more than once"),
      ("AO_RETENTION_AUDIT_DAYS", "0", "greater than 0"), ("AO_RETENTION_SWEEP_SECONDS", "1", "greater than"),
      ("AO_LISTENER_INTERVAL_SECONDS", "0", "greater than or equal to 0.05"),
-     ("AO_LISTENER_INTERVAL_SECONDS", "90", "less than or equal to 60")],
+     ("AO_LISTENER_INTERVAL_SECONDS", "90", "less than or equal to 60"),
+     ("AO_AUTOTUNE_PASS_SECONDS", "3601", "at most AO_AUTOTUNE_SECONDS (3600)"),
+     ("AO_AUTOTUNE_PASS_SECONDS", "0", "greater than or equal to 1"),
+     ("AO_AUTOTUNE_MIN_NEW_COMMITS", "0", "greater than or equal to 1")],
 )
 def test_invalid_settings_name_the_variable(monkeypatch, name, value, needle):
     monkeypatch.setenv(name, value)
@@ -89,7 +92,7 @@ def test_postgres_url_forms_are_normalised(monkeypatch):
     ("AO_REDIS_URL", "redis://localhost"), ("AO_DATABASE_URL", "postgresql://u:p%40ss@db.example.com/ao-prod"),
     ("AO_SPARK_REMOTE", "sc://spark:15002/;use_ssl=true"), ("AO_FLOWER_USER", "ops.team@example"),
     ("AO_FLOWER_ADDRESS", "0.0.0.0"), ("AO_DEFAULT_TOLERANCE", "32MiB"), ("AO_MAX_GROUP_BYTES", "1.5GiB"),
-    ("AO_LISTENER_INTERVAL_SECONDS", "0.2"),
+    ("AO_LISTENER_INTERVAL_SECONDS", "0.2"), ("AO_AUTOTUNE_PASS_SECONDS", "3600"),
 ])
 def test_valid_values_are_accepted(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
