@@ -111,6 +111,7 @@ from autooptimize.config import Settings
 from autooptimize.domain.policy import DEFAULT_SETTLE_SECONDS
 from autooptimize.domain.sizes import MiB, parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
+from benchmarks.streaming_predict import report_lines, simulate_this_run
 from benchmarks.trace import (
     Commit,
     Digest,
@@ -1013,6 +1014,8 @@ def report(result: dict[str, Any]) -> str:
     ex = result.get("service_run", {})
     lines.append(f"service: tracked the table {_v(ex.get('tracked_after_s'))} s after start; after the last commit "
                  f"{'quiet' if ex.get('quiet') else 'NOT quiet'} after {_v(ex.get('drain_seconds'))} s")
+    if result.get("simulated"):
+        lines += report_lines(result["simulated"], b or None)
     if s.get("audit_events"):
         lines.append(f"service audit log for the table: {s['audit_events']}")
     for what in s.get("failures") or []:
@@ -1102,6 +1105,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         result["service_run"] = {k: v for k, v in extra.items() if k != "service_log_tail"}
         if "service_log_tail" in extra:
             print(extra["service_log_tail"], file=sys.stderr)
+        try:  # the simulator on this run's own writes: what it does not model shows as the gap
+            result["simulated"] = simulate_this_run(service_env(settings, args), catalog, SERVICE_TABLE,
+                                                    args.compact_every, asdict(service))
+        except Exception as exc:  # a diagnostic: the run's own figures stand without it
+            result["simulated"] = None
+            result["simulated_error"] = f"{type(exc).__name__}: {exc}"
+            say(f"the simulator on this run's writes failed: {result['simulated_error']}")
         baseline = None
         if not args.no_baseline:
             say("baseline: the same trace into a table nothing tracks, blocking bin-pack every "

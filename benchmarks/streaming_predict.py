@@ -1,0 +1,87 @@
+"""The policy simulator on a live run's own writes, beside what the service did with them.
+
+After ``benchmarks.streaming`` has run the service, the service table's writer commits (as they really
+landed: their times, partitions and file sizes, read back by AutoAnalyze's ``table_history``) are
+replayed through ``domain.simulate`` with the tuning the service ran (its settings, read as the service
+read them) and the latency its own merges had (``learned_latency``: decision to commit). The gap between
+those figures and the live ones is what the simulator does not model; the blocking bin-pack is replayed
+on the same writes too, beside the live bin-pack run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+
+from autooptimize.config import Settings, load_settings
+from autooptimize.domain.simulate import LATENCY_SECONDS, simulate_baseline, simulate_policy
+from autooptimize.services.autotune import (
+    default_tuning,
+    learned_latency,
+    learned_output_ratio,
+    table_history,
+)
+from autooptimize.storage.db import session_scope
+from autooptimize.storage.repositories import tracked_table
+
+
+@contextlib.contextmanager
+def environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` replaced by ``env`` for the block (to read the settings as the service did)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _ratio(live: float | None, simulated: float) -> float | None:
+    return round(live / simulated, 3) if live is not None and simulated else None
+
+
+def simulate_this_run(env: Mapping[str, str], catalog: Catalog, table_name: str, every: int,
+                      live: Mapping[str, float | None]) -> dict[str, Any]:
+    """The simulator's figures for the service table's own writes (``env``: the service's environment),
+    with the live figures (``live``: ``live_files_mean`` and ``write_amplification``) and live / simulated."""
+    with environment(env):
+        settings: Settings = load_settings()
+    table = catalog.load_table(table_name)
+    writes = table_history(table)
+    with session_scope(settings) as session:
+        row = tracked_table(session, settings.catalog, table_name)
+        tuning = default_tuning(settings, row)
+        latency, merges = learned_latency(session, row.id) if row is not None else (LATENCY_SECONDS, 0)
+    ratio = learned_output_ratio(table)
+    policy = simulate_policy(writes, tuning, latency, output_ratio=ratio)
+    binpack = simulate_baseline(writes, tuning.target, every, ratio)
+    live_files, live_wa = live.get("live_files_mean"), live.get("write_amplification")
+    return {"writes": len(writes), "tuning": tuning.as_dict(), "latency_seconds": round(latency, 3),
+            "latency_merges": merges, "output_ratio": round(ratio, 4),
+            "policy": {"mean_live_files": round(policy.mean_live_files, 2),
+                       "write_amplification": round(policy.write_amplification, 3),
+                       "end_files": policy.end_files, "actions": policy.actions},
+            "binpack": {"mean_live_files": round(binpack.mean_live_files, 2),
+                        "write_amplification": round(binpack.write_amplification, 3)},
+            "live_over_simulated": {"mean_live_files": _ratio(live_files, policy.mean_live_files),
+                                    "write_amplification": _ratio(live_wa, policy.write_amplification)}}
+
+
+def report_lines(sim: Mapping[str, Any], live_binpack: Mapping[str, float | None] | None) -> list[str]:
+    """The report's lines for :func:`simulate_this_run`'s figures."""
+    p, b, r = sim["policy"], sim["binpack"], sim["live_over_simulated"]
+    lines = [f"simulator on this run's own {sim['writes']} writer commits (latency {sim['latency_seconds']} s "
+             f"from {sim['latency_merges']} merges, output ratio {sim['output_ratio']}): mean live files "
+             f"{p['mean_live_files']}, WA {p['write_amplification']}, {p['actions']} merges; live / simulated: "
+             f"files {r['mean_live_files']}, WA {r['write_amplification']}"]
+    if live_binpack:
+        lines.append(f"simulated bin-pack on the same writes: mean live files {b['mean_live_files']}, WA "
+                     f"{b['write_amplification']} (the live bin-pack run: {live_binpack.get('live_files_mean')}, "
+                     f"{live_binpack.get('write_amplification')})")
+    return lines

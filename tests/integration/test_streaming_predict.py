@@ -1,0 +1,31 @@
+"""benchmarks.streaming's diagnostic: the simulator replays a run's own writer commits (read back from the
+table) with the settings the service read from its environment, beside the live figures."""
+
+from __future__ import annotations
+
+import os
+
+from benchmarks.streaming_predict import report_lines, simulate_this_run
+from tests.integration.tables import DAY1, DAY2, identifier, make_table
+
+
+def test_the_simulator_replays_the_tables_own_commits_with_the_services_settings(settings, catalog):
+    from autooptimize.services import tracking
+
+    table = make_table(catalog, {DAY1: 14, DAY2: 12}, rows=20, name="predict")
+    name = identifier(table)
+    tracking.track(settings, name, target_file_size="1MiB")
+    env = {**os.environ, "AO_MERGE_FAN_IN": "6", "AO_COLD_AFTER_SECONDS": "30"}
+    before = dict(os.environ)
+    sim = simulate_this_run(env, catalog, name, 20, {"live_files_mean": 26.0, "write_amplification": 0.0})
+    assert dict(os.environ) == before  # the service's environment was only borrowed
+    assert sim["writes"] == 26  # one writer commit per file
+    assert sim["tuning"]["fan_in"] == 6 and sim["tuning"]["cold_after_seconds"] == 30.0
+    assert sim["latency_merges"] == 0 and sim["latency_seconds"] == 2.0  # no merge of its own yet
+    policy = sim["policy"]
+    assert 0 < policy["mean_live_files"] <= 13.5  # 1, 2, … 26 files after the commits, with no merge
+    assert policy["actions"] > 0 and policy["end_files"] < 26 and policy["write_amplification"] > 0
+    assert sim["live_over_simulated"]["mean_live_files"] == round(26.0 / policy["mean_live_files"], 3)
+    assert sim["live_over_simulated"]["write_amplification"] == 0.0
+    lines = report_lines(sim, {"live_files_mean": 20.0, "write_amplification": 1.2})
+    assert "26 writer commits" in lines[0] and "the live bin-pack run: 20.0, 1.2" in lines[1]
