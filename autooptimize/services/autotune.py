@@ -24,6 +24,7 @@ and the console.
 
 from __future__ import annotations
 
+import collections
 import logging
 import statistics
 import time
@@ -306,4 +307,7 @@ def reevaluate(settings: Settings, clock: Callable[[], float] = time.monotonic) 
         except Exception as exc:  # one table must not stop the others
             log.warning("autotune of %s failed (%s: %s)", name, type(exc).__name__, exc)
             outcome[name] = f"failed: {type(exc).__name__}"
+    counts = collections.Counter(v.split(":", 1)[0] for v in outcome.values())
+    log.info("autotune pass: %d table(s) in %.1f s: %s", len(outcome), clock() - started,
+             ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none tracked")
     return outcome

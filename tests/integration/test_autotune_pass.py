@@ -5,6 +5,7 @@ table's history about 200 times (up to a minute for 5,000 commits) on the contro
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -36,14 +37,15 @@ def own(settings, tmp_path, monkeypatch):
     return s, cat
 
 
-def test_a_pass_defers_tables_past_its_time_then_rotates_and_skips_the_unchanged(own):
+def test_a_pass_defers_tables_past_its_time_then_rotates_and_skips_the_unchanged(own, caplog):
     settings, catalog = own
     tables = [make_table(catalog, {DAY1: 22}, rows=20, name=f"pass_{k}") for k in range(3)]
     names = sorted(identifier(t) for t in tables)
     for name in names:
         tracking.track(settings, name, target_file_size="1MiB")
 
-    ticks = iter([0.0, 0.0] + [301.0] * 10)  # the pass's start, then one check before each table
+    caplog.set_level(logging.INFO, logger="autooptimize.services.autotune")
+    ticks = iter([0.0, 0.0] + [301.0] * 10)  # the pass's start, one check before each table, the log line
     first = reevaluate(settings, clock=lambda: next(ticks))
     assert list(first) == names  # none suggested yet: by name
     assert first[names[0]] == "recorded"
@@ -52,6 +54,8 @@ def test_a_pass_defers_tables_past_its_time_then_rotates_and_skips_the_unchanged
     with session_scope(settings) as session:
         done = {n: tracked_table(session, CATALOG, n).suggested_at for n in names}
     assert done[names[0]] is not None and done[names[1]] is None and done[names[2]] is None
+
+    assert "autotune pass: 3 table(s)" in caplog.text and "2 deferred, 1 recorded" in caplog.text
 
     second = reevaluate(settings)
     assert list(second) == [names[1], names[2], names[0]]  # the deferred first, then the longest since
