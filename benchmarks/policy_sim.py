@@ -9,7 +9,8 @@ For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streamin
 :mod:`autooptimize.domain.simulate`:
 
 * **bin-pack** (the baseline): a blocking Iceberg bin-pack of every partition after every ``--every``
-  writes (20, as ``benchmarks.streaming``) and once more after the last;
+  writes (20, as ``benchmarks.streaming``) and once more after the last; its live files are counted
+  right after each write, before the bin-pack that follows it, as ``benchmarks.streaming`` counts;
 * **policy**: the live-partition policy with the shipped defaults (or the tuning given), the service's
   settle and cold timers, merges landing 2 s after they are planned.
 

@@ -8,6 +8,8 @@ keeping the table:
 
 * :func:`simulate_baseline`: after every ``every`` writes, a blocking bin-pack of every partition with
   Iceberg's size-ratio rule (``plan_iceberg_bin_pack``, min input files 2); once more after the last.
+  Live files are counted right after each write, before the bin-pack that follows it (as
+  ``benchmarks.streaming`` counts its live bin-pack run: the files a reader sees while it runs).
 * :func:`simulate_policy`: the live-partition policy (:func:`~autooptimize.domain.policy.plan_partition`)
   judges a partition when a write touches it, when a merge of it lands, when it settles and when it
   goes cold (the service's timers; each partition's cold-after time from its own recent gaps between
@@ -158,9 +160,9 @@ def simulate_baseline(writes: Sequence[Write], target: int, every: int = BASELIN
     for k, w in enumerate(writes, 1):
         for part, size in w.files:
             t.add(part, size, w.at)
+        t.counts.append(t.live_files)  # right after the commit, before the bin-pack it waits for
         if k % every == 0:
             binpack()
-        t.counts.append(t.live_files)
     if len(writes) % every:
         binpack()
     return t.figures()

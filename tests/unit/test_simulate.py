@@ -76,6 +76,15 @@ def test_the_baseline_loses_no_byte_and_its_figures_add_up(raw):
     assert len(writes) and fig.max_live_files >= fig.mean_live_files > 0
 
 
+def test_the_baseline_counts_each_writes_files_before_the_bin_pack_that_follows_it():
+    # as benchmarks.streaming counts its live bin-pack run: right after the writer's commit
+    writes = [Write(float(i), (("p", 100),)) for i in range(4)]
+    fig = simulate_baseline(writes, TARGET, every=2)
+    # 1, 2 (then merged into 1), 2, 3 (then merged into 1): counted after the bin-pack it was 1, 1, 2, 1
+    assert fig.max_live_files == 3 and fig.mean_live_files == (1 + 2 + 2 + 3) / 4
+    assert fig.files_replaced == 2 + 3 and fig.end_files == 1
+
+
 def test_the_suggestion_keeps_the_defaults_unless_a_tuning_does_better():
     writes = [Write(i * 0.5, ((i // 40, 9_000 + 37 * (i % 13)),)) for i in range(160)]
     default = PolicyTuning(8 * MiB, 12, 3.0, 60.0)
