@@ -111,7 +111,7 @@ from autooptimize.config import Settings
 from autooptimize.domain.policy import DEFAULT_SETTLE_SECONDS
 from autooptimize.domain.sizes import MiB, parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
-from benchmarks.streaming_predict import report_lines, simulate_this_run
+from benchmarks.streaming_predict import ratio, report_lines, simulate_this_run
 from benchmarks.trace import (
     Commit,
     Digest,
@@ -944,10 +944,6 @@ def _v(value: object) -> str:
     return str(value)
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else round(a / b, 3)
-
-
 def report(result: dict[str, Any]) -> str:
     s: dict[str, Any] = result["service"]
     b: dict[str, Any] = result.get("baseline") or {}
@@ -1119,8 +1115,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             baseline = run_baseline(args, catalog, shape, trace, expected)
             result["baseline"] = asdict(baseline)
         result["ratios"] = {
-            "live_files_mean": _ratio(service.live_files_mean, baseline.live_files_mean if baseline else None),
-            "write_amplification": _ratio(service.write_amplification,
+            "live_files_mean": ratio(service.live_files_mean, baseline.live_files_mean if baseline else None),
+            "write_amplification": ratio(service.write_amplification,
                                           baseline.write_amplification if baseline else None),
         }
         result["goals"] = {

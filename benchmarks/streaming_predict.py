@@ -42,8 +42,9 @@ def environment(env: Mapping[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def _ratio(live: float | None, simulated: float) -> float | None:
-    return round(live / simulated, 3) if live is not None and simulated else None
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b`` to 3 places; None when either is missing or ``b`` is 0."""
+    return None if a is None or not b else round(a / b, 3)
 
 
 def simulate_this_run(env: Mapping[str, str], catalog: Catalog, table_name: str, every: int,
@@ -58,19 +59,19 @@ def simulate_this_run(env: Mapping[str, str], catalog: Catalog, table_name: str,
         row = tracked_table(session, settings.catalog, table_name)
         tuning = default_tuning(settings, row)
         latency, merges = learned_latency(session, row.id) if row is not None else (LATENCY_SECONDS, 0)
-    ratio = learned_output_ratio(table)
-    policy = simulate_policy(writes, tuning, latency, output_ratio=ratio)
-    binpack = simulate_baseline(writes, tuning.target, every, ratio)
+    weight = learned_output_ratio(table)
+    policy = simulate_policy(writes, tuning, latency, output_ratio=weight)
+    binpack = simulate_baseline(writes, tuning.target, every, weight)
     live_files, live_wa = live.get("live_files_mean"), live.get("write_amplification")
     return {"writes": len(writes), "tuning": tuning.as_dict(), "latency_seconds": round(latency, 3),
-            "latency_merges": merges, "output_ratio": round(ratio, 4),
+            "latency_merges": merges, "output_ratio": round(weight, 4),
             "policy": {"mean_live_files": round(policy.mean_live_files, 2),
                        "write_amplification": round(policy.write_amplification, 3),
                        "end_files": policy.end_files, "actions": policy.actions},
             "binpack": {"mean_live_files": round(binpack.mean_live_files, 2),
                         "write_amplification": round(binpack.write_amplification, 3)},
-            "live_over_simulated": {"mean_live_files": _ratio(live_files, policy.mean_live_files),
-                                    "write_amplification": _ratio(live_wa, policy.write_amplification)}}
+            "live_over_simulated": {"mean_live_files": ratio(live_files, policy.mean_live_files),
+                                    "write_amplification": ratio(live_wa, policy.write_amplification)}}
 
 
 def report_lines(sim: Mapping[str, Any], live_binpack: Mapping[str, float | None] | None) -> list[str]:

@@ -156,14 +156,14 @@ def suggestion_dict(s: Suggestion, commits: int, seconds: float) -> dict[str, An
 
 def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: bool | None = None,
             min_commits: int = MIN_COMMITS, cold_after: Sequence[float] = SUGGEST_COLD_AFTER,
-            latency: float | None = None) -> dict[str, Any]:
+            latency: float | None = None, table: Table | None = None) -> dict[str, Any]:
     """The suggested tuning for ``identifier`` from its own history, with predicted, baseline and
     current-tuning figures. ``record``: store it on the tracked table. ``apply``: set it as the table's
     tuning (None: only when the table allows auto-tuning). ``cold_after``: the cold-after times tried;
     ``latency``: seconds from a decision to its commit in the replay (None: the table's own,
-    :func:`learned_latency`). Raises InvalidArgument when the history is shorter than ``min_commits``
-    writer commits."""
-    table = load_table(settings, identifier)
+    :func:`learned_latency`); ``table``: ``identifier`` already loaded (None: loaded here). Raises
+    InvalidArgument when the history is shorter than ``min_commits`` writer commits."""
+    table = table if table is not None else load_table(settings, identifier)
     writes, start_ms = _history(table)
     if len(writes) < min_commits:
         raise InvalidArgument(f"table {identifier!r} has {len(writes)} writer commit(s) in its metadata; a "
@@ -294,13 +294,13 @@ def reevaluate(settings: Settings, clock: Callable[[], float] = time.monotonic) 
                              "(AO_AUTOTUNE_PASS_SECONDS); first in line next pass")
             continue
         try:
-            if last is not None:
-                new = writer_commits_since(load_table(settings, name), int(last.timestamp() * 1000))
-                if new < settings.autotune_min_new_commits:
-                    outcome[name] = (f"unchanged: {new} writer commit(s) since its last suggestion; re-evaluated "
-                                     f"after {settings.autotune_min_new_commits} (AO_AUTOTUNE_MIN_NEW_COMMITS)")
-                    continue
-            out = suggest(settings, name)
+            table = load_table(settings, name)
+            new = writer_commits_since(table, int(last.timestamp() * 1000)) if last is not None else None
+            if new is not None and new < settings.autotune_min_new_commits:
+                outcome[name] = (f"unchanged: {new} writer commit(s) since its last suggestion; re-evaluated "
+                                 f"after {settings.autotune_min_new_commits} (AO_AUTOTUNE_MIN_NEW_COMMITS)")
+                continue
+            out = suggest(settings, name, table=table)
             outcome[name] = "applied" if out["applied"] else "recorded"
         except InvalidArgument as exc:
             outcome[name] = f"skipped: {exc}"
