@@ -88,6 +88,9 @@ class Settings(FleetSettings):
     # action, the work on the executors), spark_sql (Spark's own Parquet IO, file:// only) or local (pyarrow
     # in the worker process: a single machine without a cluster)
     rewrite_engine: Literal["spark", "spark_sql", "local"] = "spark"
+    # an actor worker process opens its Spark session, ships our code and runs one small job on the executors
+    # as it starts (spark_actors/warmup.py), so that its first action does not pay for them
+    actor_warm_up: bool = True
 
     # how automatic merges choose files: "tiered" keeps live partitions bounded without rewriting merged
     # bytes again (autooptimize.domain.policy); "binpack" merges every file that needs it each time

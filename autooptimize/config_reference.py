@@ -71,6 +71,9 @@ DESCRIPTIONS: dict[str, str] = {
     "rewrite_engine": "where rewrites run: `spark` (one Spark job per action, the work on the executors), "
                       "`spark_sql` (Spark's own Parquet IO, file:// only) or `local` (pyarrow in the worker process, "
                       "a single machine); see docs/engines.md",
+    "actor_warm_up": "an actor worker process opens its Spark session, ships the code and runs one small job on "
+                     "the executors as it starts, so its first action does not pay for them (off: the first "
+                     "action does); not with the `local` engine",
     "merge_policy": "how automatic merges choose files: `tiered` (live partitions bounded without rewriting "
                     "merged bytes again) or `binpack` (every file that needs it, each time)",
     "settle_seconds": "a partition with no write for this long is quiet: with AO_QUIET_MERGE its small files "

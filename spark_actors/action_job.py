@@ -113,8 +113,9 @@ def _executor() -> str:
     return f"{socket.gethostname()}:{os.getppid()}"
 
 
-def run_task(context: TableContext, index: int, call: Call) -> bytes:
-    """Runs in an executor's Python worker: ``call`` on the table, its outcome pickled."""
+def run_task(context: TableContext | None, index: int, call: Call) -> bytes:
+    """Runs in an executor's Python worker: ``call`` on the table (None without a context), its outcome
+    pickled."""
     from pyspark import TaskContext
 
     started, cpu = time.monotonic(), time.process_time()  # a Python worker runs one task at a time
@@ -122,7 +123,8 @@ def run_task(context: TableContext, index: int, call: Call) -> bytes:
     attempt = task.attemptNumber() if task is not None else 0
     function, args = call
     try:
-        value, error = function(context.table(), *args, attempt=attempt), None
+        table = context.table() if context is not None else None
+        value, error = function(table, *args, attempt=attempt), None
     except Exception as exc:  # sent back whole: the action maps it as if it ran in the worker
         value, error = None, exc
     outcome = TaskOutcome(index, value, error, _executor(), attempt, time.monotonic() - started,
@@ -134,11 +136,11 @@ def run_task(context: TableContext, index: int, call: Call) -> bytes:
                                         outcome.executor, attempt, outcome.seconds, outcome.cpu))
 
 
-def run_action_job(spark: SparkSession, context: TableContext, calls: Sequence[Call],
+def run_action_job(spark: SparkSession, context: TableContext | None, calls: Sequence[Call],
                    tag: str | None = None) -> JobOutcome:
     """Run ``calls`` as the tasks of one Spark job (one task each), tagged ``tag``; every outcome in call
     order. A call is ``(function, args)``: ``function(table, *args, attempt=n)`` a module-level function
-    of ours, ``args`` picklable."""
+    of ours, ``args`` picklable; ``table`` is None without a ``context`` (spark_actors/warmup.py)."""
     import pyarrow as pa
 
     started = time.monotonic()

@@ -140,11 +140,11 @@ def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes:
                         lineage_out=lineage_out)
 
 
-def warm(table: Table, *, attempt: int = 0) -> int:
+def warm(table: Table | None, *, attempt: int = 0) -> int:
     """Load the digest's compiled kernels (numba: from its cache on disk, else compiled) in this executor's
-    Python worker; unpickling this function imported this module, and with it what the tasks use. A
-    reused worker pays that once; held a moment so that the tasks of a warm-up job land on distinct
-    workers."""
+    Python worker (``table`` is unused); unpickling this function imported this module, and with it what
+    the tasks use. A reused worker pays that once; held a moment so that the tasks of a warm-up job land on
+    distinct workers."""
     import datetime as dt
     import os
 

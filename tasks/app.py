@@ -15,13 +15,14 @@ If a duplicate comes anyway (a worker host paused for hours), it finds the lease
 from __future__ import annotations
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import celeryd_after_setup, worker_process_init, worker_process_shutdown
 
 from autooptimize.config import Settings, get_settings
 from autooptimize.redact import install_log_redaction
 from autooptimize.services.attempt import attempt_limit_seconds
 from autooptimize.storage.db import reset_engines_after_fork
 from spark_actors.session import close_session, reset_after_fork
+from spark_actors.warmup import warm_up_in_background
 from tasks.routing import CONTROL_QUEUE, celery_queues
 
 
@@ -65,12 +66,30 @@ def make_app() -> Celery:
 app = make_app()
 
 
+#: whether this worker consumes a queue whose tasks run on Spark (set before the pool forks)
+_spark_queues = False
+
+
+def does_spark_work(queues: object) -> bool:
+    """True when a worker consuming ``queues`` (names) takes Spark work: any queue but the control queue."""
+    return any(str(q) != CONTROL_QUEUE for q in queues)  # type: ignore[attr-defined]
+
+
+@celeryd_after_setup.connect
+def _after_setup(sender: object, instance: object, **_: object) -> None:
+    global _spark_queues
+    _spark_queues = does_spark_work(instance.app.amqp.queues.consume_from)  # type: ignore[attr-defined]
+
+
 @worker_process_init.connect
 def _after_fork(**_: object) -> None:
     # Pools and Spark sessions must not be shared with the parent process.
 
     reset_engines_after_fork()
     reset_after_fork()
+    settings = get_settings()
+    if _spark_queues and settings.actor_warm_up and settings.rewrite_engine != "local":
+        warm_up_in_background(settings)  # the first action then finds the session open (spark_actors/warmup.py)
 
 
 @worker_process_shutdown.connect

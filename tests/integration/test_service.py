@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -55,10 +56,19 @@ def _alive(pid: int) -> bool:
     return bool(state) and not state.startswith("Z")
 
 
+def _warm_lines(log: Path, offset: int) -> int:
+    """How many "actor warm" lines ``log`` gained after its first ``offset`` bytes."""
+    with open(log, "rb") as f:
+        f.seek(offset)
+        return f.read().count(b"actor warm: Spark session open")
+
+
 def test_up_runs_worker_and_authenticated_flower_then_stops_cleanly(settings, spark, catalog):
     port = free_port()
     env = {**os.environ, "AO_FLOWER_PORT": str(port), "AO_FLOWER_USER": "ops", "AO_FLOWER_PASSWORD": "s3cret-pw",
            "AO_CONSOLE_PORT": str(free_port())}
+    worker_log = settings.home_dir / "logs" / "worker-0.log"
+    logged_before = worker_log.stat().st_size if worker_log.exists() else 0
     proc = subprocess.Popen([sys.executable, "-m", "autooptimize.cli", "up", "--workers", "1"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -97,6 +107,12 @@ def test_up_runs_worker_and_authenticated_flower_then_stops_cleanly(settings, sp
             time.sleep(1)
         assert tasks[handle.id]["name"] == "autooptimize.merge"
         assert identifier(table) in tasks[handle.id]["kwargs"]
+
+        # each of the actor worker's processes got its Spark side ready as it started (spark_actors/warmup.py)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _warm_lines(worker_log, logged_before) < settings.worker_concurrency:
+            time.sleep(0.5)
+        assert _warm_lines(worker_log, logged_before) == settings.worker_concurrency, worker_log.read_bytes()[logged_before:][-3000:]
 
         children = _children_of(proc.pid)
         # actor worker, control worker, listener, beat, flower, console, and the fair dispatcher when actions go through the RPQ
