@@ -18,8 +18,10 @@ Service run. The benchmark creates a PostgreSQL database of its own on 127.0.0.1
 an AO_HOME in a temporary directory (warehouse, logs, Spark Connect server) and uses a Redis db of its own
 (``--redis-url``, flushed before and after). It creates the table, starts ``autooptimize up --no-flower``
 as a subprocess with AO_AUTO_TRACK set to the table, AO_DEFAULT_TARGET_FILE_SIZE to ``--target-size``
-and the service's default worker concurrency (``--worker-concurrency`` sets it and the dispatch slots), and waits until the service has tracked the table
-(the listener tracks AO_AUTO_TRACK tables within seconds) before the first commit. The writer commits through
+and the service's default worker concurrency (``--worker-concurrency`` sets it and the dispatch slots). Before
+the first commit it waits until the service has tracked the table (the listener tracks AO_AUTO_TRACK tables
+within seconds) and every actor worker process has logged its warm-up (spark_actors/warmup.py: as a service
+that has been up a while is when a stream starts; without the wait, the first action took 8 s). The writer commits through
 pyiceberg to the same catalog (SqlCatalog on the same database, warehouse under AO_HOME; a concurrent-update
 conflict is retried by pyiceberg). After the last commit the benchmark waits until no action of the table is
 queued or running in ``ao_actions`` and none was created for ``--quiet-seconds`` (bounded by
@@ -68,7 +70,7 @@ any policy that ends with healthy partitions.
 Goals printed beside the figures (not asserted): service mean live files ≤ the baseline's, write
 amplification ≤ 1.5, no aborted or failed action, content equal. The exit code is 0 when both tables'
 content equals what was written, 1 otherwise. The benchmark always stops the service and drops its
-database, even when interrupted.
+database, even when interrupted (``--keep-home`` keeps the database and AO_HOME for a look afterwards).
 """
 
 from __future__ import annotations
@@ -107,11 +109,11 @@ from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
-from autooptimize.config import Settings
+from autooptimize.config import Settings, load_settings
 from autooptimize.domain.policy import DEFAULT_SETTLE_SECONDS
 from autooptimize.domain.sizes import MiB, parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
-from benchmarks.streaming_predict import ratio, report_lines, simulate_this_run
+from benchmarks.streaming_predict import environment, ratio, report_lines, simulate_this_run
 from benchmarks.trace import (
     Commit,
     Digest,
@@ -655,6 +657,26 @@ def wait_tracked(engine: Engine, service: Service, timeout: float) -> float | No
     return None
 
 
+WARM_LINE = "actor warm: Spark session open"  # logged by spark_actors/warmup.py
+
+
+def wait_warm(service: Service, timeout: float) -> float | None:
+    """Seconds until every actor worker process of the service has logged its warm-up (as a service that
+    has been up a while is, when a stream starts); None when it did not within ``timeout`` or warms up
+    nothing (``AO_ACTOR_WARM_UP`` off, the ``local`` engine)."""
+    with environment(service.env):
+        settings = load_settings()
+    if not settings.actor_warm_up or settings.rewrite_engine == "local":
+        return None
+    started = time.monotonic()
+    while time.monotonic() - started < timeout and service.state() is None:
+        logs = (service.settings.home / "logs").glob("worker-*.log")
+        if sum(path.read_text(errors="replace").count(WARM_LINE) for path in logs) >= settings.worker_concurrency:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    return None
+
+
 def active_actions(engine: Engine) -> tuple[int, int]:
     """(actions queued or running, actions in all) of the service's table."""
     with engine.connect() as conn:
@@ -812,7 +834,11 @@ def run_service(args: argparse.Namespace, settings: Settings, engine: Engine, ca
                              f"({service.state() or 'still running'}); the writer started anyway")
             say(f"service: NOT tracking the table ({service.state() or 'timeout'}); writing anyway")
         else:
-            say(f"service: tracking {SERVICE_TABLE} {tracked_after:.0f} s after start; writer starts")
+            say(f"service: tracking {SERVICE_TABLE} {tracked_after:.0f} s after start")
+        warm_after = wait_warm(service, args.start_timeout)
+        extra["warm_after_s"] = None if warm_after is None else round(warm_after, 1)
+        say(f"service: actor processes {'warm' if warm_after is not None else 'NOT warm'} "
+            f"{0 if warm_after is None else warm_after:.0f} s later; writer starts")
         records, seconds = write_trace(catalog, SERVICE_TABLE, shape, trace, args.rate, expected,
                                        alive=lambda: _service_line(engine, service), label="service")
         quiet, waited = wait_quiet(engine, service, drain_quiet_seconds(settings, args), args.drain_timeout)
@@ -1008,7 +1034,8 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"service maintenance snapshots by kind: {s['maintenance_kinds']}; succeeded actions' bytes "
                      f"in / out per ao_actions: {_mb(s.get('action_bytes_in'))} / {_mb(s.get('action_bytes_out'))}")
     ex = result.get("service_run", {})
-    lines.append(f"service: tracked the table {_v(ex.get('tracked_after_s'))} s after start; after the last commit "
+    lines.append(f"service: tracked the table {_v(ex.get('tracked_after_s'))} s after start, actors warm "
+                 f"{_v(ex.get('warm_after_s'))} s later; after the last commit "
                  f"{'quiet' if ex.get('quiet') else 'NOT quiet'} after {_v(ex.get('drain_seconds'))} s")
     if result.get("simulated"):
         lines += report_lines(result["simulated"], b or None)
@@ -1137,12 +1164,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             engine.dispose()
         with contextlib.suppress(Exception):
             flush_redis(args.redis_url)
-        drop_database(db_name)
-        if args.keep_home:
-            say(f"kept {home}")
+        if args.keep_home:  # the service's records too: its actions and decisions, for a look afterwards
+            say(f"kept {home} and database {db_name} (drop it with: dropdb -h 127.0.0.1 -U postgres {db_name})")
         else:
+            drop_database(db_name)
             shutil.rmtree(home, ignore_errors=True)
-        say(f"cleaned up: database {db_name} dropped, Redis db flushed")
+        say(f"cleaned up: Redis db flushed{'' if args.keep_home else f', database {db_name} dropped'}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1167,7 +1194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-baseline", action="store_true", help="only the service run")
     parser.add_argument("--service-env", action="append", metavar="AO_NAME=VALUE",
                         help="a setting for the service run (repeatable), e.g. AO_SETTLE_SECONDS=15")
-    parser.add_argument("--keep-home", action="store_true", help="keep the temporary AO_HOME (logs, warehouse)")
+    parser.add_argument("--keep-home", action="store_true",
+                        help="keep the temporary AO_HOME (logs, warehouse) and the run's database")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
     parser.add_argument("--member", help="replay an hourly member of benchmarks.trace_family instead (its rate and "
                                          "target; --commits keeps its first commits only)")
