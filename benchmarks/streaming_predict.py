@@ -1,11 +1,11 @@
 """The policy simulator on a live run's own writes, beside what the service did with them.
 
 After ``benchmarks.streaming`` has run the service, the service table's writer commits (as they really
-landed: their times, partitions and file sizes, read back by AutoAnalyze's ``table_history``) are
+landed: their times, partitions and file sizes, read back by AutoAnalyze's ``table_writes``) are
 replayed through ``domain.simulate`` with the tuning the service ran (its settings, read as the service
-read them) and the latency its own merges had (``learned_latency``: decision to commit). The gap between
-those figures and the live ones is what the simulator does not model; the blocking bin-pack is replayed
-on the same writes too, beside the live bin-pack run.
+read them) and the latency its own merges had (``learned_latency``: from the write that prompted a merge
+to its commit). The gap between those figures and the live ones is what the simulator does not model;
+the blocking bin-pack is replayed on the same writes too, beside the live bin-pack run.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from autooptimize.services.autotune import (
     default_tuning,
     learned_latency,
     learned_output_ratio,
-    table_history,
+    table_writes,
 )
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
@@ -54,11 +54,12 @@ def simulate_this_run(env: Mapping[str, str], catalog: Catalog, table_name: str,
     with environment(env):
         settings: Settings = load_settings()
     table = catalog.load_table(table_name)
-    writes = table_history(table)
+    writes, start_ms = table_writes(table)
     with session_scope(settings) as session:
         row = tracked_table(session, settings.catalog, table_name)
         tuning = default_tuning(settings, row)
-        latency, merges = learned_latency(session, row.id) if row is not None else (LATENCY_SECONDS, 0)
+        latency, merges = (learned_latency(session, row.id, (writes, start_ms), settings.settle_seconds)
+                           if row is not None else (LATENCY_SECONDS, 0))
     weight = learned_output_ratio(table)
     policy = simulate_policy(writes, tuning, latency, output_ratio=weight)
     binpack = simulate_baseline(writes, tuning.target, every, weight)

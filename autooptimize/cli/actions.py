@@ -201,7 +201,7 @@ def _suggest(args: argparse.Namespace) -> int:
     if out.get("output_ratio", 1.0) != 1.0:
         print(f"merged bytes weigh {out['output_ratio']:.2f}× their inputs (learned from the table's REPLACE commits)")
     if out.get("latency_merges"):
-        print(f"a merge lands {out['latency_seconds']:.2f} s after its decision (median of the table's last "
+        print(f"a merge lands {out['latency_seconds']:.2f} s after the write that prompted it (median of the table's last "
               f"{out['latency_merges']} merges)")
     print(f"{'':24}{'suggested':>12}{'current':>12}{'bin-pack':>12}")
     rows = (("mean live files", "mean_live_files", "{:.1f}"), ("files replaced", "files_replaced", "{:.0f}"),

@@ -7,8 +7,8 @@ very small partitions, leaving them alone; the table's target and settle time st
 the one that rewrites the fewest bytes while keeping the file goal (mean live files within 1.05× and end
 files within 1.1× of a blocking bin-pack every 20 commits of the same history). Merged files weigh what
 the table's own REPLACE commits say they do (:func:`learned_output_ratio`), and a merge lands as long
-after its decision as the table's own recent merges did (:func:`learned_latency`). It is recorded on the
-tracked table with its predicted figures (``suggested_tuning``), shown by ``whatif --suggest`` and the
+after the write that prompted it as the table's own recent merges did (:func:`learned_latency`). It is
+recorded on the tracked table with its predicted figures (``suggested_tuning``), shown by ``whatif --suggest`` and the
 console, and applied only when the owner allowed it (``track --auto-tune``). Beat re-evaluates the
 tracked tables every AO_AUTOTUNE_SECONDS, in rotation and within AO_AUTOTUNE_PASS_SECONDS a pass
 (:func:`reevaluate`).
@@ -24,11 +24,12 @@ and the console.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import logging
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from pyiceberg.table import Table
@@ -36,7 +37,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from autooptimize.config import Settings
-from autooptimize.domain.policy import PolicyTuning
+from autooptimize.domain.policy import DEFAULT_SETTLE_SECONDS, PolicyTuning
 from autooptimize.domain.simulate import (
     LATENCY_SECONDS,
     SUGGEST_COLD_AFTER,
@@ -85,10 +86,10 @@ def table_history(table: Table, max_commits: int = MAX_COMMITS) -> list[Write]:
     """The table's writer commits as simulator writes: seconds since the first, and the size of every
     data file each added to each partition (removals by writers are left out). REPLACE commits (ours,
     or any compaction) are not writes."""
-    return _history(table, max_commits)[0]
+    return table_writes(table, max_commits)[0]
 
 
-def _history(table: Table, max_commits: int = MAX_COMMITS) -> tuple[list[Write], int]:
+def table_writes(table: Table, max_commits: int = MAX_COMMITS) -> tuple[list[Write], int]:
     """:func:`table_history` and the time of its first commit (ms since the epoch; its ``Write.at`` 0)."""
     writers = [s for s in _writer_snapshots(table) if not _is_replace(s)][-max_commits:]
     writes: list[Write] = []
@@ -124,20 +125,44 @@ def learned_output_ratio(table: Table) -> float:
     return min(high, max(low, added / removed))
 
 
-def learned_latency(session: Session, table_id: int) -> tuple[float, int]:
-    """Seconds from a merge's decision to its commit on this table (the median over its most recent
-    succeeded merges, ``created_at`` to ``finished_at``: queueing, the Spark job and the commit), and how
-    many merges that is; :data:`~autooptimize.domain.simulate.LATENCY_SECONDS` while fewer than
-    :data:`MIN_LATENCY_ACTIONS`. The simulator lands each merge that long after it was decided."""
+def learned_latency(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None = None,
+                    settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> tuple[float, int]:
+    """Seconds from what prompted a merge to its commit on this table (the median over its most recent
+    succeeded merges), and how many merges that is; :data:`~autooptimize.domain.simulate.LATENCY_SECONDS`
+    while fewer than :data:`MIN_LATENCY_ACTIONS`. The simulator lands each merge that long after the
+    write (or the settle or cold timer) at which it decided.
+
+    A merge counts from its ``created_at`` (queueing, the Spark job and the commit) to its
+    ``finished_at``. With ``history`` (the table's writes and the time of the first, as
+    :func:`table_writes` gives them), a merge created within ``settle_seconds`` of a write to its partition
+    was prompted by that write. It then counts from the write: the listener noticing the commit and the
+    decision come first, and the simulator decides at the write itself. A merge prompted by a timer
+    counts from its ``created_at``."""
     rows = session.execute(
-        select(Action.created_at, Action.finished_at)
+        select(Action.created_at, Action.finished_at, Action.spec_id, Action.partition_key)
         .where(Action.table_id == table_id, Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value,
                Action.finished_at.is_not(None))
         .order_by(Action.finished_at.desc()).limit(LATENCY_ACTIONS)).all()
     if len(rows) < MIN_LATENCY_ACTIONS:
         return LATENCY_SECONDS, len(rows)
-    seconds = statistics.median((done - created).total_seconds() for created, done in rows if done is not None)
-    return min(max(seconds, 0.1), 600.0), len(rows)
+    written: dict[Hashable, list[float]] = collections.defaultdict(list)  # partition → write times
+    start = 0.0
+    if history is not None:
+        writes, start_ms = history
+        start = start_ms / 1000
+        for w in writes:  # in time order
+            for part, _ in w.files:
+                written[part].append(w.at)
+
+    def seconds(created: Any, done: Any, spec_id: int | None, key: str | None) -> float:
+        at = created.timestamp() - start
+        times = written.get((spec_id, key), []) if spec_id is not None and key is not None else []
+        prompted = times[bisect.bisect_right(times, at) - 1] if times and times[0] <= at else None
+        since = at - prompted if prompted is not None and at - prompted <= settle_seconds else 0.0
+        return (done - created).total_seconds() + since
+
+    latency = statistics.median(seconds(*row) for row in rows)
+    return min(max(latency, 0.1), 600.0), len(rows)
 
 
 def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
@@ -164,7 +189,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     :func:`learned_latency`); ``table``: ``identifier`` already loaded (None: loaded here). Raises
     InvalidArgument when the history is shorter than ``min_commits`` writer commits."""
     table = table if table is not None else load_table(settings, identifier)
-    writes, start_ms = _history(table)
+    writes, start_ms = table_writes(table)
     if len(writes) < min_commits:
         raise InvalidArgument(f"table {identifier!r} has {len(writes)} writer commit(s) in its metadata; a "
                               f"suggestion replays at least {min_commits}")
@@ -175,7 +200,8 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         last_at = row.suggested_at if row is not None else None
         merges = 0
         if latency is None:
-            latency, merges = learned_latency(session, row.id) if row is not None else (LATENCY_SECONDS, 0)
+            latency, merges = (learned_latency(session, row.id, (writes, start_ms), settings.settle_seconds)
+                               if row is not None else (LATENCY_SECONDS, 0))
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
     # simulator's prediction for the same commits
     ratio = learned_output_ratio(table)
@@ -251,7 +277,7 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
     the time of its first (as ``_history`` returns them), when the caller has read them already."""
-    writes, start_ms = history if history is not None else _history(table)
+    writes, start_ms = history if history is not None else table_writes(table)
     measure_from = (since_ms - start_ms) / 1000
     commits = sum(1 for w in writes if w.at >= measure_from)
     if commits < min_commits:

@@ -110,4 +110,31 @@ def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, 
     shown = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
                            capture_output=True, text=True, env=dict(os.environ), timeout=300)
     assert shown.returncode == 0, shown.stderr
-    assert "a merge lands 1.00 s after its decision (median of the table's last 11 merges)" in shown.stdout
+    assert "a merge lands 1.00 s after the write that prompted it (median of the table's last 11 merges)" in shown.stdout
+
+
+def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings, catalog):
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from autooptimize.services.autotune import learned_latency, table_writes
+    from autooptimize.storage.models import Action
+
+    table = make_table(catalog, {DAY1: 12}, rows=20, name="prompted")
+    table_id = tracking.ensure_tracked(settings, identifier(table))
+    writes, start_ms = table_writes(table)
+    (spec_id, key), _ = writes[-1].files[0]
+    last_write = datetime.fromtimestamp(start_ms / 1000 + writes[-1].at, UTC)
+    with session_scope(settings) as session:
+        for i in range(11):
+            # six merges created 0.3 s after the partition's last write (the listener noticed it, decide ran),
+            # five by a timer 10 s after it; each took 0.5 s from creation to commit
+            created = last_write + timedelta(seconds=0.3 if i < 6 else 10.0)
+            session.add(Action(id=str(uuid.uuid4()), table_id=table_id, kind="merge", trigger="event",
+                               priority_class="interactive", state="succeeded", spec_id=spec_id, partition_key=key,
+                               created_at=created, finished_at=created + timedelta(seconds=0.5)))
+        with_writes = learned_latency(session, table_id, (writes, start_ms), settle_seconds=3.0)
+        without = learned_latency(session, table_id)
+    assert with_writes[1] == without[1] == 11
+    assert abs(with_writes[0] - 0.8) < 0.01  # 0.3 s to be noticed and decided, 0.5 s to run and commit
+    assert abs(without[0] - 0.5) < 1e-9  # from creation only

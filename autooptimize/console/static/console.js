@@ -230,7 +230,7 @@ async function tablePage(main) {
          ` · from ${num(s.commits)} commits · ${s.applied ? "applied" : "not applied"}`),
       el("p", {class: "muted"}, `predicted ${fig(s.predicted)}; current tuning ${fig(s.defaults)}; bin-pack ${fig(s.baseline)}`),
       s.latency_seconds === undefined ? null : el("p", {class: "muted", "data-testid": "suggestion-replay"},
-        `replayed with merges landing ${s.latency_seconds.toFixed(2)} s after their decision (` +
+        `replayed with merges landing ${s.latency_seconds.toFixed(2)} s after the write that prompted them (` +
         (s.latency_merges ? `median of the table's last ${num(s.latency_merges)} merges` : "assumed: too few merges yet") +
         `), merged bytes weighing ${s.output_ratio.toFixed(2)}× their inputs`),
       s.check ? el("p", {"data-testid": "suggestion-check"}, `since the previous suggestion (${num(s.check.commits)} commits): ` +
