@@ -49,8 +49,8 @@ def warm_up_in_background(settings: Settings) -> threading.Thread:
                         type(exc).__name__)
             return
         log.info("actor warm: Spark session open, code shipped, %s executor Python worker(s) ready in %.1f s "
-                 "(session %.1f s, job %.1f s)", figures["python_workers"], figures["total"], figures["session"],
-                 figures["job"])
+                 "(session %.1f s, job %.1f s)", figures["python_workers"], figures["total"],
+                 figures["session"], figures["job"])
 
     thread = threading.Thread(target=run, name="ao-warm-up", daemon=True)
     thread.start()

@@ -89,7 +89,8 @@ def _after_fork(**_: object) -> None:
     reset_after_fork()
     settings = get_settings()
     if _spark_queues and settings.actor_warm_up and settings.rewrite_engine != "local":
-        warm_up_in_background(settings)  # the first action then finds the session open (spark_actors/warmup.py)
+        # the first action then finds the session open (spark_actors/warmup.py)
+        warm_up_in_background(settings)
 
 
 @worker_process_shutdown.connect

@@ -8,8 +8,8 @@ the one that rewrites the fewest bytes while keeping the file goal (mean live fi
 files within 1.1× of a blocking bin-pack every 20 commits of the same history). Merged files weigh what
 the table's own REPLACE commits say they do (:func:`learned_output_ratio`), and a merge lands as long
 after the write that prompted it as the table's own recent merges did (:func:`learned_latency`). It is
-recorded on the tracked table with its predicted figures (``suggested_tuning``), shown by ``whatif --suggest`` and the
-console, and applied only when the owner allowed it (``track --auto-tune``). Beat re-evaluates the
+recorded on the tracked table with its predicted figures (``suggested_tuning``), shown by ``whatif
+--suggest`` and the console, and applied only when the owner allowed it (``track --auto-tune``). Beat re-evaluates the
 tracked tables every AO_AUTOTUNE_SECONDS, in rotation and within AO_AUTOTUNE_PASS_SECONDS a pass
 (:func:`reevaluate`).
 
@@ -276,7 +276,7 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
-    the time of its first (as ``_history`` returns them), when the caller has read them already."""
+    the time of its first (as :func:`table_writes` returns them), when the caller has read them already."""
     writes, start_ms = history if history is not None else table_writes(table)
     measure_from = (since_ms - start_ms) / 1000
     commits = sum(1 for w in writes if w.at >= measure_from)
