@@ -22,7 +22,6 @@ from autooptimize.redact import install_log_redaction
 from autooptimize.services.attempt import attempt_limit_seconds
 from autooptimize.storage.db import reset_engines_after_fork
 from spark_actors.session import close_session, reset_after_fork
-from spark_actors.warmup import warm_up_in_background
 from tasks.routing import CONTROL_QUEUE, celery_queues
 
 
@@ -89,6 +88,8 @@ def _after_fork(**_: object) -> None:
     reset_after_fork()
     settings = get_settings()
     if _spark_queues and settings.actor_warm_up and settings.rewrite_engine != "local":
+        from spark_actors.warmup import warm_up_in_background
+
         # the first action then finds the session open (spark_actors/warmup.py)
         warm_up_in_background(settings)
 

@@ -239,6 +239,9 @@ DEFERRED_IMPORTS: dict[tuple[str, str], str] = {
     # (importing module, imported module): why it is inside a function
     ("spark_actors.action_job", "spark_actors.action_job"):
         "runs on the executor after the task has put our shipped code first on sys.path",
+    ("tasks.app", "spark_actors.warmup"):
+        "only an actor worker's forked process warms up; the CLI, listener and beat import the app and would "
+        "load pyarrow and numba for nothing (0.9 s a start)",
 }
 # Modules whose imports have not moved up yet (none: keep it so, or say here why one is late)
 PENDING: tuple[str, ...] = ()
