@@ -66,17 +66,22 @@ def family_writes(m: Member) -> list[Write]:
     return [Write(c.at, c.files) for c in make_commits(m)]
 
 
-def streaming_members() -> list[tuple[str, int, list[Write]]]:
-    """benchmarks.streaming's trace (seed 7, 320 commits at 1.6/s, 60 per hour) at 8 and 128 MiB."""
+def streaming_writes(seed: int = 7, commits: int = 320) -> list[Write]:
+    """benchmarks.streaming's trace with ``seed`` (``commits`` at 1.6/s, 60 per hour) at nominal times."""
     from benchmarks.trace import TraceShape, make_trace
 
-    trace = make_trace(TraceShape(commits=320, seed=7))
     writes = []
-    for c in trace:
+    for c in make_trace(TraceShape(commits=commits, seed=seed)):
         per: dict[int, int] = {}
         for f in c.files:
             per[f.hour] = per.get(f.hour, 0) + f.drawn_bytes
         writes.append(Write(c.index / 1.6, tuple(sorted(per.items()))))
+    return writes
+
+
+def streaming_members() -> list[tuple[str, int, list[Write]]]:
+    """benchmarks.streaming's default trace (seed 7, 320 commits) at 8 and 128 MiB."""
+    writes = streaming_writes(7)
     return [("streaming-8M", 8 * MiB, writes), ("streaming-128M", 128 * MiB, writes)]
 
 
