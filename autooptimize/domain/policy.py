@@ -80,11 +80,13 @@ __all__ = [
     "PolicyTuning",
     "COLD_FLOOR_SECONDS",
     "COLD_GAPS_KEPT",
+    "HORIZON_SPAN_MARGIN",
     "DEFAULT_COLD_GAP_FACTOR",
     "capped_bytes",
     "is_live",
     "partition_cold_after",
     "partition_scale",
+    "past_late_horizon",
     "plan_partition",
 ]
 
@@ -134,6 +136,10 @@ DEFAULT_COLD_GAP_FACTOR = 4.0
 COLD_GAPS_KEPT = 3
 COLD_FLOOR_SECONDS = 5.0
 
+#: The late-horizon finish (:func:`past_late_horizon`) waits until the table's time partitions span this
+#: many more than its late horizon: a young table has not yet shown how far back its late data reaches.
+HORIZON_SPAN_MARGIN = 3
+
 RULES = ("below_excess", "left_alone", "tiered", "live_wait", "quiet_full", "quiet_partial", "cold_finish",
          "nothing_to_merge")
 #: The rules that leave a partition alone: each is the reason it was skipped.
@@ -181,6 +187,20 @@ def partition_cold_after(cold_after_seconds: float, gaps: Sequence[float] | None
     if any(not g >= 0 for g in recent):
         raise InvalidArgument(f"gaps between writes must be seconds ≥ 0, got {list(gaps or ())!r}")
     return min(cold_after_seconds, max(COLD_FLOOR_SECONDS, settle_seconds, factor * max(recent)))
+
+
+def past_late_horizon(ordinal: int | None, newest: int | None, oldest: int | None, horizon: int | None) -> bool:
+    """True when a time partition (``ordinal``: its hour, day, month or year) is further behind the newest
+    partition than any write has reached back so far (``horizon``: the most partitions behind the newest
+    that a write has landed), and the table's partitions span at least ``horizon`` +
+    :data:`HORIZON_SPAN_MARGIN` (``oldest`` to ``newest``). Such a partition is not written again, so the
+    cold finish can run at once instead of after its cold-after time. False when any value is unknown.
+
+    Proposed, not yet in the service: the simulator models it (``simulate_policy(late_horizon=True)``);
+    docs/policy.md, "the late-horizon finish"."""
+    if ordinal is None or newest is None or oldest is None or horizon is None:
+        return False
+    return newest - oldest >= horizon + HORIZON_SPAN_MARGIN and newest - ordinal > horizon
 
 
 def capped_bytes(sizes: Iterable[int], target: int) -> int:

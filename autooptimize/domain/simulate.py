@@ -36,7 +36,7 @@ from typing import Any
 
 from autooptimize.domain.entropy import best_layout
 from autooptimize.domain.planning import PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
-from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, plan_partition
+from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, past_late_horizon, plan_partition
 
 __all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
            "Suggestion", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
@@ -176,12 +176,24 @@ def expected_bytes(received: dict[Hashable, int], part: Hashable) -> int | None:
 
 
 def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS,
-                    measure_from: float | None = None, output_ratio: float = 1.0) -> Figures:
+                    measure_from: float | None = None, output_ratio: float = 1.0,
+                    late_horizon: bool = False) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``measure_from``
     (seconds, as ``Write.at``): the whole history is replayed, but the figures count only the writes at
     or after it and what happens from then on (AutoAnalyze compares them with what the table did since
-    a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same)."""
+    a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same).
+
+    ``late_horizon`` (a proposed rule, not in the service yet; partitions must be integer ordinals such as
+    hours): a partition further behind the newest than any write has reached back so far is cold
+    (:func:`~autooptimize.domain.policy.past_late_horizon`), and such partitions are judged when a newer
+    partition gets its first file."""
     t = _Table(tuning.target, output_ratio)
+    ordinals = late_horizon and all(isinstance(p, int) for w in writes for p, _ in w.files)
+    span: dict[str, int] = {}  # newest and oldest partition, and the horizon: the most behind a write reached
+
+    def past(part: Hashable) -> bool:
+        return ordinals and isinstance(part, int) and past_late_horizon(part, span.get("newest"), span.get("oldest"),
+                                                                        span.get("horizon"))
     rules: dict[str, int] = {}
     pending: set[Hashable] = set()
     events: list[tuple[float, int, str, Hashable]] = []  # (at, seq, kind, partition)
@@ -194,7 +206,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
 
     def plan(part: Hashable, now: float) -> tuple[RewriteGroup, ...]:
         # the same sum the cold timer was set at (``now - newest`` may round just under cold_after)
-        cold = now >= t.newest[part] + cold_after(part)
+        cold = now >= t.newest[part] + cold_after(part) or past(part)
         quiet = tuning.quiet_merge and not cold and now >= t.newest[part] + tuning.settle_seconds
         files = t.files(part)
         result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, quiet=quiet, fan_in=tuning.fan_in,
@@ -228,6 +240,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         if not measuring and measure_from is not None and w.at >= measure_from:
             t.measure_from_here()
             measuring = True
+        advanced = ordinals and bool(w.files) and _extend_span(span, [p for p, _ in w.files])
         for part, size in w.files:
             if part in t.newest and w.at > t.newest[part]:  # as the listener keeps them (one per commit)
                 gaps[part] = [w.at - t.newest[part], *gaps.get(part, ())][:COLD_GAPS_KEPT]
@@ -236,11 +249,26 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             heapq.heappush(events, (w.at + cold_after(part), next(seq), "cold", part))
         for part, _ in w.files:
             judge(part, w.at)
+        if advanced:  # a newer partition started: those now past the horizon are finished
+            for part in [p for p in t.parts if past(p)]:
+                judge(part, w.at)
         t.counts.append(t.live_files)
     if not measuring:  # no write at or after measure_from: nothing to count
         t.measure_from_here()
     run_until(float("inf"))
     return t.figures(rules)
+
+
+def _extend_span(span: dict[str, int], parts: Sequence[Any]) -> bool:
+    """Count one commit's partitions (integer ordinals) into ``span``: the newest, the oldest, and the
+    horizon (how far behind the newest, after this commit, a file of it landed). True when the newest
+    moved on."""
+    top = max(parts)
+    advanced = "newest" in span and top > span["newest"]
+    span["newest"] = max(span.get("newest", top), top)
+    span["oldest"] = min(span.get("oldest", min(parts)), min(parts))
+    span["horizon"] = max(span.get("horizon", 0), *(span["newest"] - p for p in parts))
+    return advanced
 
 
 #: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
