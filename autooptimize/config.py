@@ -102,6 +102,9 @@ class Settings(FleetSettings):
     # a partition goes cold sooner: after this many times the longest of its last 3 gaps between writes
     # (at least 5 s, at most the cold-after time; 0: off), autooptimize.domain.policy.partition_cold_after
     cold_gap_factor: float = Field(default=4.0, ge=0, le=1000)
+    # a time partition further behind the newest than any write has reached back is finished at once
+    # (autooptimize.domain.policy.past_late_horizon), not after its cold-after time
+    late_horizon_finish: bool = True
     # merge a partition's small files once it is quiet (no write for AO_SETTLE_SECONDS) before it goes cold
     quiet_merge: bool = False
     # how often beat re-evaluates every tracked table's suggested tuning (AutoAnalyze, services/autotune.py)

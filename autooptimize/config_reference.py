@@ -83,6 +83,9 @@ DESCRIPTIONS: dict[str, str] = {
     "cold_gap_factor": "a partition goes cold sooner, once no write came for this many times the longest of its "
                        "last 3 gaps between writes (at least 5 s, at most AO_COLD_AFTER_SECONDS; 0: off): an "
                        "hour only late data reaches is finished soon after its late writes stop",
+    "late_horizon_finish": "finish a time partition (hour, day, month, year) at once when a newer one starts, "
+                           "once it is further behind the newest than any write has reached back (the "
+                           "table's late horizon), instead of after its cold-after time",
     "quiet_merge": "merge a partition's small files once it is quiet (no write for AO_SETTLE_SECONDS), before "
                    "it goes cold; off by default (a per-table knob, `track --quiet-merge`)",
     "autotune_seconds": "how often beat re-evaluates each table's suggested tuning (AutoAnalyze)",

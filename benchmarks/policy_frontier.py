@@ -1,7 +1,7 @@
 """How close any tuning of the live-partition policy comes to the live-ingest goal, per trace: pure, no I/O.
 
     python -m benchmarks.policy_frontier [--seed 7 --seed 8 ...] [--target 8MiB] [--commits 300] [--latency 1.0]
-                                         [--late-horizon] [--pareto] [--json]
+                                         [--no-late-horizon] [--pareto] [--json]
 
 The live-ingest goal of ``benchmarks.streaming`` is two figures at once: mean live files at most the
 blocking bin-pack's (every 20 writes) and write amplification (WA) at most 1.5. For each seeded trace
@@ -73,15 +73,16 @@ def pareto(points: list[Point]) -> list[Point]:
 
 
 def frontier(seed: int, target: int, latency: float, commits: int = 300,
-             late_horizon: bool = False) -> dict[str, Any]:
+             late_horizon: bool = True) -> dict[str, Any]:
     writes = streaming_writes(seed, commits)
     base = simulate_baseline(writes, target)
     points = []
     for fan_in, settle, cold, factor, quiet in itertools.product(*GRID):
-        tuning = PolicyTuning(target, fan_in, settle, max(cold, settle), quiet_merge=quiet, cold_gap_factor=factor)
-        points.append(point(tuning, simulate_policy(writes, tuning, latency, late_horizon=late_horizon), base))
-    defaults = PolicyTuning(target)
-    shipped = point(defaults, simulate_policy(writes, defaults, latency, late_horizon=late_horizon), base)
+        tuning = PolicyTuning(target, fan_in, settle, max(cold, settle), quiet_merge=quiet, cold_gap_factor=factor,
+                              late_horizon=late_horizon)
+        points.append(point(tuning, simulate_policy(writes, tuning, latency), base))
+    defaults = PolicyTuning(target, late_horizon=late_horizon)
+    shipped = point(defaults, simulate_policy(writes, defaults, latency), base)
     within_files = [p for p in points if p.live_ratio <= 1.0]
     within_wa = [p for p in points if p.write_amplification <= WRITE_AMPLIFICATION_GOAL]
     least_wa = min(within_files, key=lambda p: p.write_amplification, default=None)
@@ -137,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="8MiB", help="the target file size (default 8MiB, the benchmark's)")
     ap.add_argument("--commits", type=int, default=300, help="commits per trace (benchmarks.streaming --commits)")
     ap.add_argument("--latency", type=float, default=1.0, help="seconds from a write to its merge's commit")
-    ap.add_argument("--late-horizon", action="store_true",
-                    help="with the proposed late-horizon finish (simulator only; docs/policy.md)")
+    ap.add_argument("--late-horizon", action=argparse.BooleanOptionalAction, default=True,
+                    help="finish a partition past the table's late horizon at once (the default, as the service)")
     ap.add_argument("--pareto", action="store_true", help="also every tuning on the frontier")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

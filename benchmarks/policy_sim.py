@@ -2,7 +2,7 @@
 
     python -m benchmarks.policy_sim [--member NAME ...] [--json] [--fan-in N] [--settle S] [--cold-after S]
                                     [--target SIZE] [--every N] [--trace family|streaming] [--suggest]
-                                    [--quiet-merge] [--cold-gap-factor K] [--commits N] [--late-horizon]
+                                    [--quiet-merge] [--cold-gap-factor K] [--commits N] [--no-late-horizon]
 
 For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streaming``: the trace of
 ``benchmarks.streaming`` at 8 and 128 MiB), the same writes are replayed twice by
@@ -91,9 +91,9 @@ def floor_ratio(writes: Sequence[Write], target: int, base: Figures) -> float:
 
 
 def compare(name: str, writes: Sequence[Write], tuning: PolicyTuning, every: int,
-            ours: Figures | None = None, late_horizon: bool = False) -> dict[str, Any]:
+            ours: Figures | None = None) -> dict[str, Any]:
     base = simulate_baseline(writes, tuning.target, every)
-    ours = ours if ours is not None else simulate_policy(writes, tuning, late_horizon=late_horizon)
+    ours = ours if ours is not None else simulate_policy(writes, tuning)
     b, p = base.as_dict(), ours.as_dict()
     ratio = {k: (p[k] / b[k] if b[k] else (1.0 if not p[k] else float("inf"))) for k in b if k != "rules"}
     ok = {
@@ -146,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commits", type=int, help="keep each member's first N commits (as streaming --member)")
     ap.add_argument("--quiet-merge", action=argparse.BooleanOptionalAction, default=DEFAULT_QUIET_MERGE,
                     help="merge quiet partitions (no write for the settle time) before they go cold")
-    ap.add_argument("--late-horizon", action="store_true",
-                    help="the proposed late-horizon finish (simulator only; docs/policy.md)")
+    ap.add_argument("--late-horizon", action=argparse.BooleanOptionalAction, default=True,
+                    help="finish a partition past the table's late horizon at once (the default, as the service)")
     ap.add_argument("--suggest", action="store_true", help="also the tuning suggested per member (AutoAnalyze)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -164,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, target, writes in work:
         target = parse_size(args.target) if args.target else target
         tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after, quiet_merge=args.quiet_merge,
-                              cold_gap_factor=args.cold_gap_factor)
-        rows.append(compare(name, writes, tuning, args.every, late_horizon=args.late_horizon))
+                              cold_gap_factor=args.cold_gap_factor, late_horizon=args.late_horizon)
+        rows.append(compare(name, writes, tuning, args.every))
         if args.suggest:
             leave = sorted({0, min(target // 8, 1 << 20)})
             s = suggest_tuning(writes, tuning, candidate_tunings(tuning, leave_alone=leave), args.every)
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"policy (fan_in {args.fan_in}, settle {args.settle:g} s, cold after {args.cold_after:g} s "
               f"or {args.cold_gap_factor:g} × a partition's recent gaps, "
               f"quiet merge {'on' if args.quiet_merge else 'off'}"
-              f"{', late-horizon finish' if args.late_horizon else ''}) "
+              f"{'' if args.late_horizon else ', no late-horizon finish'}) "
               f"beside a blocking bin-pack every {args.every} writes; one partition-hour = {HOUR_SECONDS:g} s")
         print_table(rows)
         held = sum(all(r["ok"].values()) for r in rows)

@@ -196,8 +196,8 @@ def past_late_horizon(ordinal: int | None, newest: int | None, oldest: int | Non
     :data:`HORIZON_SPAN_MARGIN` (``oldest`` to ``newest``). Such a partition is not written again, so the
     cold finish can run at once instead of after its cold-after time. False when any value is unknown.
 
-    Proposed, not yet in the service: the simulator models it (``simulate_policy(late_horizon=True)``);
-    docs/policy.md, "the late-horizon finish"."""
+    The service's listener keeps each partition's ordinal and late lag (``ao_partition_stats``); decide
+    and the merge take such a partition as cold (``AO_LATE_HORIZON_FINISH``, ``PolicyTuning.late_horizon``)."""
     if ordinal is None or newest is None or oldest is None or horizon is None:
         return False
     return newest - oldest >= horizon + HORIZON_SPAN_MARGIN and newest - ordinal > horizon
@@ -273,6 +273,7 @@ class PolicyTuning:
     tolerance: int = -1
     quiet_merge: bool = DEFAULT_QUIET_MERGE
     cold_gap_factor: float = DEFAULT_COLD_GAP_FACTOR
+    late_horizon: bool = True  # finish a time partition past the table's late horizon (past_late_horizon)
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, int) or self.target < 1:
@@ -294,6 +295,8 @@ class PolicyTuning:
             raise InvalidArgument(f"PolicyTuning.quiet_merge must be True or False, got {self.quiet_merge!r}")
         if not self.cold_gap_factor >= 0:
             raise InvalidArgument(f"PolicyTuning.cold_gap_factor must be ≥ 0 (0: off), got {self.cold_gap_factor!r}")
+        if not isinstance(self.late_horizon, bool):
+            raise InvalidArgument(f"PolicyTuning.late_horizon must be True or False, got {self.late_horizon!r}")
 
     def cold_after(self, gaps: Sequence[float] | None) -> float:
         """One partition's cold-after time under this tuning (:func:`partition_cold_after`)."""
@@ -303,7 +306,7 @@ class PolicyTuning:
         return {"target": self.target, "fan_in": self.fan_in, "settle_seconds": self.settle_seconds,
                 "cold_after_seconds": self.cold_after_seconds, "leave_alone_below": self.leave_alone_below,
                 "tolerance": self.tolerance, "quiet_merge": self.quiet_merge,
-                "cold_gap_factor": self.cold_gap_factor}
+                "cold_gap_factor": self.cold_gap_factor, "late_horizon": self.late_horizon}
 
 
 def partition_scale(target: int, received_bytes: int | None, expected_bytes: int | None) -> int:

@@ -176,19 +176,18 @@ def expected_bytes(received: dict[Hashable, int], part: Hashable) -> int | None:
 
 
 def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS,
-                    measure_from: float | None = None, output_ratio: float = 1.0,
-                    late_horizon: bool = False) -> Figures:
+                    measure_from: float | None = None, output_ratio: float = 1.0) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``measure_from``
     (seconds, as ``Write.at``): the whole history is replayed, but the figures count only the writes at
     or after it and what happens from then on (AutoAnalyze compares them with what the table did since
     a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same).
 
-    ``late_horizon`` (a proposed rule, not in the service yet; partitions must be integer ordinals such as
-    hours): a partition further behind the newest than any write has reached back so far is cold
+    With ``tuning.late_horizon`` (partitions that are integer ordinals, such as hours): a partition further
+    behind the newest than any write has reached back so far is cold
     (:func:`~autooptimize.domain.policy.past_late_horizon`), and such partitions are judged when a newer
-    partition gets its first file."""
+    partition gets its first file, as the service's listener hands them over."""
     t = _Table(tuning.target, output_ratio)
-    ordinals = late_horizon and all(isinstance(p, int) for w in writes for p, _ in w.files)
+    ordinals = tuning.late_horizon and all(isinstance(p, int) for w in writes for p, _ in w.files)
     span: dict[str, int] = {}  # newest and oldest partition, and the horizon: the most behind a write reached
 
     def past(part: Hashable) -> bool:
@@ -336,7 +335,7 @@ def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FA
     out = [default]
     for f, c, a, q, k in itertools.product(fan_ins, cold_after, leave_alone, quiet_merge, cold_gap_factors):
         t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
-                         default.tolerance, q, k)
+                         default.tolerance, q, k, default.late_horizon)
         if t not in out:
             out.append(t)
     return out

@@ -46,7 +46,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from autooptimize.domain.partitions import JsonScalar, PartitionRef, format_human, split_human
+from autooptimize.domain.partitions import JsonScalar, PartitionRef, decode_key, format_human, split_human
 from autooptimize.errors import InvalidArgument
 
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -214,3 +214,20 @@ def _parse_typed(result_type: Any, text: str) -> Any:
 
 def _micros(delta: dt.timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+_TIME_TRANSFORMS = (YearTransform, MonthTransform, DayTransform, HourTransform)
+
+
+def time_ordinal(spec: PartitionSpec | None, key: str) -> int | None:
+    """The value, in the partition ``key``, of ``spec``'s first year, month, day or hour field (years,
+    months, days or hours since 1970): the order of the table's time partitions. None when the spec has
+    no such field or the value is null."""
+    if spec is None:
+        return None
+    values = decode_key(key)
+    for i, f in enumerate(spec.fields):
+        if isinstance(f.transform, _TIME_TRANSFORMS):
+            value = values[i] if i < len(values) else None
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return None

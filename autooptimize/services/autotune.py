@@ -172,7 +172,7 @@ def default_tuning(settings: Settings, row: TrackedTable | None, table_target: i
     knobs = policy_tuning(settings, row)  # the table's own where set, as planning takes them
     return PolicyTuning(target, knobs["fan_in"], settings.settle_seconds,
                         max(knobs["cold_after_seconds"], settings.settle_seconds), knobs["leave_alone_below"],
-                        tolerance, knobs["quiet_merge"], knobs["cold_gap_factor"])
+                        tolerance, knobs["quiet_merge"], knobs["cold_gap_factor"], knobs["late_horizon"])
 
 
 def suggestion_dict(s: Suggestion, commits: int, seconds: float) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from autooptimize.domain.actions import ActionRequest, Sizing
 from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, PartitionFacts, SortFacts, decide
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan
+from autooptimize.domain.policy import past_late_horizon
 from autooptimize.errors import ActionRefused, InvalidArgument
 from autooptimize.iceberg.files import PartitionFiles
 from autooptimize.services import zorder
@@ -26,7 +27,7 @@ from autooptimize.services.sizing import learned_in
 from autooptimize.services.sort import bound, plan_sort
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.stats import median_partition_bytes
-from autooptimize.storage.write_clock import write_clock
+from autooptimize.storage.write_clock import late_horizon_facts, write_clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +96,8 @@ def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
             "cold_after_seconds": cold_after if cold_after is not None else settings.cold_after_seconds,
             "leave_alone_below": getattr(tuning, "leave_alone_below", None) or 0,
             "quiet_merge": quiet if quiet is not None else settings.quiet_merge,
-            "cold_gap_factor": gap_factor if gap_factor is not None else settings.cold_gap_factor}
+            "cold_gap_factor": gap_factor if gap_factor is not None else settings.cold_gap_factor,
+            "late_horizon": settings.late_horizon_finish}
 
 
 def partition_history(settings: Any, table_id: int | None, spec_id: int | None = None,
@@ -114,11 +116,12 @@ def partition_history_in(session: Any, table_id: int | None, spec_id: int | None
                          partition_key: str | None = None) -> dict[str, Any]:
     """:func:`partition_history` within the caller's transaction."""
     if table_id is None:
-        return {"expected_partition_bytes": None, "last_write_ms": None, "write_gaps": ()}
+        return {"expected_partition_bytes": None, "last_write_ms": None, "write_gaps": (), "past_late_horizon": False}
     one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
     at, gaps = write_clock(session, table_id, *one) if one is not None else (None, ())
+    past = one is not None and past_late_horizon(*late_horizon_facts(session, table_id, *one))
     return {"expected_partition_bytes": median_partition_bytes(session, table_id, one),
-            "last_write_ms": at, "write_gaps": gaps}
+            "last_write_ms": at, "write_gaps": gaps, "past_late_horizon": past}
 
 
 def column_overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:

@@ -21,7 +21,7 @@ from autooptimize.services.table_refusals import note_refused, refused_view
 from autooptimize.services.tracking import DEFAULT_ACTIONS, size_arg, tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
-from autooptimize.storage.write_clock import write_clocks
+from autooptimize.storage.write_clock import past_horizon_partitions, write_clocks
 
 
 def explain(settings: Settings, identifier: str, partition: str | None = None,
@@ -61,16 +61,18 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
         request = dataclasses.replace(calibrated(spark(), table, partitions, probe), action_id=request.action_id)
     rows = []
     clocks: dict[tuple[int, str], Any] = {}
+    past: set[tuple[int, str]] = set()
     if table_id is not None and key is None:  # each partition judged on its own write clock, as decide does
         with session_scope(settings) as session:
             clocks = write_clocks(session, table_id)
+            past = past_horizon_partitions(session, table_id)
 
     def own(pf: Any) -> Any:
         if (pf.spec_id, pf.key) not in clocks:
             return request
         at, gaps = clocks[(pf.spec_id, pf.key)]
         return dataclasses.replace(request, spec_id=pf.spec_id, partition_key=pf.key, last_write_ms=at,
-                                   write_gaps=gaps)
+                                   write_gaps=gaps, past_late_horizon=(pf.spec_id, pf.key) in past)
 
     choices = [(pf, choose(table, pf, own(pf), allowed)) for pf in partitions]
     budget = explain_view(settings, table_id, [(pf.spec_id, pf.key, c) for pf, c in choices])

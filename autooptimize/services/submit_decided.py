@@ -11,10 +11,17 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import aliased
 
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
-from autooptimize.domain.policy import COLD_FLOOR_SECONDS, COLD_GAPS_KEPT, partition_cold_after
+from autooptimize.domain.policy import (
+    COLD_FLOOR_SECONDS,
+    COLD_GAPS_KEPT,
+    HORIZON_SPAN_MARGIN,
+    partition_cold_after,
+    past_late_horizon,
+)
 from autooptimize.errors import AutoOptimizeError, TableRefused
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.services import actions, budget
@@ -33,6 +40,7 @@ from autooptimize.services.tracking import tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, PartitionStats, TrackedTable, Trigger
 from autooptimize.storage.repositories import audit, now
+from autooptimize.storage.write_clock import late_horizon_facts
 
 log = logging.getLogger(__name__)
 _reported: set[tuple[int, str]] = set()  # (table, cause) already logged at ERROR by this process
@@ -58,17 +66,21 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         # when a partition left alone may be judged otherwise: once quiet (quiet merges on), else once cold
         # (its own cold-after time: sooner than the table's once its writes came close together)
         knobs = policy_tuning(settings, tracked)
+        # past the table's late horizon: not written again, so the cold rule may finish it now
+        past = knobs["late_horizon"] and past_late_horizon(*late_horizon_facts(session, table_id, spec_id,
+                                                                                partition_key))
         cold_after = settings.settle_seconds if quiet else partition_cold_after(
             knobs["cold_after_seconds"], stats.write_gaps if stats is not None else None, knobs["cold_gap_factor"],
             settings.settle_seconds)
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
                 and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at
-                and not _cold_since(settings, last.finished_at, cold_after)):
+                and not past and not _cold_since(settings, last.finished_at, cold_after)):
             # Judged already and the partition has not changed since: asking again would change nothing
             # (unless it has gone cold since: the policy's cold rule may now finish it).
             return None
         if (stats is not None and stats.last_decision_at is not None and (stats.last_decision or "").startswith("skip")
                 and stats.updated_at <= stats.last_decision_at
+                and not (past and stats.last_decision in LIVE_VERDICTS)
                 and not _settled_since(settings, stats, cold_after)):
             return None  # decided to leave it alone, and it has not changed since
         if (last is not None and tracked.min_interval_seconds > 0 and last.finished_at is not None
@@ -133,7 +145,10 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     unless the table sets its own, or sooner from its recent gaps between writes, as
     :func:`~autooptimize.domain.policy.partition_cold_after` computes it); each moment hands a partition
     over at most once, however long it then stays quiet. A partition with no recorded write time is handed over once its cold-after time has passed
-    since it was last judged."""
+    since it was last judged. With AO_LATE_HORIZON_FINISH, a partition left alone as written to is handed
+    over once it is past its table's late horizon (:func:`~autooptimize.domain.policy.past_late_horizon`,
+    from the ordinals and late lags the listener keeps): a newer partition started, and no write has ever
+    reached back that far."""
     p, t, a = PartitionStats, TrackedTable, Action
     cold_after = func.coalesce(t.cold_after_seconds, settings.cold_after_seconds)
     # partition_cold_after in SQL: no gap yet (NULL) or a factor of 0 keeps the table's time
@@ -149,6 +164,14 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
         and_(p.last_decision_at < cold_at, cold_at <= func.now()),
         and_(p.last_write_at.is_(None),
              p.last_decision_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, cold_after)))
+    if settings.late_horizon_finish:
+        q = aliased(PartitionStats)
+        same = (q.table_id == p.table_id, q.spec_id == p.spec_id)
+        newest = select(func.max(q.ordinal)).where(*same).scalar_subquery()
+        oldest = select(func.min(q.ordinal)).where(*same).scalar_subquery()
+        horizon = select(func.max(q.late_lag)).where(*same).scalar_subquery()
+        due = or_(due, and_(p.last_decision.in_(LIVE_VERDICTS), p.ordinal.is_not(None),
+                            newest - oldest >= horizon + HORIZON_SPAN_MARGIN, newest - p.ordinal > horizon))
     busy = (select(a.id).where(a.table_id == p.table_id, a.spec_id == p.spec_id, a.partition_key == p.partition_key,
                                a.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value])).exists())
     with session_scope(settings) as session:

@@ -123,6 +123,10 @@ class PartitionStats(Base):
     # seconds between the partition's last writes, newest first, at most 3 (migration 0014): its own
     # cold-after time (autooptimize.domain.policy.partition_cold_after); NULL until its second write
     write_gaps: Mapped[list[float] | None] = mapped_column(ARRAY(Float), nullable=True)
+    # the value of its spec's time field (hour, day, month or year) and the most partitions behind the
+    # spec's newest that a write to it landed (migration 0015): the table's late horizon
+    ordinal: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    late_lag: Mapped[int | None] = mapped_column(Integer, nullable=True)
     snapshot_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(
         TIMESTAMP(timezone=True), server_default=_now(), onupdate=_now()

@@ -209,11 +209,15 @@ def apply_delta(
     target: int,
     snapshot_id: int,
     written_at: datetime | None = None,
+    ordinal: int | None = None,
+    late_lag: int | None = None,
 ) -> PartitionFigures:
     """Roll one partition forward over files ``added`` and ``removed`` (sizes); returns the new figures.
 
     A partition left with no file is deleted (a scan would not list it). ``written_at``: the snapshot's
     time when a writer added files (not for a REPLACE); the partition's ``last_write_at`` moves to it.
+    ``ordinal``: the partition's time value (None: it has none); ``late_lag``: how many partitions behind
+    the spec's newest this write landed (kept as the largest seen).
     Raises StatsDrift when the removals do not fit what is stored; the caller's transaction must then be
     rolled back.
     """
@@ -234,6 +238,7 @@ def apply_delta(
         table_id=table_id, spec_id=spec_id, partition_key=partition_key, partition_values=values,
         n_files=len(added), sse=sse_added, total_bytes=sum(added), small_files=small_added,
         small_bytes=small_bytes_added, snapshot_id=snapshot_id, updated_at=func.now(), last_write_at=written_at,
+        ordinal=ordinal, late_lag=late_lag,
     ).on_conflict_do_update(
         index_elements=[c.table_id, c.spec_id, c.partition_key],
         set_={
@@ -244,6 +249,8 @@ def apply_delta(
             "small_bytes": c.small_bytes + d_small_bytes,
             "last_write_at": c.last_write_at if written_at is None else func.greatest(c.last_write_at, written_at),
             "write_gaps": c.write_gaps if written_at is None else _gaps_after(written_at),
+            "ordinal": c.ordinal if ordinal is None else ordinal,
+            "late_lag": c.late_lag if late_lag is None else func.greatest(c.late_lag, late_lag),
             "snapshot_id": snapshot_id,
             "updated_at": func.now(),
         },
@@ -306,20 +313,22 @@ def replace_stats(
             return []
         where.append(tuple_(c.spec_id, c.partition_key).in_(sorted(only)))
     # the listener's write clock, which a scan cannot see: kept across the replacement
-    known = {(r.spec_id, r.partition_key): (r.last_write_at, r.write_gaps)
-             for r in session.execute(select(c.spec_id, c.partition_key, c.last_write_at, c.write_gaps).where(*where))}
+    known = {(r.spec_id, r.partition_key): (r.last_write_at, r.write_gaps, r.ordinal, r.late_lag)
+             for r in session.execute(select(c.spec_id, c.partition_key, c.last_write_at, c.write_gaps, c.ordinal,
+                                             c.late_lag).where(*where))}
     before = set(known)
     session.execute(delete(PartitionStats).where(*where))
     rows = [p for p in partitions if p.n_files > 0 and (only is None or (p.spec_id, p.partition_key) in only)]
     values = []
     for p in rows:
-        last_write_at, write_gaps = known.get((p.spec_id, p.partition_key), (None, None))
+        last_write_at, write_gaps, ordinal, late_lag = known.get((p.spec_id, p.partition_key), (None, None, None, None))
         values.append({
             "table_id": table_id, "spec_id": p.spec_id, "partition_key": p.partition_key,
             "partition_values": p.values, "n_files": p.n_files, "sse": p.sse, "total_bytes": p.total_bytes,
             "small_files": p.small_files, "small_bytes": p.small_bytes, "snapshot_id": snapshot_id,
             # a scan sees only the live files' times (a merged file has none): never move the clock back
-            "last_write_at": _later(last_write_at, p.last_write_ms), "write_gaps": write_gaps})
+            "last_write_at": _later(last_write_at, p.last_write_ms), "write_gaps": write_gaps,
+            "ordinal": ordinal, "late_lag": late_lag})
     if values:
         session.execute(insert(PartitionStats), values)
     written = [PartitionFigures(p.spec_id, p.partition_key, p.n_files, p.sse, p.total_bytes, p.small_files,
@@ -385,3 +394,4 @@ def median_partition_bytes(session: Session, table_id: int, exclude: PartitionId
         where.append(tuple_(c.spec_id, c.partition_key) != tuple_(*exclude))
     value = session.execute(select(func.percentile_cont(0.5).within_group(c.total_bytes)).where(*where)).scalar_one()
     return None if value is None else int(value)
+

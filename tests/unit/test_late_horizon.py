@@ -1,4 +1,4 @@
-"""The proposed late-horizon finish (simulator only): a time partition further behind the newest than any
+"""The late-horizon finish: a time partition further behind the newest than any
 write has reached back is finished as soon as a newer partition starts, not after its cold-after time."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from autooptimize.domain.policy import HORIZON_SPAN_MARGIN, PolicyTuning, past_l
 from autooptimize.domain.simulate import Write, simulate_policy
 
 MiB = 1 << 20
-TUNING = PolicyTuning(8 * MiB, cold_gap_factor=0.0)  # cold only after the table's 60 s
+TUNING = PolicyTuning(8 * MiB, cold_gap_factor=0.0, late_horizon=False)  # cold only after the table's 60 s
+HORIZON = PolicyTuning(8 * MiB, cold_gap_factor=0.0)  # the default: the late-horizon finish on
 
 
 def test_a_partition_is_past_the_horizon_only_once_the_table_spans_it_by_the_margin():
@@ -42,7 +43,7 @@ def _hours(hours: int, late_back: int, seed: int = 3) -> list[Write]:
 def test_an_hour_past_the_horizon_is_finished_when_a_newer_one_starts_at_no_extra_cost():
     writes = _hours(12, late_back=2)
     plain = simulate_policy(writes, TUNING, latency=1.0)
-    horizon = simulate_policy(writes, TUNING, latency=1.0, late_horizon=True)
+    horizon = simulate_policy(writes, HORIZON, latency=1.0)
     # the same merges, only sooner: the same bytes rewritten and the same end layout, fewer files meanwhile
     assert horizon.bytes_rewritten == plain.bytes_rewritten and horizon.end_files == plain.end_files
     assert horizon.end_excess_mse == plain.end_excess_mse
@@ -51,9 +52,9 @@ def test_an_hour_past_the_horizon_is_finished_when_a_newer_one_starts_at_no_extr
 
 def test_nothing_changes_while_the_table_is_younger_than_its_horizon_and_the_margin():
     writes = _hours(2 + HORIZON_SPAN_MARGIN, late_back=2)  # newest - oldest = 4 < 2 + margin
-    assert simulate_policy(writes, TUNING, 1.0, late_horizon=True) == simulate_policy(writes, TUNING, 1.0)
+    assert simulate_policy(writes, HORIZON, 1.0) == simulate_policy(writes, TUNING, 1.0)
 
 
 def test_partitions_that_are_not_ordinals_are_left_to_the_cold_timer():
     writes = [Write(w.at, tuple((f"h{p:02d}", b) for p, b in w.files)) for w in _hours(12, late_back=2)]
-    assert simulate_policy(writes, TUNING, 1.0, late_horizon=True) == simulate_policy(writes, TUNING, 1.0)
+    assert simulate_policy(writes, HORIZON, 1.0) == simulate_policy(writes, TUNING, 1.0)

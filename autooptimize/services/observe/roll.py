@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
 from autooptimize.errors import AutoOptimizeError
 from autooptimize.iceberg.catalog import load_table
-from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff, snapshots_since
+from autooptimize.iceberg.partitions import time_ordinal
+from autooptimize.iceberg.snapshots import HistoryGap, SnapshotDiff, snapshot_diff, snapshots_since
 from autooptimize.services.observe.attention import attend
 from autooptimize.services.observe.common import (
     ObserveReport,
@@ -36,6 +38,7 @@ from autooptimize.storage.stats import (
     record_error,
     table_file_count,
 )
+from autooptimize.storage.write_clock import newest_ordinal
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +112,13 @@ def _roll_forward(settings: Settings, info: TrackedSettings, cursor: Cursor | No
                 # a writer's snapshot moves the partitions' write clock; a REPLACE (a merge) does not
                 written = (datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
                            if diff.operation != "replace" else None)
+                ordinals, lags = _late_lags(session, info.table_id, table, diff, written is not None)
                 figures = [
                     apply_delta(session, info.table_id, spec_id=d.spec_id, partition_key=d.key, values=d.values,
                                 added=d.added, removed=d.removed, target=info.target,
-                                snapshot_id=snapshot.snapshot_id, written_at=written if d.added else None)
-                    for d in diff.partitions.values()
+                                snapshot_id=snapshot.snapshot_id, written_at=written if d.added else None,
+                                ordinal=ordinals.get(pid), late_lag=lags.get(pid))
+                    for pid, d in diff.partitions.items()
                 ]
                 append_history(session, info.table_id, figures, snapshot.snapshot_id, "snapshot")
                 if diff.total_data_files is not None:
@@ -149,6 +154,29 @@ def _roll_forward(settings: Settings, info: TrackedSettings, cursor: Cursor | No
         report.files_removed += diff.removed_files
     report.partitions_changed = len(touched)
     return touched
+
+
+def _late_lags(session: Any, table_id: int, table: Table, diff: SnapshotDiff,
+               written: bool) -> tuple[dict[PartitionId, int], dict[PartitionId, int]]:
+    """Each changed partition's time ordinal, and for a writer's snapshot how many partitions behind its
+    spec's newest (this snapshot's included) each write landed: the table's late horizon (migration 0015)."""
+    specs = table.specs()
+    ordinals = {pid: o for pid, d in diff.partitions.items()
+                if (o := time_ordinal(specs.get(d.spec_id), d.key)) is not None}
+    lags: dict[PartitionId, int] = {}
+    if not written:
+        return ordinals, lags
+    newest: dict[int, int] = {}
+    for (spec_id, key), o in ordinals.items():
+        if diff.partitions[(spec_id, key)].added:
+            if spec_id not in newest:
+                stored = newest_ordinal(session, table_id, spec_id)
+                newest[spec_id] = o if stored is None else max(stored, o)
+            newest[spec_id] = max(newest[spec_id], o)
+    for (spec_id, key), o in ordinals.items():
+        if diff.partitions[(spec_id, key)].added:
+            lags[(spec_id, key)] = max(0, newest[spec_id] - o)
+    return ordinals, lags
 
 
 def _move_location(settings: Settings, info: TrackedSettings, table: Table, cursor: Cursor) -> None:

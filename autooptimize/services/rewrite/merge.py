@@ -171,6 +171,8 @@ def plan_merge_with_rule(table: Table, pf: PartitionFiles, request: ActionReques
         now_ms = request.now_ms if request.now_ms is not None else int(time.time() * 1000)
         newest = pf.newest_ms
         gaps: tuple[float, ...] = ()
+        # past the table's late horizon: not written again, so finished now (domain.policy.past_late_horizon)
+        past = request.late_horizon and request.past_late_horizon and request.partition_key == pf.key
         if request.last_write_ms is not None and request.partition_key == pf.key:
             # the listener's clock: the files of a merge carry no write time of their own
             newest = max(newest or 0, request.last_write_ms)
@@ -178,7 +180,7 @@ def plan_merge_with_rule(table: Table, pf: PartitionFiles, request: ActionReques
         cold_after = partition_cold_after(request.cold_after_seconds, gaps, request.cold_gap_factor,
                                           request.settle_seconds)
         # no known write time (only our own outputs): nothing is being written there, so it is cold
-        cold = newest is None or not is_live((now_ms - newest) / 1000, cold_after)
+        cold = past or newest is None or not is_live((now_ms - newest) / 1000, cold_after)
         quiet = request.quiet_merge and not cold and not is_live((now_ms - newest) / 1000, request.settle_seconds)
         chosen = plan_by_policy(files, request.target_file_size, request.tolerance, cold=cold, quiet=quiet,
                                 fan_in=request.fan_in, min_input_files=request.min_input_files,
