@@ -2,7 +2,8 @@
 
 A partition is **cold** once no file has arrived for its cold-after time (the caller decides, with
 :func:`partition_cold_after`: the table's ``cold_after_seconds``, or sooner when the partition's own
-writes came close together); until then it is written to (live, or quiet between writes: the same
+writes came close together; or at once for a time partition past its table's late horizon,
+:func:`past_late_horizon`); until then it is written to (live, or quiet between writes: the same
 rules). Its **scale** is the bytes it holds or is expected to hold, at most the target (:func:`partition_scale`): the table's history of
 partition volumes tells a 10 MB hour at a 128 MiB target from a 2 GB one, and the tiers are cut
 against that scale, not the target. The rules, named in :attr:`PolicyPlan.rule` so ``explain`` can

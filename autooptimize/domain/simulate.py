@@ -32,14 +32,14 @@ import itertools
 import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from autooptimize.domain.entropy import best_layout
 from autooptimize.domain.planning import PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
 from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, past_late_horizon, plan_partition
 
 __all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
-           "Suggestion", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
+           "Suggestion", "TimePartition", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
            "suggest_tuning"]
 
 #: The baseline bin-packs after this many writes (benchmarks.streaming's ``--compact-every``).
@@ -182,17 +182,20 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     or after it and what happens from then on (AutoAnalyze compares them with what the table did since
     a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same).
 
-    With ``tuning.late_horizon`` (partitions that are integer ordinals, such as hours): a partition further
-    behind the newest than any write has reached back so far is cold
+    With ``tuning.late_horizon`` (time partitions: integer ordinals such as hours, or :class:`TimePartition`,
+    each spec on its own): a partition further behind its spec's newest than any write has reached back is cold
     (:func:`~autooptimize.domain.policy.past_late_horizon`), and such partitions are judged when a newer
     partition gets its first file, as the service's listener hands them over."""
     t = _Table(tuning.target, output_ratio)
-    ordinals = tuning.late_horizon and all(isinstance(p, int) for w in writes for p, _ in w.files)
-    span: dict[str, int] = {}  # newest and oldest partition, and the horizon: the most behind a write reached
+    # per spec: the newest and oldest ordinal, and the horizon (the most behind the newest a write reached)
+    spans: dict[Hashable, dict[str, int]] = {}
 
     def past(part: Hashable) -> bool:
-        return ordinals and isinstance(part, int) and past_late_horizon(part, span.get("newest"), span.get("oldest"),
-                                                                        span.get("horizon"))
+        found = _time_of(part) if tuning.late_horizon else None
+        if found is None or found[0] not in spans:
+            return False
+        span = spans[found[0]]
+        return past_late_horizon(found[1], span["newest"], span["oldest"], span["horizon"])
     rules: dict[str, int] = {}
     pending: set[Hashable] = set()
     events: list[tuple[float, int, str, Hashable]] = []  # (at, seq, kind, partition)
@@ -239,7 +242,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         if not measuring and measure_from is not None and w.at >= measure_from:
             t.measure_from_here()
             measuring = True
-        advanced = ordinals and bool(w.files) and _extend_span(span, [p for p, _ in w.files])
+        advanced = tuning.late_horizon and _extend_spans(spans, [p for p, _ in w.files])
         for part, size in w.files:
             if part in t.newest and w.at > t.newest[part]:  # as the listener keeps them (one per commit)
                 gaps[part] = [w.at - t.newest[part], *gaps.get(part, ())][:COLD_GAPS_KEPT]
@@ -258,15 +261,39 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     return t.figures(rules)
 
 
-def _extend_span(span: dict[str, int], parts: Sequence[Any]) -> bool:
-    """Count one commit's partitions (integer ordinals) into ``span``: the newest, the oldest, and the
-    horizon (how far behind the newest, after this commit, a file of it landed). True when the newest
-    moved on."""
-    top = max(parts)
-    advanced = "newest" in span and top > span["newest"]
-    span["newest"] = max(span.get("newest", top), top)
-    span["oldest"] = min(span.get("oldest", min(parts)), min(parts))
-    span["horizon"] = max(span.get("horizon", 0), *(span["newest"] - p for p in parts))
+class TimePartition(NamedTuple):
+    """A partition of a spec with a time field (year, month, day or hour), with that field's value: what
+    AutoAnalyze's replay keys a table's time partitions by, so the late-horizon finish can be modelled."""
+
+    spec_id: int
+    ordinal: int
+    key: str
+
+
+def _time_of(part: Hashable) -> tuple[Hashable, int] | None:
+    """(its spec, its ordinal) for a time partition; None for any other."""
+    if isinstance(part, TimePartition):
+        return part.spec_id, part.ordinal
+    if isinstance(part, int) and not isinstance(part, bool):
+        return None, part
+    return None
+
+
+def _extend_spans(spans: dict[Hashable, dict[str, int]], parts: Sequence[Hashable]) -> bool:
+    """Count one commit's time partitions into their spec's span: the newest, the oldest, and the horizon
+    (how far behind the newest, after this commit, a file of it landed). True when a spec's newest moved on."""
+    by_spec: dict[Hashable, list[int]] = {}
+    for part in parts:
+        found = _time_of(part)
+        if found is not None:
+            by_spec.setdefault(found[0], []).append(found[1])
+    advanced = False
+    for spec, ordinals in by_spec.items():
+        span = spans.setdefault(spec, {"newest": max(ordinals), "oldest": min(ordinals), "horizon": 0})
+        advanced = advanced or max(ordinals) > span["newest"]
+        span["newest"] = max(span["newest"], *ordinals)
+        span["oldest"] = min(span["oldest"], *ordinals)
+        span["horizon"] = max(span["horizon"], *(span["newest"] - o for o in ordinals))
     return advanced
 
 

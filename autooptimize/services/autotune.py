@@ -42,6 +42,7 @@ from autooptimize.domain.simulate import (
     LATENCY_SECONDS,
     SUGGEST_COLD_AFTER,
     Suggestion,
+    TimePartition,
     Write,
     candidate_tunings,
     simulate_policy,
@@ -49,6 +50,7 @@ from autooptimize.domain.simulate import (
 )
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import load_table
+from autooptimize.iceberg.partitions import time_ordinal
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff
 from autooptimize.services.choose import policy_tuning
 from autooptimize.storage.db import session_scope
@@ -99,11 +101,18 @@ def table_writes(table: Table, max_commits: int = MAX_COMMITS) -> tuple[list[Wri
             diff = snapshot_diff(table, snapshot)
         except HistoryGap:  # a snapshot whose manifests disagree with its summary: replay what it holds
             continue
-        files = tuple(((spec_id, key), size) for (spec_id, key), d in sorted(diff.partitions.items())
+        files = tuple((_partition(table, spec_id, key), size) for (spec_id, key), d in sorted(diff.partitions.items())
                       for size in d.added)
         if files:
             writes.append(Write((snapshot.timestamp_ms - start) / 1000, files))
     return writes, start
+
+
+def _partition(table: Table, spec_id: int, key: str) -> Hashable:
+    """A replay's key for one partition: a :class:`TimePartition` when its spec has a time field (the
+    simulator then models the late-horizon finish), else ``(spec_id, key)``."""
+    ordinal = time_ordinal(table.specs().get(spec_id), key)
+    return (spec_id, key) if ordinal is None else TimePartition(spec_id, ordinal, key)
 
 
 #: The learned output ratio is kept within these bounds (a handful of odd merges must not skew a replay).
@@ -152,7 +161,7 @@ def learned_latency(session: Session, table_id: int, history: tuple[Sequence[Wri
         start = start_ms / 1000
         for w in writes:  # in time order
             for part, _ in w.files:
-                written[part].append(w.at)
+                written[(part.spec_id, part.key) if isinstance(part, TimePartition) else part].append(w.at)
 
     def seconds(created: Any, done: Any, spec_id: int | None, key: str | None) -> float:
         at = created.timestamp() - start

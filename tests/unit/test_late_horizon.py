@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from autooptimize.domain.policy import HORIZON_SPAN_MARGIN, PolicyTuning, past_late_horizon
-from autooptimize.domain.simulate import Write, simulate_policy
+from autooptimize.domain.simulate import TimePartition, Write, simulate_policy
 
 MiB = 1 << 20
 TUNING = PolicyTuning(8 * MiB, cold_gap_factor=0.0, late_horizon=False)  # cold only after the table's 60 s
@@ -58,3 +58,14 @@ def test_nothing_changes_while_the_table_is_younger_than_its_horizon_and_the_mar
 def test_partitions_that_are_not_ordinals_are_left_to_the_cold_timer():
     writes = [Write(w.at, tuple((f"h{p:02d}", b) for p, b in w.files)) for w in _hours(12, late_back=2)]
     assert simulate_policy(writes, HORIZON, 1.0) == simulate_policy(writes, TUNING, 1.0)
+
+
+def test_a_replay_keyed_by_time_partitions_finishes_each_spec_by_its_own_horizon():
+    hours = _hours(12, late_back=2)
+    keyed = [Write(w.at, tuple((TimePartition(0, p, f"[{p}]"), b) for p, b in w.files)) for w in hours]
+    assert simulate_policy(keyed, HORIZON, 1.0) == simulate_policy(hours, HORIZON, 1.0)
+    # a second spec whose partitions are far newer neither lends its newest hour nor its horizon to the first
+    other = [Write(w.at, (*w.files, (TimePartition(1, 10_000, "[10000]"), 1000))) for w in keyed]
+    untimed = [Write(w.at, (*w.files, ("elsewhere", 1000))) for w in keyed]
+    assert simulate_policy(other, HORIZON, 1.0) == simulate_policy(untimed, HORIZON, 1.0)
+    assert simulate_policy(untimed, HORIZON, 1.0) != simulate_policy(untimed, TUNING, 1.0)
