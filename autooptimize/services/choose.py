@@ -16,7 +16,6 @@ from autooptimize.domain.actions import ActionRequest, Sizing
 from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, PartitionFacts, SortFacts, decide
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan
-from autooptimize.domain.policy import past_late_horizon
 from autooptimize.errors import ActionRefused, InvalidArgument
 from autooptimize.iceberg.files import PartitionFiles
 from autooptimize.services import zorder
@@ -27,7 +26,7 @@ from autooptimize.services.sizing import learned_in
 from autooptimize.services.sort import bound, plan_sort
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.stats import median_partition_bytes
-from autooptimize.storage.write_clock import late_horizon_facts, write_clock
+from autooptimize.storage.write_clock import is_past_late_horizon, write_clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +118,7 @@ def partition_history_in(session: Any, table_id: int | None, spec_id: int | None
         return {"expected_partition_bytes": None, "last_write_ms": None, "write_gaps": (), "past_late_horizon": False}
     one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
     at, gaps = write_clock(session, table_id, *one) if one is not None else (None, ())
-    past = one is not None and past_late_horizon(*late_horizon_facts(session, table_id, *one))
+    past = one is not None and is_past_late_horizon(session, table_id, *one)
     return {"expected_partition_bytes": median_partition_bytes(session, table_id, one),
             "last_write_ms": at, "write_gaps": gaps, "past_late_horizon": past}
 

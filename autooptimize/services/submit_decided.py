@@ -20,7 +20,6 @@ from autooptimize.domain.policy import (
     COLD_GAPS_KEPT,
     HORIZON_SPAN_MARGIN,
     partition_cold_after,
-    past_late_horizon,
 )
 from autooptimize.errors import AutoOptimizeError, TableRefused
 from autooptimize.iceberg.catalog import load_table
@@ -40,7 +39,7 @@ from autooptimize.services.tracking import tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, PartitionStats, TrackedTable, Trigger
 from autooptimize.storage.repositories import audit, now
-from autooptimize.storage.write_clock import late_horizon_facts
+from autooptimize.storage.write_clock import is_past_late_horizon
 
 log = logging.getLogger(__name__)
 _reported: set[tuple[int, str]] = set()  # (table, cause) already logged at ERROR by this process
@@ -66,22 +65,23 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         # when a partition left alone may be judged otherwise: once quiet (quiet merges on), else once cold
         # (its own cold-after time: sooner than the table's once its writes came close together)
         knobs = policy_tuning(settings, tracked)
-        # past the table's late horizon: not written again, so the cold rule may finish it now
-        past = knobs["late_horizon"] and past_late_horizon(*late_horizon_facts(session, table_id, spec_id,
-                                                                                partition_key))
+
+        def past() -> bool:  # past the table's late horizon: not written again, so the cold rule may finish it
+            return bool(knobs["late_horizon"]) and is_past_late_horizon(session, table_id, spec_id, partition_key)
+
         cold_after = settings.settle_seconds if quiet else partition_cold_after(
             knobs["cold_after_seconds"], stats.write_gaps if stats is not None else None, knobs["cold_gap_factor"],
             settings.settle_seconds)
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
                 and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at
-                and not past and not _cold_since(settings, last.finished_at, cold_after)):
+                and not _cold_since(settings, last.finished_at, cold_after) and not past()):
             # Judged already and the partition has not changed since: asking again would change nothing
             # (unless it has gone cold since: the policy's cold rule may now finish it).
             return None
         if (stats is not None and stats.last_decision_at is not None and (stats.last_decision or "").startswith("skip")
                 and stats.updated_at <= stats.last_decision_at
-                and not (past and stats.last_decision in LIVE_VERDICTS)
-                and not _settled_since(settings, stats, cold_after)):
+                and not _settled_since(settings, stats, cold_after)
+                and not (stats.last_decision in LIVE_VERDICTS and past())):
             return None  # decided to leave it alone, and it has not changed since
         if (last is not None and tracked.min_interval_seconds > 0 and last.finished_at is not None
                 and last.state == ActionState.SUCCEEDED.value

@@ -394,4 +394,3 @@ def median_partition_bytes(session: Session, table_id: int, exclude: PartitionId
         where.append(tuple_(c.spec_id, c.partition_key) != tuple_(*exclude))
     value = session.execute(select(func.percentile_cont(0.5).within_group(c.total_bytes)).where(*where)).scalar_one()
     return None if value is None else int(value)
-

@@ -2,11 +2,9 @@
 its recent writes (``ao_partition_stats.last_write_at`` and ``write_gaps``, kept by
 :func:`autooptimize.storage.stats.apply_delta`). The policy takes a partition as cold from them
 (:func:`autooptimize.domain.policy.partition_cold_after`). And the spec's late horizon, from each time
-partition's ordinal and late lag (:func:`late_horizon_facts`)."""
+partition's ordinal and late lag (:func:`is_past_late_horizon`)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -34,6 +32,7 @@ def write_clocks(session: Session, table_id: int,
                                            tuple(float(g) for g in r.write_gaps or ()))
             for r in session.execute(select(c.spec_id, c.partition_key, c.last_write_at, c.write_gaps).where(*where))}
 
+
 def newest_ordinal(session: Session, table_id: int, spec_id: int) -> int | None:
     """The largest time ordinal among the spec's partitions the listener has seen written (None: none)."""
     c = PartitionStats.__table__.c
@@ -41,31 +40,35 @@ def newest_ordinal(session: Session, table_id: int, spec_id: int) -> int | None:
     return None if value is None else int(value)
 
 
-def late_horizon_facts(session: Session, table_id: int, spec_id: int,
-                       partition_key: str) -> tuple[int | None, int | None, int | None, int | None]:
-    """(the partition's ordinal, the spec's newest and oldest ordinals, its late horizon: the largest late
-    lag), as :func:`autooptimize.domain.policy.past_late_horizon` takes them; None where unknown."""
+def _spans(session: Session, table_id: int, spec_id: int | None = None) -> dict[int, tuple[int, int, int | None]]:
+    """Per spec of the table (or of ``spec_id``): its newest and oldest time ordinals and its late horizon
+    (the largest late lag; None before one is known)."""
     c = PartitionStats.__table__.c
-    mine = session.execute(select(c.ordinal).where(c.table_id == table_id, c.spec_id == spec_id,
-                                                   c.partition_key == partition_key)).scalar()
-    row = session.execute(select(func.max(c.ordinal), func.min(c.ordinal), func.max(c.late_lag))
-                          .where(c.table_id == table_id, c.spec_id == spec_id, c.ordinal.is_not(None))).one()
+    where = [c.table_id == table_id, c.ordinal.is_not(None)]
+    if spec_id is not None:
+        where.append(c.spec_id == spec_id)
+    rows = session.execute(select(c.spec_id, func.max(c.ordinal), func.min(c.ordinal), func.max(c.late_lag))
+                           .where(*where).group_by(c.spec_id)).all()
+    return {int(s): (int(hi), int(lo), None if lag is None else int(lag)) for s, hi, lo, lag in rows}
 
-    def num(v: Any) -> int | None:
-        return None if v is None else int(v)
 
-    return num(mine), num(row[0]), num(row[1]), num(row[2])
+def is_past_late_horizon(session: Session, table_id: int, spec_id: int, partition_key: str) -> bool:
+    """True when the partition is past its spec's late horizon
+    (:func:`autooptimize.domain.policy.past_late_horizon`), from the listener's ordinals and late lags."""
+    c = PartitionStats.__table__.c
+    ordinal = session.execute(select(c.ordinal).where(c.table_id == table_id, c.spec_id == spec_id,
+                                                      c.partition_key == partition_key)).scalar()
+    if ordinal is None:
+        return False
+    span = _spans(session, table_id, spec_id).get(spec_id)
+    return span is not None and past_late_horizon(int(ordinal), *span)
 
 
 def past_horizon_partitions(session: Session, table_id: int) -> set[PartitionId]:
-    """The table's partitions past their spec's late horizon
-    (:func:`autooptimize.domain.policy.past_late_horizon`), from the listener's ordinals and late lags."""
+    """Every partition of the table past its spec's late horizon (as :func:`is_past_late_horizon`)."""
     c = PartitionStats.__table__.c
-    rows = session.execute(select(c.spec_id, c.partition_key, c.ordinal, c.late_lag)
+    spans = _spans(session, table_id)
+    rows = session.execute(select(c.spec_id, c.partition_key, c.ordinal)
                            .where(c.table_id == table_id, c.ordinal.is_not(None))).all()
-    spans: dict[int, tuple[int, int, int | None]] = {}
-    for r in rows:
-        newest, oldest, horizon = spans.get(r.spec_id, (r.ordinal, r.ordinal, None))
-        lag = horizon if r.late_lag is None else max(horizon or 0, r.late_lag)
-        spans[r.spec_id] = (max(newest, r.ordinal), min(oldest, r.ordinal), lag)
-    return {(r.spec_id, r.partition_key) for r in rows if past_late_horizon(r.ordinal, *spans[r.spec_id])}
+    return {(r.spec_id, r.partition_key) for r in rows
+            if r.spec_id in spans and past_late_horizon(int(r.ordinal), *spans[r.spec_id])}

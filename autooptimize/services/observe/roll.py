@@ -163,20 +163,16 @@ def _late_lags(session: Any, table_id: int, table: Table, diff: SnapshotDiff,
     specs = table.specs()
     ordinals = {pid: o for pid, d in diff.partitions.items()
                 if (o := time_ordinal(specs.get(d.spec_id), d.key)) is not None}
-    lags: dict[PartitionId, int] = {}
     if not written:
-        return ordinals, lags
+        return ordinals, {}
+    added = {pid: o for pid, o in ordinals.items() if diff.partitions[pid].added}
     newest: dict[int, int] = {}
-    for (spec_id, key), o in ordinals.items():
-        if diff.partitions[(spec_id, key)].added:
-            if spec_id not in newest:
-                stored = newest_ordinal(session, table_id, spec_id)
-                newest[spec_id] = o if stored is None else max(stored, o)
-            newest[spec_id] = max(newest[spec_id], o)
-    for (spec_id, key), o in ordinals.items():
-        if diff.partitions[(spec_id, key)].added:
-            lags[(spec_id, key)] = max(0, newest[spec_id] - o)
-    return ordinals, lags
+    for (spec_id, _), o in added.items():
+        newest[spec_id] = max(newest.get(spec_id, o), o)
+    for spec_id, top in newest.items():
+        stored = newest_ordinal(session, table_id, spec_id)
+        newest[spec_id] = top if stored is None else max(stored, top)
+    return ordinals, {pid: newest[pid[0]] - o for pid, o in added.items()}
 
 
 def _move_location(settings: Settings, info: TrackedSettings, table: Table, cursor: Cursor) -> None:
