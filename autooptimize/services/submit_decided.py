@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
-from sqlalchemy.orm import aliased
 
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
@@ -37,7 +36,7 @@ from autooptimize.services.sizing import REWRITE_KINDS
 from autooptimize.services.table_refusals import note_refused
 from autooptimize.services.tracking import tuning_of
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import Action, ActionState, PartitionStats, TrackedTable, Trigger
+from autooptimize.storage.models import Action, ActionState, PartitionStats, SpecSpan, TrackedTable, Trigger
 from autooptimize.storage.repositories import audit, now
 from autooptimize.storage.write_clock import is_past_late_horizon
 
@@ -164,21 +163,20 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
         and_(p.last_decision_at < cold_at, cold_at <= func.now()),
         and_(p.last_write_at.is_(None),
              p.last_decision_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, cold_after)))
+    query = select(p.table_id, p.spec_id, p.partition_key).join(t, t.id == p.table_id)
     if settings.late_horizon_finish:
-        q = aliased(PartitionStats)
-        same = (q.table_id == p.table_id, q.spec_id == p.spec_id)
-        newest = select(func.max(q.ordinal)).where(*same).scalar_subquery()
-        oldest = select(func.min(q.ordinal)).where(*same).scalar_subquery()
-        horizon = select(func.max(q.late_lag)).where(*same).scalar_subquery()
+        # each spec's span as the listener keeps it (migration 0016): aggregating every partition of the
+        # table instead cost 0.3-3.6 s per pass at 10,000 tables of 48 hours
+        span = SpecSpan
+        query = query.outerjoin(span, and_(span.table_id == p.table_id, span.spec_id == p.spec_id))
         due = or_(due, and_(p.last_decision.in_(LIVE_VERDICTS), p.ordinal.is_not(None),
-                            newest - oldest >= horizon + HORIZON_SPAN_MARGIN, newest - p.ordinal > horizon))
+                            span.newest - span.oldest >= span.horizon + HORIZON_SPAN_MARGIN,
+                            span.newest - p.ordinal > span.horizon))
     busy = (select(a.id).where(a.table_id == p.table_id, a.spec_id == p.spec_id, a.partition_key == p.partition_key,
                                a.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value])).exists())
     with session_scope(settings) as session:
-        rows = session.execute(
-            select(p.table_id, p.spec_id, p.partition_key).join(t, t.id == p.table_id)
-            .where(p.last_decision.in_(LIVE_VERDICTS + ("merge",)), due,
-                   p.updated_at <= p.last_decision_at, ~busy)).all()
+        rows = session.execute(query.where(p.last_decision.in_(LIVE_VERDICTS + ("merge",)), due,
+                                           p.updated_at <= p.last_decision_at, ~busy)).all()
     return [(int(ti), int(sp), str(k)) for ti, sp, k in rows]
 
 

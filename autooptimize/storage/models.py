@@ -136,6 +136,23 @@ class PartitionStats(Base):
     last_decision_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
 
 
+class SpecSpan(Base):
+    """One time-partitioned spec of a table as the listener has seen it (migration 0016): the newest and
+    oldest ordinal of its partitions and its late horizon (the most partitions behind the newest that a
+    write has landed; NULL before a write was seen). Only grows: a partition that is later removed does
+    not narrow it."""
+
+    __tablename__ = "ao_spec_spans"
+
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("ao_tracked_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    spec_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    newest: Mapped[int] = mapped_column(BigInteger)
+    oldest: Mapped[int] = mapped_column(BigInteger)
+    horizon: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
 class EntropyHistory(Base):
     __tablename__ = "ao_entropy_history"
     __table_args__ = (Index("ix_ao_entropy_history_partition", "table_id", "spec_id", "partition_key"),

@@ -2,15 +2,16 @@
 its recent writes (``ao_partition_stats.last_write_at`` and ``write_gaps``, kept by
 :func:`autooptimize.storage.stats.apply_delta`). The policy takes a partition as cold from them
 (:func:`autooptimize.domain.policy.partition_cold_after`). And the spec's late horizon, from each time
-partition's ordinal and late lag (:func:`is_past_late_horizon`)."""
+partition's ordinal and its spec's span (``ao_spec_spans``, :func:`record_spans`; :func:`is_past_late_horizon`)."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from autooptimize.domain.policy import past_late_horizon
-from autooptimize.storage.models import PartitionStats
+from autooptimize.storage.models import PartitionStats, SpecSpan
 from autooptimize.storage.stats import PartitionId
 
 
@@ -34,27 +35,57 @@ def write_clocks(session: Session, table_id: int,
 
 
 def newest_ordinal(session: Session, table_id: int, spec_id: int) -> int | None:
-    """The largest time ordinal among the spec's partitions the listener has seen written (None: none)."""
-    c = PartitionStats.__table__.c
-    value = session.execute(select(func.max(c.ordinal)).where(c.table_id == table_id, c.spec_id == spec_id)).scalar()
+    """The largest time ordinal among the spec's partitions the listener has seen (None: none)."""
+    value = session.execute(select(SpecSpan.newest).where(SpecSpan.table_id == table_id,
+                                                          SpecSpan.spec_id == spec_id)).scalar()
     return None if value is None else int(value)
+
+
+def record_spans(session: Session, table_id: int, ordinals: dict[PartitionId, int],
+                 lags: dict[PartitionId, int]) -> None:
+    """Widen each spec's span (``ao_spec_spans``) by one snapshot's partitions: their ``ordinals`` and, for
+    a writer's snapshot, the ``lags`` of its writes behind the spec's newest. In the snapshot's transaction."""
+    by_spec: dict[int, list[int]] = {}
+    for (spec_id, _), o in ordinals.items():
+        by_spec.setdefault(spec_id, []).append(o)
+    c = SpecSpan.__table__.c
+    for spec_id, values in sorted(by_spec.items()):
+        spec_lags = [lag for (s, _), lag in lags.items() if s == spec_id]
+        horizon = max(spec_lags) if spec_lags else None
+        session.execute(insert(SpecSpan).values(
+            table_id=table_id, spec_id=spec_id, newest=max(values), oldest=min(values), horizon=horizon,
+        ).on_conflict_do_update(index_elements=[c.table_id, c.spec_id], set_={
+            "newest": func.greatest(c.newest, max(values)),
+            "oldest": func.least(c.oldest, min(values)),
+            "horizon": c.horizon if horizon is None else func.greatest(c.horizon, horizon),
+        }))
+
+
+def resync_spans(session: Session, table_id: int) -> None:
+    """Set the table's spans from the partitions it holds now (after a whole-table scan: a table dropped
+    and created again under its name starts afresh instead of inheriting the old one's span)."""
+    c = PartitionStats.__table__.c
+    session.execute(delete(SpecSpan).where(SpecSpan.table_id == table_id))
+    session.execute(insert(SpecSpan).from_select(
+        ["table_id", "spec_id", "newest", "oldest", "horizon"],
+        select(c.table_id, c.spec_id, func.max(c.ordinal), func.min(c.ordinal), func.max(c.late_lag))
+        .where(c.table_id == table_id, c.ordinal.is_not(None)).group_by(c.table_id, c.spec_id)))
 
 
 def _spans(session: Session, table_id: int, spec_id: int | None = None) -> dict[int, tuple[int, int, int | None]]:
     """Per spec of the table (or of ``spec_id``): its newest and oldest time ordinals and its late horizon
-    (the largest late lag; None before one is known)."""
-    c = PartitionStats.__table__.c
-    where = [c.table_id == table_id, c.ordinal.is_not(None)]
+    (None before a write was seen)."""
+    where = [SpecSpan.table_id == table_id]
     if spec_id is not None:
-        where.append(c.spec_id == spec_id)
-    rows = session.execute(select(c.spec_id, func.max(c.ordinal), func.min(c.ordinal), func.max(c.late_lag))
-                           .where(*where).group_by(c.spec_id)).all()
+        where.append(SpecSpan.spec_id == spec_id)
+    rows = session.execute(select(SpecSpan.spec_id, SpecSpan.newest, SpecSpan.oldest, SpecSpan.horizon)
+                           .where(*where)).all()
     return {int(s): (int(hi), int(lo), None if lag is None else int(lag)) for s, hi, lo, lag in rows}
 
 
 def is_past_late_horizon(session: Session, table_id: int, spec_id: int, partition_key: str) -> bool:
     """True when the partition is past its spec's late horizon
-    (:func:`autooptimize.domain.policy.past_late_horizon`), from the listener's ordinals and late lags."""
+    (:func:`autooptimize.domain.policy.past_late_horizon`), from the listener's ordinals and spans."""
     c = PartitionStats.__table__.c
     ordinal = session.execute(select(c.ordinal).where(c.table_id == table_id, c.spec_id == spec_id,
                                                       c.partition_key == partition_key)).scalar()

@@ -12,15 +12,16 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import HourTransform
 from pyiceberg.types import LongType, NestedField, TimestamptzType
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from autooptimize.domain.partitions import encode_key
 from autooptimize.services import actions, tracking
 from autooptimize.services.explain import explain
 from autooptimize.services.observe.roll import observe_table
+from autooptimize.services.observe.scan import scan_table
 from autooptimize.services.submit_decided import on_attention_handler, settled_partitions
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import PartitionStats
+from autooptimize.storage.models import PartitionStats, SpecSpan
 from tests.fakes import RecordingDispatch
 from tests.integration.tables import identifier
 
@@ -62,6 +63,7 @@ def test_hours_past_the_late_horizon_are_finished_when_a_newer_hour_starts(setti
         stats = {r.ordinal: r.late_lag for r in session.scalars(select(PartitionStats)
                                                                  .where(PartitionStats.table_id == table_id))}
     assert stats == {BASE_HOUR + h: (1 if h < HOURS - 1 else 0) for h in range(HOURS)}
+    assert _span(live, table_id) == (BASE_HOUR + HOURS - 1, BASE_HOUR, 1)  # kept beside, for the recheck
     assert port.tickets == []  # three small files an hour, under the fan-in: every hour waits
 
     # horizon 1 over hours 0..5 (a span of 5 ≥ 1 + 3): hours 0..3 are past it, 4 and 5 may still be written
@@ -83,6 +85,21 @@ def test_hours_past_the_late_horizon_are_finished_when_a_newer_hour_starts(setti
         row = session.scalars(select(PartitionStats).where(PartitionStats.table_id == table_id,
                                                             PartitionStats.partition_key == port.tickets[0].partition)).one()
         assert row.n_files == 1 and row.late_lag == 1  # finished; a merge is not a write
+    assert _span(live, table_id) == (BASE_HOUR + HOURS - 1, BASE_HOUR, 1)
+    scan_table(live, ident)  # a whole-table scan sets the span again from the partitions held
+    assert _span(live, table_id) == (BASE_HOUR + HOURS - 1, BASE_HOUR, 1)
+    with session_scope(live) as session:  # as if the table were dropped and made again: nothing known
+        session.execute(update(PartitionStats).where(PartitionStats.table_id == table_id)
+                        .values(ordinal=None, late_lag=None))
+    scan_table(live, ident)
+    with session_scope(live) as session:
+        assert session.scalars(select(SpecSpan).where(SpecSpan.table_id == table_id)).all() == []
+
+
+def _span(settings, table_id: int) -> tuple[int, int, int | None]:  # type: ignore[no-untyped-def]
+    with session_scope(settings) as session:
+        (span,) = session.scalars(select(SpecSpan).where(SpecSpan.table_id == table_id)).all()
+        return span.newest, span.oldest, span.horizon
 
 
 def test_off_the_hours_wait_for_their_cold_after_time(settings, catalog):

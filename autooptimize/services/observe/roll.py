@@ -38,7 +38,7 @@ from autooptimize.storage.stats import (
     record_error,
     table_file_count,
 )
-from autooptimize.storage.write_clock import newest_ordinal
+from autooptimize.storage.write_clock import newest_ordinal, record_spans
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ def _roll_forward(settings: Settings, info: TrackedSettings, cursor: Cursor | No
                 written = (datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
                            if diff.operation != "replace" else None)
                 ordinals, lags = _late_lags(session, info.table_id, table, diff, written is not None)
+                record_spans(session, info.table_id, ordinals, lags)
                 figures = [
                     apply_delta(session, info.table_id, spec_id=d.spec_id, partition_key=d.key, values=d.values,
                                 added=d.added, removed=d.removed, target=info.target,

@@ -31,6 +31,7 @@ from autooptimize.storage.stats import (
     partition_figures,
     replace_stats,
 )
+from autooptimize.storage.write_clock import resync_spans
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ def scan_whole_table(settings: Settings, info: TrackedSettings, table: Table, re
         # gone further, its snapshots are refused as replays by the history next time and end in a scan.
         lock_table(session, info.table_id)
         figures = replace_stats(session, info.table_id, exact, snapshot_id)
+        resync_spans(session, info.table_id)
         append_history(session, info.table_id, figures, snapshot_id, "scan")
         advance_cursor(
             session, info.table_id,
