@@ -166,7 +166,7 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     query = select(p.table_id, p.spec_id, p.partition_key).join(t, t.id == p.table_id)
     if settings.late_horizon_finish:
         # each spec's span as the listener keeps it (migration 0016): aggregating every partition of the
-        # table instead cost 0.3-3.6 s per pass at 10,000 tables of 48 hours
+        # table per row instead took 311 ms per pass at 1,000 tables of 48 hours and 3.1 s at 10,000
         span = SpecSpan
         query = query.outerjoin(span, and_(span.table_id == p.table_id, span.spec_id == p.spec_id))
         due = or_(due, and_(p.last_decision.in_(LIVE_VERDICTS), p.ordinal.is_not(None),

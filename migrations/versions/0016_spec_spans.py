@@ -2,7 +2,8 @@
 oldest ordinal of its partitions and its late horizon (the most partitions behind the newest that a write
 has landed). Read by the late-horizon finish (``storage.write_clock``; the listener's recheck of settled
 partitions joins it), instead of aggregating every partition of the table on each read: at 10,000
-tables of 48 hours that aggregate took 0.3–3.6 s per listener pass. Filled from ``ao_partition_stats``.
+tables of 48 hours that aggregate took 3.1 s per listener pass, 311 ms at 1,000
+(benchmarks/settled_query.py). Filled from ``ao_partition_stats``.
 
 Revision ID: 0016_spec_spans
 Revises: 0015_late_horizon
