@@ -54,8 +54,8 @@ import numpy as np
 
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.simulate import WRITE_AMPLIFICATION_GOAL, Write, simulate_baseline, simulate_policy
-from autooptimize.domain.sizes import parse_size
 from autooptimize.errors import InvalidArgument
+from benchmarks.policy_frontier import checked_target, trace_arguments
 from benchmarks.policy_sim import streaming_writes
 
 #: A partition with more files than this is refused: the table of runs grows as the cube of it.
@@ -248,22 +248,13 @@ def report(r: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--seed", type=int, action="append", help="a trace seed (repeatable); default 7, 8, 3, 11")
-    ap.add_argument("--target", default="8MiB", help="the target file size (default 8MiB, the benchmark's)")
-    ap.add_argument("--commits", type=int, default=300, help="commits per trace (benchmarks.streaming --commits)")
+    trace_arguments(ap)
     ap.add_argument("--latency", type=float, default=1.0, help="seconds from a merge being made to landing")
     ap.add_argument("--finish", action=argparse.BooleanOptionalAction, default=True,
                     help="end every partition at the bin-pack's end layout (the default, as the goal asks)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if args.commits < 20:
-        ap.error(f"--commits must be at least 20 (one bin-pack), got {args.commits}")
-    if not args.latency >= 0:
-        ap.error(f"--latency must be seconds ≥ 0, got {args.latency}")
-    try:
-        target = parse_size(args.target)
-    except InvalidArgument as e:
-        ap.error(f"--target: {e}")
+    target = checked_target(ap, args)
     started = time.monotonic()
     results = [seed_report(seed, target, args.commits, args.latency, args.finish)
                for seed in (args.seed or [7, 8, 3, 11])]

@@ -132,25 +132,35 @@ def report(r: dict[str, Any], show_pareto: bool) -> None:
                   f"{p['end_files']} files at the end: {_tuning_text(p['tuning'])}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def trace_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of a tool over benchmarks.streaming's seeded traces: --seed, --target, --commits."""
     ap.add_argument("--seed", type=int, action="append", help="a trace seed (repeatable); default 7, 8, 3, 11")
     ap.add_argument("--target", default="8MiB", help="the target file size (default 8MiB, the benchmark's)")
     ap.add_argument("--commits", type=int, default=300, help="commits per trace (benchmarks.streaming --commits)")
+
+
+def checked_target(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The target in bytes, after refusing (through ``ap.error``) too few commits or a nonsense size."""
+    if args.commits < 20:
+        ap.error(f"--commits must be at least 20 (one bin-pack), got {args.commits}")
+    if hasattr(args, "latency") and not args.latency >= 0:
+        ap.error(f"--latency must be seconds ≥ 0, got {args.latency}")
+    try:
+        return parse_size(args.target)
+    except InvalidArgument as e:
+        ap.error(f"--target: {e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    trace_arguments(ap)
     ap.add_argument("--latency", type=float, default=1.0, help="seconds from a write to its merge's commit")
     ap.add_argument("--late-horizon", action=argparse.BooleanOptionalAction, default=True,
                     help="finish a partition past the table's late horizon at once (the default, as the service)")
     ap.add_argument("--pareto", action="store_true", help="also every tuning on the frontier")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if args.commits < 20:
-        ap.error(f"--commits must be at least 20 (one bin-pack), got {args.commits}")
-    if not args.latency >= 0:
-        ap.error(f"--latency must be seconds ≥ 0, got {args.latency}")
-    try:
-        target = parse_size(args.target)
-    except InvalidArgument as e:
-        ap.error(f"--target: {e}")
+    target = checked_target(ap, args)
     started = time.monotonic()
     results = [frontier(seed, target, args.latency, args.commits, args.late_horizon) for seed in (args.seed or [7, 8, 3, 11])]
     if args.json:

@@ -96,6 +96,16 @@ def children_of(pid: int) -> dict[int, str]:
     return out
 
 
+def tree_of(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children_of(p))
+    return out
+
+
 def kill_leftovers(watch: TreeWatch) -> None:
     """SIGKILL whatever the watch saw that still runs (same start time only): a failed test leaks nothing."""
     for pid, started in watch.seen.items():

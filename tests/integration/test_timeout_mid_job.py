@@ -18,7 +18,7 @@ import pytest
 from autooptimize.errors import Retry
 from autooptimize.services import actions, tracking
 from spark_actors.server import running_server
-from tests.integration.processes import children_of
+from tests.integration.processes import tree_of
 from tests.integration.tables import DAY1, DAY2, action_outputs, identifier, live_files, make_table
 
 TIMEOUT = 1
@@ -27,16 +27,6 @@ TIMEOUT = 1
 def _writing(table) -> bool:
     root = table.location().removeprefix("file://")
     return any(n.endswith(".writing") for _, _, names in os.walk(root) for n in names)
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and every process below it (the server JVM, its Python daemon and workers)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children_of(p))
-    return out
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
@@ -78,7 +68,7 @@ def test_an_attempt_timed_out_mid_job_is_retried_and_commits_once(settings, spar
         time.sleep(0.005)
     paused = []
     if worker.is_alive() and _writing(table):  # a task is writing: hold the job until the deadline is past
-        paused = _tree(server.pid)
+        paused = tree_of(server.pid)  # the server JVM, its Python daemon and workers
         _signal_all(paused, signal.SIGSTOP)
         try:
             time.sleep(max(0.0, started + TIMEOUT + 1.5 - time.monotonic()))
