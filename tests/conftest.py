@@ -36,6 +36,12 @@ def settings():
 
     redis.Redis.from_url(s.redis_url).flushdb()
     yield s
+    if s.spark_remote == "local":  # a server some test started without the spark fixture (an in-process
+        from spark_actors.server import stop_local_server  # execute on the default engine) is this home's too
+        from spark_actors.session import close_session
+
+        close_session()
+        stop_local_server(s)
     from sqlalchemy import create_engine
 
     from autooptimize.storage.db import _engines
