@@ -14,12 +14,7 @@ from sqlalchemy import and_, func, or_, select, update
 
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
-from autooptimize.domain.policy import (
-    COLD_FLOOR_SECONDS,
-    COLD_GAPS_KEPT,
-    HORIZON_SPAN_MARGIN,
-    partition_cold_after,
-)
+from autooptimize.domain.policy import COLD_FLOOR_SECONDS, COLD_GAPS_KEPT, partition_cold_after
 from autooptimize.errors import AutoOptimizeError, TableRefused
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.services import actions, budget
@@ -36,9 +31,9 @@ from autooptimize.services.sizing import REWRITE_KINDS
 from autooptimize.services.table_refusals import note_refused
 from autooptimize.services.tracking import tuning_of
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import Action, ActionState, PartitionStats, SpecSpan, TrackedTable, Trigger
+from autooptimize.storage.models import Action, ActionState, PartitionStats, TrackedTable, Trigger
 from autooptimize.storage.repositories import audit, now
-from autooptimize.storage.write_clock import is_past_late_horizon
+from autooptimize.storage.write_clock import is_past_late_horizon, past_horizon, with_span
 
 log = logging.getLogger(__name__)
 _reported: set[tuple[int, str]] = set()  # (table, cause) already logged at ERROR by this process
@@ -167,11 +162,8 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     if settings.late_horizon_finish:
         # each spec's span as the listener keeps it (migration 0016): aggregating every partition of the
         # table per row instead took 311 ms per pass at 1,000 tables of 48 hours and 3.1 s at 10,000
-        span = SpecSpan
-        query = query.outerjoin(span, and_(span.table_id == p.table_id, span.spec_id == p.spec_id))
-        due = or_(due, and_(p.last_decision.in_(LIVE_VERDICTS), p.ordinal.is_not(None),
-                            span.newest - span.oldest >= span.horizon + HORIZON_SPAN_MARGIN,
-                            span.newest - p.ordinal > span.horizon))
+        query = with_span(query)
+        due = or_(due, and_(p.last_decision.in_(LIVE_VERDICTS), past_horizon()))
     busy = (select(a.id).where(a.table_id == p.table_id, a.spec_id == p.spec_id, a.partition_key == p.partition_key,
                                a.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value])).exists())
     with session_scope(settings) as session:

@@ -6,11 +6,13 @@ partition's ordinal and its spec's span (``ao_spec_spans``, :func:`record_spans`
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, select
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from autooptimize.domain.policy import past_late_horizon
+from autooptimize.domain.policy import HORIZON_SPAN_MARGIN
 from autooptimize.storage.models import PartitionStats, SpecSpan
 from autooptimize.storage.stats import PartitionId
 
@@ -72,34 +74,29 @@ def resync_spans(session: Session, table_id: int) -> None:
         .where(c.table_id == table_id, c.ordinal.is_not(None)).group_by(c.table_id, c.spec_id)))
 
 
-def _spans(session: Session, table_id: int, spec_id: int | None = None) -> dict[int, tuple[int, int, int | None]]:
-    """Per spec of the table (or of ``spec_id``): its newest and oldest time ordinals and its late horizon
-    (None before a write was seen)."""
-    where = [SpecSpan.table_id == table_id]
-    if spec_id is not None:
-        where.append(SpecSpan.spec_id == spec_id)
-    rows = session.execute(select(SpecSpan.spec_id, SpecSpan.newest, SpecSpan.oldest, SpecSpan.horizon)
-                           .where(*where)).all()
-    return {int(s): (int(hi), int(lo), None if lag is None else int(lag)) for s, hi, lo, lag in rows}
+def past_horizon(p: Any = PartitionStats) -> ColumnElement[bool]:
+    """:func:`autooptimize.domain.policy.past_late_horizon` in SQL, for a partition row ``p`` joined to its
+    spec's span (:func:`with_span`): false where anything is unknown (NULL), as the domain rule."""
+    return and_(p.ordinal.is_not(None), SpecSpan.newest - SpecSpan.oldest >= SpecSpan.horizon + HORIZON_SPAN_MARGIN,
+                SpecSpan.newest - p.ordinal > SpecSpan.horizon)
+
+
+def with_span(query: Any, p: Any = PartitionStats) -> Any:
+    """``query`` over partition rows ``p``, joined to each one's spec span (rows without one kept)."""
+    return query.outerjoin(SpecSpan, and_(SpecSpan.table_id == p.table_id, SpecSpan.spec_id == p.spec_id))
 
 
 def is_past_late_horizon(session: Session, table_id: int, spec_id: int, partition_key: str) -> bool:
-    """True when the partition is past its spec's late horizon
-    (:func:`autooptimize.domain.policy.past_late_horizon`), from the listener's ordinals and spans."""
-    c = PartitionStats.__table__.c
-    ordinal = session.execute(select(c.ordinal).where(c.table_id == table_id, c.spec_id == spec_id,
-                                                      c.partition_key == partition_key)).scalar()
-    if ordinal is None:
-        return False
-    span = _spans(session, table_id, spec_id).get(spec_id)
-    return span is not None and past_late_horizon(int(ordinal), *span)
+    """True when the partition is past its spec's late horizon (:func:`past_horizon`)."""
+    p = PartitionStats
+    query = with_span(select(p.partition_key)).where(p.table_id == table_id, p.spec_id == spec_id,
+                                                     p.partition_key == partition_key, past_horizon())
+    return session.execute(query).first() is not None
 
 
 def past_horizon_partitions(session: Session, table_id: int) -> set[PartitionId]:
-    """Every partition of the table past its spec's late horizon (as :func:`is_past_late_horizon`)."""
-    c = PartitionStats.__table__.c
-    spans = _spans(session, table_id)
-    rows = session.execute(select(c.spec_id, c.partition_key, c.ordinal)
-                           .where(c.table_id == table_id, c.ordinal.is_not(None))).all()
-    return {(r.spec_id, r.partition_key) for r in rows
-            if r.spec_id in spans and past_late_horizon(int(r.ordinal), *spans[r.spec_id])}
+    """Every partition of the table past its spec's late horizon (:func:`past_horizon`)."""
+    p = PartitionStats
+    rows = session.execute(with_span(select(p.spec_id, p.partition_key)).where(p.table_id == table_id,
+                                                                               past_horizon())).all()
+    return {(r.spec_id, r.partition_key) for r in rows}
