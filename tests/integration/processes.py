@@ -34,6 +34,7 @@ class TreeWatch:
         self.seen: dict[int, str] = {}
         self.commands: dict[int, str] = {}  # pid → command line when last sampled
         self._stop = threading.Event()
+        self._sample()  # before returning: a tree that is gone before the thread's first turn was still seen
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
