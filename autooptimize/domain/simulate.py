@@ -30,16 +30,17 @@ from __future__ import annotations
 import heapq
 import itertools
 import statistics
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from autooptimize.domain.entropy import best_layout
-from autooptimize.domain.planning import PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
-from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, past_late_horizon, plan_partition
+from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
+from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, plan_partition
+from autooptimize.domain.time_spans import Spans, TimePartition
 
 __all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
-           "Suggestion", "TimePartition", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
+           "PartitionState", "Planner", "Suggestion", "TimePartition", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
            "suggest_tuning"]
 
 #: The baseline bin-packs after this many writes (benchmarks.streaming's ``--compact-every``).
@@ -175,8 +176,30 @@ def expected_bytes(received: dict[Hashable, int], part: Hashable) -> int | None:
     return int(statistics.median(others)) if others else None
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """What a :data:`Planner` is told of one partition when it is judged: its key, its live files, the tuning, whether
+    it is cold (by its cold-after time or past the late horizon), whether it is the newest time partition
+    of its spec (every partition without a time field is), and the bytes it received and is expected to
+    hold (:func:`expected_bytes`)."""
+
+    partition: Hashable
+    files: list[PlanFile]
+    tuning: PolicyTuning
+    cold: bool
+    newest: bool
+    received_bytes: int
+    expected_bytes: int | None
+
+
+#: A rule tried in place of the policy in a what-if experiment (``benchmarks.policy_priced``): its plan for
+#: a partition and the rule's name, or None where the policy's own plan stands.
+Planner = Callable[[PartitionState], "tuple[Plan, str] | None"]
+
+
 def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS,
-                    measure_from: float | None = None, output_ratio: float = 1.0) -> Figures:
+                    measure_from: float | None = None, output_ratio: float = 1.0,
+                    planner: Planner | None = None) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``measure_from``
     (seconds, as ``Write.at``): the whole history is replayed, but the figures count only the writes at
     or after it and what happens from then on (AutoAnalyze compares them with what the table did since
@@ -187,15 +210,10 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     (:func:`~autooptimize.domain.policy.past_late_horizon`), and such partitions are judged when a newer
     partition gets its first file, as the service's listener hands them over."""
     t = _Table(tuning.target, output_ratio)
-    # per spec: the newest and oldest ordinal, and the horizon (the most behind the newest a write reached)
-    spans: dict[Hashable, dict[str, int]] = {}
+    spans = Spans()
 
     def past(part: Hashable) -> bool:
-        found = _time_of(part) if tuning.late_horizon else None
-        if found is None or found[0] not in spans:
-            return False
-        span = spans[found[0]]
-        return past_late_horizon(found[1], span["newest"], span["oldest"], span["horizon"])
+        return tuning.late_horizon and spans.past_horizon(part)
     rules: dict[str, int] = {}
     pending: set[Hashable] = set()
     events: list[tuple[float, int, str, Hashable]] = []  # (at, seq, kind, partition)
@@ -211,12 +229,16 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         cold = now >= t.newest[part] + cold_after(part) or past(part)
         quiet = tuning.quiet_merge and not cold and now >= t.newest[part] + tuning.settle_seconds
         files = t.files(part)
-        result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, quiet=quiet, fan_in=tuning.fan_in,
-                                received_bytes=t.received[part],
-                                expected_bytes=expected_bytes(t.received, part),
-                                leave_alone_below=tuning.leave_alone_below)
-        rules[result.rule] = rules.get(result.rule, 0) + 1
-        return balance_outputs(result.plan, files, grow=False).groups
+        expected = expected_bytes(t.received, part)
+        got = None if planner is None else planner(
+            PartitionState(part, files, tuning, cold, spans.is_newest(part), t.received[part], expected))
+        if got is None:
+            result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, quiet=quiet, fan_in=tuning.fan_in,
+                                    received_bytes=t.received[part], expected_bytes=expected,
+                                    leave_alone_below=tuning.leave_alone_below)
+            got = result.plan, result.rule
+        rules[got[1]] = rules.get(got[1], 0) + 1
+        return balance_outputs(got[0], files, grow=False).groups
 
     def judge(part: Hashable, now: float) -> None:
         """Decide: submit a merge when the policy has one (it plans again when it runs, as the service's)."""
@@ -242,7 +264,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         if not measuring and measure_from is not None and w.at >= measure_from:
             t.measure_from_here()
             measuring = True
-        advanced = tuning.late_horizon and _extend_spans(spans, [p for p, _ in w.files])
+        advanced = (tuning.late_horizon or planner is not None) and spans.extend(p for p, _ in w.files)
         for part, size in w.files:
             if part in t.newest and w.at > t.newest[part]:  # as the listener keeps them (one per commit)
                 gaps[part] = [w.at - t.newest[part], *gaps.get(part, ())][:COLD_GAPS_KEPT]
@@ -252,49 +274,13 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         for part, _ in w.files:
             judge(part, w.at)
         if advanced:  # a newer partition started: those now past the horizon are finished
-            for part in [p for p in t.parts if past(p)]:
+            for part in [p for p in t.parts if planner is not None or past(p)]:
                 judge(part, w.at)
         t.counts.append(t.live_files)
     if not measuring:  # no write at or after measure_from: nothing to count
         t.measure_from_here()
     run_until(float("inf"))
     return t.figures(rules)
-
-
-class TimePartition(NamedTuple):
-    """A partition of a spec with a time field (year, month, day or hour), with that field's value: what
-    AutoAnalyze's replay keys a table's time partitions by, so the late-horizon finish can be modelled."""
-
-    spec_id: int
-    ordinal: int
-    key: str
-
-
-def _time_of(part: Hashable) -> tuple[Hashable, int] | None:
-    """(its spec, its ordinal) for a time partition; None for any other."""
-    if isinstance(part, TimePartition):
-        return part.spec_id, part.ordinal
-    if isinstance(part, int) and not isinstance(part, bool):
-        return None, part
-    return None
-
-
-def _extend_spans(spans: dict[Hashable, dict[str, int]], parts: Sequence[Hashable]) -> bool:
-    """Count one commit's time partitions into their spec's span: the newest, the oldest, and the horizon
-    (how far behind the newest, after this commit, a file of it landed). True when a spec's newest moved on."""
-    by_spec: dict[Hashable, list[int]] = {}
-    for part in parts:
-        found = _time_of(part)
-        if found is not None:
-            by_spec.setdefault(found[0], []).append(found[1])
-    advanced = False
-    for spec, ordinals in by_spec.items():
-        span = spans.setdefault(spec, {"newest": max(ordinals), "oldest": min(ordinals), "horizon": 0})
-        advanced = advanced or max(ordinals) > span["newest"]
-        span["newest"] = max(span["newest"], *ordinals)
-        span["oldest"] = min(span["oldest"], *ordinals)
-        span["horizon"] = max(span["horizon"], *(span["newest"] - o for o in ordinals))
-    return advanced
 
 
 #: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).

@@ -1,0 +1,190 @@
+"""A candidate live rule priced in files against bytes, replayed beside the shipped policy and the bin-pack:
+pure, no I/O. An experiment, not the service's rule.
+
+    python -m benchmarks.policy_priced [--seed 7 --seed 8 ...] [--target 8MiB] [--commits 300]
+                                       [--latency 0.4 --latency 1.0] [--price 32 ...] [--ratio 2.5 ...]
+                                       [--family] [--json]
+
+``benchmarks.policy_foresight`` found that a schedule knowing every write needs 5–15 % less than the
+goal's write amplification (WA) of 1.5 at the bin-pack's live files, where no tuning of the shipped
+policy comes under 1.59. It spends its file budget differently: it merges the small partitions that
+only late data reaches at once, and in the hour being written it lets the writer's files gather and
+writes each one about once. This rule tries that online. While a partition is written (not cold):
+
+* **filled**: once its files under ¾ of the target weigh ``--fill`` (⅞) of a target, they are packed,
+  largest first, into one file of at most 1⅛ targets;
+* **priced**: otherwise, among the ascending prefixes of its small files in which no file is more than
+  ``--ratio`` times the bytes before it, the one with the greatest ``(k − 1) · life − bytes`` is merged
+  when that is positive. ``k`` is the prefix's files. ``life`` prices a file saved: in the newest time
+  partition of its spec it is the bytes still to come before the fill (``target − small bytes``) divided
+  by ``--price``; elsewhere (a partition only late data reaches) it is unbounded, so its small files
+  merge as soon as two of similar size are there;
+* cold, and in a partition that has not received and is not expected to hold a target's bytes (its
+  scale is under the target: ``--everywhere`` drops this), the shipped policy's own rules apply.
+
+The excess rule does not gate it: a partition of a few small files within the rule's tolerance is still
+merged when the price says so (gated by it, every trace keeps 5–20 % more files).
+
+It needs nothing the service lacks: the newest ordinal of each spec is ``ao_spec_spans.newest``.
+Printed per trace: the bin-pack's figures, and the shipped defaults' and each priced variant's mean
+live files as a ratio to the bin-pack's, with WA; ``*`` marks a point meeting both goals (≤ 1.00× the
+bin-pack's files, WA ≤ 1.5, and files and excess MSE at the end within 10 % of the bin-pack's; ``e``
+marks an end layout outside that). ``--family`` runs the 12 members of ``benchmarks.trace_family`` at
+their own targets instead (goal: ≤ 1.05× files). Exit code 1 when the run did no work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from autooptimize.domain.planning import Plan
+from autooptimize.domain.planning.essential import MeasuredFiles
+from autooptimize.domain.policy import COLD_DONE_DENOMINATOR, COLD_DONE_NUMERATOR, PolicyTuning
+from autooptimize.domain.simulate import (
+    WRITE_AMPLIFICATION_GOAL,
+    Figures,
+    PartitionState,
+    Planner,
+    Write,
+    simulate_baseline,
+    simulate_policy,
+)
+from benchmarks.policy_frontier import checked_target, trace_arguments
+from benchmarks.policy_sim import family_writes, streaming_writes
+from benchmarks.trace_family import FAMILY
+
+#: A filled file holds at most this share of the target (Iceberg's bin-pack bins are as loose).
+FILL_CAP = (9, 8)
+
+
+def priced_planner(price: float, ratio: float, fill: float = 0.875, everywhere: bool = False) -> Planner:
+    """The rule of the module doc with ``price`` (bytes to come per file saved, as a divisor), ``ratio``
+    and ``fill`` (the share of a target the small files weigh when they are packed); with ``everywhere``,
+    also in partitions not expected to fill a target."""
+    if not price > 0 or not ratio >= 1 or not 0 < fill <= 1.5:
+        raise ValueError(f"need price > 0, ratio ≥ 1 and 0 < fill ≤ 1.5; got {price}, {ratio}, {fill}")
+
+    def plan(state: PartitionState) -> tuple[Plan, str] | None:
+        if state.cold or not everywhere and max(state.received_bytes, state.expected_bytes or 0) < state.tuning.target:
+            return None
+        target = state.tuning.target
+        m = MeasuredFiles.checked(state.files, target, state.tuning.tolerance)
+        sizes = m.sizes
+        small = sorted((i for i in range(len(sizes)) if sizes[i] < target * COLD_DONE_NUMERATOR // COLD_DONE_DENOMINATOR),
+                       key=lambda i: (sizes[i], m.files[i].path))
+        total = sum(sizes[i] for i in small)
+        if len(small) >= 2 and total >= fill * target:
+            group, held = [], 0
+            for i in reversed(small):
+                if held + sizes[i] <= target * FILL_CAP[0] // FILL_CAP[1]:
+                    group.append(i)
+                    held += sizes[i]
+            if len(group) >= 2:
+                return m.plan([group]), "filled"
+        life = max(0, target - total) / price if state.newest else math.inf
+        best, best_k, run = 0.0, 0, 0
+        for k, i in enumerate(small, 1):
+            if k > 1 and sizes[i] > ratio * run:
+                break
+            run += sizes[i]
+            value = (k - 1) * life - run
+            if k >= 2 and (value > best or value == math.inf):  # unbounded: the whole prefix
+                best, best_k = value, k
+        if best_k >= 2:
+            return m.plan([small[:best_k]]), "priced"
+        return m.plan([]), "priced_wait"
+
+    return plan
+
+
+def _point(f: Figures, base: Figures) -> dict[str, Any]:
+    """``f`` beside the bin-pack's: live ratio, WA, and whether the end layout is within 10 % of its (files,
+    and excess MSE with 1 MiB² of slack, as benchmarks.policy_sim judges it)."""
+    end_ok = f.end_files <= 1.1 * base.end_files and f.end_excess_mse <= 1.1 * base.end_excess_mse + (1 << 40)
+    return {"live_ratio": round(f.mean_live_files / base.mean_live_files, 4) if base.mean_live_files else 0.0,
+            "write_amplification": round(f.write_amplification, 4), "end_files": f.end_files,
+            "end_excess_mse_mib2": round(f.end_excess_mse / (1 << 40), 3), "end_ok": end_ok}
+
+
+def trace_report(name: str, writes: Sequence[Write], target: int, latency: float,
+                 variants: Sequence[tuple[float, float]], fill: float, everywhere: bool) -> dict[str, Any]:
+    tuning = PolicyTuning(target)
+    base = simulate_baseline(writes, target)
+    priced: list[dict[str, Any]] = []
+    out = {"trace": name, "target": target, "latency": latency, "bytes_written": base.bytes_written,
+           "binpack": {"mean_live_files": round(base.mean_live_files, 3),
+                       "write_amplification": round(base.write_amplification, 4), "end_files": base.end_files,
+                       "bytes_rewritten": base.bytes_rewritten},
+           "defaults": _point(simulate_policy(writes, tuning, latency), base), "priced": priced}
+    for price, ratio in variants:
+        f = simulate_policy(writes, tuning, latency, planner=priced_planner(price, ratio, fill, everywhere))
+        priced.append({"price": price, "ratio": ratio, **_point(f, base), "bytes_rewritten": f.bytes_rewritten})
+    return out
+
+
+def _mark(p: dict[str, Any], files_goal: float) -> str:
+    ok = p["live_ratio"] <= files_goal and p["write_amplification"] <= WRITE_AMPLIFICATION_GOAL and p["end_ok"]
+    return f"{p['live_ratio']:.3f}×/{p['write_amplification']:.2f}{'*' if ok else ' ' if p['end_ok'] else 'e'}"
+
+
+def print_report(rows: list[dict[str, Any]], files_goal: float) -> None:
+    variants = [f"κ{v['price']:g} r{v['ratio']:g}" for v in rows[0]["priced"]]
+    print(f"{'trace':<24}{'latency':>8}{'bin-pack files/WA':>19}{'defaults':>13}" + "".join(f"{v:>13}" for v in variants))
+    for r in rows:
+        b = r["binpack"]
+        print(f"{r['trace']:<24}{r['latency']:>7g}s{b['mean_live_files']:>12.2f}/{b['write_amplification']:.2f}"
+              f"{_mark(r['defaults'], files_goal):>13}" + "".join(f"{_mark(p, files_goal):>13}" for p in r["priced"]))
+    print(f"(ratio of the bin-pack's mean live files / write amplification; * meets ≤ {files_goal:.2f}× files, WA ≤ 1.5 "
+          "and the end layout; e: files or excess MSE at the end more than 10 % over the bin-pack's)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    trace_arguments(ap)
+    ap.add_argument("--latency", dest="latencies", type=float, action="append", help="seconds to a merge's commit (repeatable); "
+                    "default 0.4 (the live service's p50) and 1.0")
+    ap.add_argument("--price", type=float, action="append", help="κ (repeatable); default 32 and 48")
+    ap.add_argument("--ratio", type=float, action="append", help="r (repeatable); default 2 and 2.5")
+    ap.add_argument("--everywhere", action="store_true", help="the rule also where a partition's scale is under the target")
+    ap.add_argument("--fill", type=float, default=0.875, help="share of a target at which small files are packed")
+    ap.add_argument("--family", action="store_true", help="the 12 members of benchmarks.trace_family instead")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    target = checked_target(ap, args)
+    variants = list(itertools.product(args.price or [32.0, 48.0], args.ratio or [2.0, 2.5]))
+    try:
+        priced_planner(variants[0][0], variants[0][1], args.fill)
+        bad = next((v for v in variants if not v[0] > 0 or not v[1] >= 1), None)
+        if bad is not None:
+            raise ValueError(f"need --price > 0 and --ratio ≥ 1, got {bad[0]:g} and {bad[1]:g}")
+        if any(not x >= 0 for x in args.latencies or ()):
+            raise ValueError(f"--latency must be seconds ≥ 0, got {args.latencies}")
+    except ValueError as e:
+        ap.error(str(e))
+    started = time.monotonic()
+    if args.family:
+        traces = [(m.name, m.target, family_writes(m)) for m in FAMILY]
+    else:
+        traces = [(f"seed {s}", target, streaming_writes(s, args.commits)) for s in (args.seed or [7, 8, 3, 11])]
+    rows = [trace_report(name, writes, tgt, lat, variants, args.fill, args.everywhere)
+            for name, tgt, writes in traces for lat in (args.latencies or [0.4, 1.0])]
+    files_goal = 1.05 if args.family else 1.0
+    if args.json:
+        print(json.dumps({"files_goal": files_goal, "rows": rows}, indent=2))
+    else:
+        print_report(rows, files_goal)
+        print(f"{time.monotonic() - started:.1f} s")
+    did_work = all(r["bytes_written"] for r in rows) and any(p["bytes_rewritten"] for r in rows for p in r["priced"]) \
+        and any(r["binpack"]["bytes_rewritten"] for r in rows)
+    return 0 if did_work else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

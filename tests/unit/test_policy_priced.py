@@ -1,0 +1,121 @@
+"""benchmarks.policy_priced: the priced live rule tried in the simulator through its planner hook."""
+
+from __future__ import annotations
+
+import pytest
+
+from autooptimize.domain.planning import PlanFile
+from autooptimize.domain.policy import PolicyTuning
+from autooptimize.domain.simulate import PartitionState, Write, simulate_policy
+from autooptimize.domain.time_spans import Spans, TimePartition
+from benchmarks import policy_priced
+from benchmarks.policy_priced import priced_planner
+
+MiB = 1 << 20
+KiB = 1 << 10
+TUNING = PolicyTuning(8 * MiB)
+
+
+def _state(sizes, *, newest=True, cold=False, received=None, expected=None):  # type: ignore[no-untyped-def]
+    files = [PlanFile(f"w{i}", s) for i, s in enumerate(sizes)]
+    return PartitionState(TimePartition(0, 1, "[1]"), files, TUNING, cold, newest, sum(sizes) if received is None else received,
+                          8 * MiB if expected is None else expected)
+
+
+def _merged(got):  # type: ignore[no-untyped-def]
+    plan, rule = got
+    return rule, [sorted(f.path for f in g.files) for g in plan.groups]
+
+
+def test_small_files_weighing_the_fill_share_are_packed_largest_first_into_one_file_of_at_most_nine_eighths():
+    sizes = [3 * MiB, 3 * MiB, 2 * MiB, 1 * MiB, 100 * KiB]  # 9.1 MiB under ¾ of the target: over ⅞ of it
+    rule, groups = _merged(priced_planner(32, 2)(_state(sizes)))
+    assert rule == "filled"
+    assert groups == [["w0", "w1", "w2", "w3"]]  # 9 MiB fits 9/8 × 8 MiB; the 100 KiB file would not
+
+
+def test_in_the_newest_partition_a_prefix_merges_only_while_the_files_it_saves_are_worth_its_bytes():
+    sizes = [100 * KiB] * 4  # life = (8 MiB − 400 KiB) / κ per file saved
+    rule, groups = _merged(priced_planner(32, 2)(_state(sizes)))
+    assert rule == "priced" and groups == [["w0", "w1", "w2", "w3"]]  # 3 × 243 KiB > 400 KiB
+    plan, rule = priced_planner(1000, 2)(_state(sizes))  # 3 × 7.8 KiB < 400 KiB: wait
+    assert rule == "priced_wait" and plan.is_empty
+
+
+def test_a_file_more_than_ratio_times_the_bytes_before_it_ends_the_prefix():
+    sizes = [100 * KiB, 100 * KiB, 500 * KiB]  # 500 > 2 × 200: the third stays
+    assert _merged(priced_planner(8, 2)(_state(sizes))) == ("priced", [["w0", "w1"]])
+    assert _merged(priced_planner(8, 2.5)(_state(sizes))) == ("priced", [["w0", "w1", "w2"]])
+    # allowed by the ratio but not worth it: 2 × 234 KiB saved < 700 KiB read, 234 KiB > 200 KiB
+    assert _merged(priced_planner(32, 2.5)(_state(sizes))) == ("priced", [["w0", "w1"]])
+
+
+def test_a_partition_behind_the_newest_merges_its_whole_prefix_at_once():
+    sizes = [10 * KiB, 10 * KiB, 15 * KiB]
+    assert _merged(priced_planner(10_000, 2)(_state(sizes, newest=False))) == ("priced", [["w0", "w1", "w2"]])
+    plan, rule = priced_planner(10_000, 2)(_state(sizes))  # the same files in the newest: not worth it
+    assert rule == "priced_wait" and plan.is_empty
+
+
+def test_cold_or_small_partitions_are_left_to_the_policy_unless_everywhere():
+    sizes = [100 * KiB] * 4
+    assert priced_planner(32, 2)(_state(sizes, cold=True)) is None
+    small = _state(sizes, expected=1 * MiB)  # neither received nor expected a target's bytes
+    assert priced_planner(32, 2)(small) is None
+    assert priced_planner(32, 2, everywhere=True)(small) is not None
+
+
+def test_nonsense_settings_are_refused():
+    for args in ((0, 2), (32, 0.5), (32, 2, 0.0)):
+        with pytest.raises(ValueError):
+            priced_planner(*args)
+
+
+def _hours(n: int = 200) -> list[Write]:
+    """Two writes a second into the current hour (a new hour each 60 writes), a late file each fifth."""
+    out = []
+    for k in range(n):
+        hour = k // 60
+        files = [(TimePartition(0, hour, f"[{hour}]"), 150 * KiB + 7 * KiB * (k % 5))]
+        if k % 5 == 0 and hour:
+            files.append((TimePartition(0, hour - 1, f"[{hour - 1}]"), 20 * KiB))
+        out.append(Write(k / 2, tuple(files)))
+    return out
+
+
+def test_a_planner_that_always_defers_replays_exactly_as_the_policy():
+    writes = _hours()
+    plain = simulate_policy(writes, TUNING, 1.0)
+    deferred = simulate_policy(writes, TUNING, 1.0, planner=lambda state: None)
+    assert plain.bytes_rewritten > 0
+    assert (plain.mean_live_files, plain.bytes_rewritten, plain.end_files) == (
+        deferred.mean_live_files, deferred.bytes_rewritten, deferred.end_files)
+
+
+def test_the_planner_sees_the_newest_hour_of_the_spec_as_newest():
+    spans = Spans()
+    spans.extend([TimePartition(0, 5, "[5]"), TimePartition(0, 4, "[4]")])
+    assert spans.is_newest(TimePartition(0, 5, "[5]")) and not spans.is_newest(TimePartition(0, 4, "[4]"))
+    assert spans.is_newest("region=eu")  # no time field: nothing says it is done being written
+    spans.extend([TimePartition(0, 6, "[6]")])
+    assert not spans.is_newest(TimePartition(0, 5, "[5]"))
+
+    judged: list[tuple[int, bool]] = []
+
+    def spy(state: PartitionState) -> None:
+        judged.append((state.partition.ordinal, state.newest))
+        return None
+
+    simulate_policy(_hours(200), TUNING, 1.0, planner=spy)
+    newest_run = [h for h, newest in judged if newest]
+    assert sorted(set(newest_run)) == [0, 1, 2, 3] and newest_run == sorted(newest_run)  # each hour once newest
+    assert {h for h, newest in judged if not newest} >= {0, 1, 2}  # and judged again behind it (late files)
+
+
+def test_the_priced_rule_replays_and_rewrites_less_than_the_bin_pack(capsys):
+    assert policy_priced.main(["--seed", "7", "--commits", "120", "--latency", "1", "--price", "32",
+                               "--ratio", "2", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"priced"' in out and '"binpack"' in out
+    with pytest.raises(SystemExit):
+        policy_priced.main(["--price", "-1"])
