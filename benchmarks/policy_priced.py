@@ -22,8 +22,8 @@ writes each one about once. This rule tries that online. While a partition is wr
 * cold, and in a partition that has not received and is not expected to hold a target's bytes (its
   scale is under the target: ``--everywhere`` drops this), the shipped policy's own rules apply.
 
-The excess rule does not gate it: a partition of a few small files within the rule's tolerance is still
-merged when the price says so (gated by it, every trace keeps 5–20 % more files).
+A partition within the excess rule is left alone first, as by the policy (on the four streaming traces
+that changes no figure).
 
 It needs nothing the service lacks: the newest ordinal of each spec is ``ao_spec_spans.newest``.
 Printed per trace: the bin-pack's figures, and the shipped defaults' and each priced variant's mean
@@ -44,6 +44,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from autooptimize.domain.entropy import excess_needs_attention
 from autooptimize.domain.planning import Plan
 from autooptimize.domain.planning.essential import MeasuredFiles
 from autooptimize.domain.policy import COLD_DONE_DENOMINATOR, COLD_DONE_NUMERATOR, PolicyTuning
@@ -77,6 +78,9 @@ def priced_planner(price: float, ratio: float, fill: float = 0.875, everywhere: 
         target = state.tuning.target
         m = MeasuredFiles.checked(state.files, target, state.tuning.tolerance)
         sizes = m.sizes
+        if not excess_needs_attention(m.before.sse, m.before.n, sum(min(x, target) for x in sizes), target,
+                                      m.tolerance):
+            return None  # within the excess rule: the policy's below_excess
         small = sorted((i for i in range(len(sizes)) if sizes[i] < target * COLD_DONE_NUMERATOR // COLD_DONE_DENOMINATOR),
                        key=lambda i: (sizes[i], m.files[i].path))
         total = sum(sizes[i] for i in small)
