@@ -83,6 +83,10 @@ DESCRIPTIONS: dict[str, str] = {
     "cold_gap_factor": "a partition goes cold sooner, once no write came for this many times the longest of its "
                        "last 3 gaps between writes (at least 5 s, at most AO_COLD_AFTER_SECONDS; 0: off): an "
                        "hour only late data reaches is finished soon after its late writes stop",
+    "merge_price": "above 0, a partition that fills target files merges by the priced rule while written to: "
+                   "a merge only where the files it saves are worth the bytes it reads, at this price (lower "
+                   "merges more); 0 (the default): the tiers. A per-table knob (`track --merge-price`) that "
+                   "AutoAnalyze searches",
     "late_horizon_finish": "finish a time partition (hour, day, month, year) at once when a newer one starts, "
                            "once it is further behind the newest than any write has reached back (the "
                            "table's late horizon), instead of after its cold-after time",

@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             for d, s in zip(rows, suggested, strict=True):
                 t = s["tuning"]
                 held_d, held_s = sum(d["ok"].values()), sum(s["ok"].values())
-                print(f"{d['member']:<28} fan-in {t['fan_in']:>2}, cold after {t['cold_after_seconds']:>4.0f} s, "
+                print(f"{d['member']:<28} {'price ' + str(t['price']) + ', ' if t.get('price') else ''}fan-in {t['fan_in']:>2}, cold after {t['cold_after_seconds']:>4.0f} s, "
                       f"gaps × {t['cold_gap_factor']:g}, leave alone below {t['leave_alone_below']:>8}, quiet merge "
                       f"{'on ' if t['quiet_merge'] else 'off'}: goals held {held_d} -> {held_s} of 5, "
                       f"shortfall {d['shortfall']:.2f} -> {s['shortfall']:.2f}" + ("" if held_s >= held_d else "  WORSE"))

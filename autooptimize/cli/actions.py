@@ -26,7 +26,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         "allowed_actions": args.allowed_actions, "max_bytes_per_action": args.max_bytes_per_action,
         "min_interval_seconds": args.min_interval, "allow": args.allow, "disallow": args.disallow,
         "merge_fan_in": args.merge_fan_in, "cold_after_seconds": args.cold_after,
-        "cold_gap_factor": args.cold_gap_factor,
+        "cold_gap_factor": args.cold_gap_factor, "merge_price": args.merge_price,
         "leave_alone_below": args.leave_alone_below, "quiet_merge": args.quiet_merge,
         "auto_tune": args.auto_tune, "tenant": args.tenant,
     }
@@ -194,7 +194,8 @@ def _suggest(args: argparse.Namespace) -> int:
           f"{out['tried']} tunings tried")
     gaps = t.get("cold_gap_factor", 0)
     own = f" (or {gaps:g} × a partition's recent gaps between writes, at least 5 s)" if gaps else ""
-    print(f"suggested: fan-in {t['fan_in']}, cold after {t['cold_after_seconds']:g} s{own}, leave alone below "
+    price = f"the priced rule at price {t['price']}, " if t.get("price") else ""
+    print(f"suggested: {price}fan-in {t['fan_in']}, cold after {t['cold_after_seconds']:g} s{own}, leave alone below "
           f"{t['leave_alone_below']} bytes, quiet merge {'on' if t['quiet_merge'] else 'off'} "
           f"(target {t['target']} bytes, settle {t['settle_seconds']:g} s)"
           + ("" if out["meets_goal"] else "; no candidate keeps the file goal: the fewest live files shown"))

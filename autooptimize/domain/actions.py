@@ -104,6 +104,8 @@ class ActionRequest:
     cold_gap_factor: float = 4.0  # the partition is cold sooner after close writes (AO_COLD_GAP_FACTOR)
     late_horizon: bool = True  # finish a partition past the table's late horizon (AO_LATE_HORIZON_FINISH)
     past_late_horizon: bool = False  # the one partition is past it (the listener's ordinals and late lags)
+    price: int = 0  # the priced live rule's price (AO_MERGE_PRICE, the table's own; 0: the tiers)
+    newest_partition: bool = True  # the one partition is its spec's newest time partition, or has no time field
     leave_alone_below: int = 0  # partitions under this many bytes are never merged (the table's tuning)
     quiet_merge: bool = False  # merge a quiet partition before it goes cold (AO_QUIET_MERGE, the table's tuning)
     now_ms: int | None = None  # the clock live-ness is judged by (None: now)

@@ -22,6 +22,10 @@ show which one applied:
                       bytes allow (an even split of ``round(B / target)`` files); the plan reports
                       the bytes that costs
 ``nothing_to_merge``  cold and over the excess rule, but fewer than ``min_input_files`` files can merge
+``filled``, ``priced``, ``priced_wait``
+                      written to, at a ``price`` > 0 (off by default), in a partition whose scale is
+                      the target: the priced rule of :mod:`autooptimize.domain.priced`, in place of the
+                      tiers and quiet merging
 
 **Tiers.** Files under ``scale // LIVE_LARGE_DIVISOR`` are sorted by size and cut into tiers: a tier
 starts at its smallest file and holds every file under ``fan_in`` times that size. Walking up from the
@@ -62,6 +66,18 @@ from autooptimize.domain.entropy import excess_needs_attention
 from autooptimize.domain.planning.binpack import BIN_SLACK_DIVISOR, first_fit_decreasing
 from autooptimize.domain.planning.essential import MeasuredFiles, check_min_input
 from autooptimize.domain.planning.types import Plan, PlanFile
+from autooptimize.domain.policy_clock import (
+    COLD_FLOOR_SECONDS,
+    COLD_GAPS_KEPT,
+    DEFAULT_COLD_AFTER_SECONDS,
+    DEFAULT_COLD_GAP_FACTOR,
+    DEFAULT_SETTLE_SECONDS,
+    HORIZON_SPAN_MARGIN,
+    is_live,
+    partition_cold_after,
+    past_late_horizon,
+)
+from autooptimize.domain.priced import PRICED_RULES, priced_group
 from autooptimize.errors import InvalidArgument
 
 __all__ = [
@@ -73,6 +89,7 @@ __all__ = [
     "DEFAULT_QUIET_MERGE",
     "DEFAULT_SETTLE_SECONDS",
     "LIVE_LARGE_DIVISOR",
+    "LIVE_MERGE_RULES",
     "RULES",
     "SKIP_RULES",
     "TINY_DIVISOR",
@@ -103,8 +120,6 @@ DEFAULT_FAN_IN = 12
 #: A tier merges at this many files while its files weigh under ``scale // TINY_DIVISOR`` together.
 TINY_FAN_IN = 4
 TINY_DIVISOR = 8
-#: A partition with no new file for this long is settled: the service judges it again then.
-DEFAULT_SETTLE_SECONDS = 3.0
 #: While written to, files of at least ``scale // LIVE_LARGE_DIVISOR`` bytes are never rewritten.
 LIVE_LARGE_DIVISOR = 2
 #: Quiet (``quiet_merge``), a file joins the merge only while at most this many times the bytes of the
@@ -119,32 +134,13 @@ DEFAULT_QUIET_MERGE = False
 #: Cold, files under this share of the target are merged into the best layout (Iceberg's bin-pack rule,
 #: so the end layout is the bin-pack's).
 COLD_DONE_NUMERATOR, COLD_DONE_DENOMINATOR = 3, 4
-#: A partition with no new file for this long is cold and finished once. Over the family, 60–300 s moved
-#: every member's write amplification by under 0.1; 30 s added 0.26 on m01 (late writes into a past hour
-#: come more than 30 s apart there, so it was finished, then written again and finished again).
-DEFAULT_COLD_AFTER_SECONDS = 60.0
-#: A partition goes cold sooner than its table's cold-after time once no file has arrived for this many
-#: times the longest of its last :data:`COLD_GAPS_KEPT` gaps between writes (never under
-#: :data:`COLD_FLOOR_SECONDS`; 0 turns it off). An hour the writer has left and that only late data
-#: reaches (a write every few seconds) is finished about half a minute after its writes stop, not a minute;
-#: the hour being written (gaps under a second) is not cold while its writes keep coming. In the
-#: simulator, over benchmarks.trace_family and the streaming trace (docs/policy.md): k = 4, 3 gaps took the
-#: streaming trace's mean live files from 1.28× to 1.12× the bin-pack's with write amplification
-#: 1.63 → 1.64 and held the same goals on every member; its cost is at large targets, where a small hour
-#: finished early is finished again after late data (m01 WA 2.57 → 2.82, the streaming trace at 128 MiB
-#: 2.35 → 2.80). k = 3 lost m03's end layout; k = 6 and 8 gave back most of the gain.
-DEFAULT_COLD_GAP_FACTOR = 4.0
-COLD_GAPS_KEPT = 3
-COLD_FLOOR_SECONDS = 5.0
-
-#: The late-horizon finish (:func:`past_late_horizon`) waits until the table's time partitions span this
-#: many more than its late horizon: a young table has not yet shown how far back its late data reaches.
-HORIZON_SPAN_MARGIN = 3
 
 RULES = ("below_excess", "left_alone", "tiered", "live_wait", "quiet_full", "quiet_partial", "cold_finish",
-         "nothing_to_merge")
+         "nothing_to_merge", *PRICED_RULES)
 #: The rules that leave a partition alone: each is the reason it was skipped.
-SKIP_RULES = ("below_excess", "left_alone", "live_wait", "nothing_to_merge")
+SKIP_RULES = ("below_excess", "left_alone", "live_wait", "nothing_to_merge", "priced_wait")
+#: The rules that merge a partition while it is written to (not cold, not quiet).
+LIVE_MERGE_RULES = ("tiered", "filled", "priced")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,47 +157,6 @@ class PolicyPlan:
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise InvalidArgument(f"PolicyPlan.rule must be one of {', '.join(RULES)}; got {self.rule!r}")
-
-
-def is_live(newest_file_age_seconds: float, settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> bool:
-    """True while the partition's newest file is younger than ``settle_seconds``."""
-    if not newest_file_age_seconds >= 0:
-        raise InvalidArgument(f"newest_file_age_seconds must be a number ≥ 0, got {newest_file_age_seconds!r}")
-    if not settle_seconds >= 0:
-        raise InvalidArgument(f"settle_seconds must be a number ≥ 0, got {settle_seconds!r}")
-    return newest_file_age_seconds < settle_seconds
-
-
-def partition_cold_after(cold_after_seconds: float, gaps: Sequence[float] | None,
-                         factor: float = DEFAULT_COLD_GAP_FACTOR, settle_seconds: float = 0.0) -> float:
-    """Seconds without a write after which one partition is cold: ``factor`` × the longest of its recent
-    ``gaps`` between writes (seconds, newest first; only the first :data:`COLD_GAPS_KEPT` count), at least
-    :data:`COLD_FLOOR_SECONDS` and ``settle_seconds``, at most the table's ``cold_after_seconds``. The
-    table's time when the partition has no gap yet (one write so far) or ``factor`` is 0."""
-    if not cold_after_seconds >= 0:
-        raise InvalidArgument(f"cold_after_seconds must be a number ≥ 0, got {cold_after_seconds!r}")
-    if not factor >= 0:
-        raise InvalidArgument(f"the cold gap factor must be a number ≥ 0 (0: off), got {factor!r}")
-    recent = [g for g in (gaps or ())[:COLD_GAPS_KEPT] if g is not None]
-    if not factor or not recent:
-        return cold_after_seconds
-    if any(not g >= 0 for g in recent):
-        raise InvalidArgument(f"gaps between writes must be seconds ≥ 0, got {list(gaps or ())!r}")
-    return min(cold_after_seconds, max(COLD_FLOOR_SECONDS, settle_seconds, factor * max(recent)))
-
-
-def past_late_horizon(ordinal: int | None, newest: int | None, oldest: int | None, horizon: int | None) -> bool:
-    """True when a time partition (``ordinal``: its hour, day, month or year) is further behind the newest
-    partition than any write has reached back so far (``horizon``: the most partitions behind the newest
-    that a write has landed), and the table's partitions span at least ``horizon`` +
-    :data:`HORIZON_SPAN_MARGIN` (``oldest`` to ``newest``). Such a partition is not written again, so the
-    cold finish can run at once instead of after its cold-after time. False when any value is unknown.
-
-    The service's listener keeps each partition's ordinal and late lag (``ao_partition_stats``); decide
-    and the merge take such a partition as cold (``AO_LATE_HORIZON_FINISH``, ``PolicyTuning.late_horizon``)."""
-    if ordinal is None or newest is None or oldest is None or horizon is None:
-        return False
-    return newest - oldest >= horizon + HORIZON_SPAN_MARGIN and newest - ordinal > horizon
 
 
 def capped_bytes(sizes: Iterable[int], target: int) -> int:
@@ -275,6 +230,7 @@ class PolicyTuning:
     quiet_merge: bool = DEFAULT_QUIET_MERGE
     cold_gap_factor: float = DEFAULT_COLD_GAP_FACTOR
     late_horizon: bool = True  # finish a time partition past the table's late horizon (past_late_horizon)
+    price: int = 0  # the priced live rule (autooptimize.domain.priced) with this price; 0: the tiers
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, int) or self.target < 1:
@@ -298,6 +254,8 @@ class PolicyTuning:
             raise InvalidArgument(f"PolicyTuning.cold_gap_factor must be ≥ 0 (0: off), got {self.cold_gap_factor!r}")
         if not isinstance(self.late_horizon, bool):
             raise InvalidArgument(f"PolicyTuning.late_horizon must be True or False, got {self.late_horizon!r}")
+        if not isinstance(self.price, int) or isinstance(self.price, bool) or self.price < 0:
+            raise InvalidArgument(f"PolicyTuning.price must be an integer ≥ 0 (0: the tiers), got {self.price!r}")
 
     def cold_after(self, gaps: Sequence[float] | None) -> float:
         """One partition's cold-after time under this tuning (:func:`partition_cold_after`)."""
@@ -307,7 +265,7 @@ class PolicyTuning:
         return {"target": self.target, "fan_in": self.fan_in, "settle_seconds": self.settle_seconds,
                 "cold_after_seconds": self.cold_after_seconds, "leave_alone_below": self.leave_alone_below,
                 "tolerance": self.tolerance, "quiet_merge": self.quiet_merge,
-                "cold_gap_factor": self.cold_gap_factor, "late_horizon": self.late_horizon}
+                "cold_gap_factor": self.cold_gap_factor, "late_horizon": self.late_horizon, "price": self.price}
 
 
 def partition_scale(target: int, received_bytes: int | None, expected_bytes: int | None) -> int:
@@ -328,6 +286,8 @@ def plan_partition(
     received_bytes: int | None = None,
     expected_bytes: int | None = None,
     leave_alone_below: int = 0,
+    price: int = 0,
+    newest: bool = True,
 ) -> PolicyPlan:
     """The policy's plan for one partition's live data files (see the module doc for the rules).
 
@@ -336,11 +296,14 @@ def plan_partition(
     ``received_bytes`` / ``expected_bytes``: the bytes the partition has received in all and the bytes
     the table's history says it will hold (None: unknown); they set the partition's scale
     (:func:`partition_scale`). Judged by :func:`~autooptimize.domain.entropy.excess_needs_attention`
-    on ``N``, ``SSE`` and ``B = Σ min(s, target)`` (:func:`capped_bytes`).
+    on ``N``, ``SSE`` and ``B = Σ min(s, target)`` (:func:`capped_bytes`). ``price`` > 0: while written
+    to, a partition whose scale is the target follows the priced rule (:mod:`autooptimize.domain.priced`;
+    ``newest``: the partition is its spec's newest time partition, or has no time field).
 
     Guarantees: no file is in two groups or absent from ``files``; every group holds at least
-    ``min_input_files`` files; no group holds a file at or above the target; not cold, no group holds a
-    file of ``scale // LIVE_LARGE_DIVISOR`` bytes or more, nor a file larger than the rest of its group;
+    ``min_input_files`` files; no group holds a file at or above the target; not cold and under the
+    tiers, no group holds a file of ``scale // LIVE_LARGE_DIVISOR`` bytes or more, nor a file larger than
+    the rest of its group (under the priced rule, none of ¾ of the target or more);
     a ``cold_finish`` plan leaves at most one file under ¾ of the target (under the output model), the
     layout Iceberg's bin-pack ends with.
     Raises :class:`InvalidArgument` naming the first argument that is not valid.
@@ -361,6 +324,9 @@ def plan_partition(
         if value is not None:
             non_negative_int(name, value)
     leave_alone_below = non_negative_int("leave_alone_below", leave_alone_below)
+    price = non_negative_int("price", price)
+    if not isinstance(newest, bool):
+        raise InvalidArgument(f"newest must be True or False, got {newest!r}")
     target, sizes = measured.target, measured.sizes
     bytes_capped = sum(min(s, target) for s in sizes)
     attention = excess_needs_attention(measured.before.sse, measured.before.n, bytes_capped, target,
@@ -375,6 +341,11 @@ def plan_partition(
         if len(group) < min_input_files:
             return PolicyPlan(measured.plan(()), "nothing_to_merge", True)
         return PolicyPlan(measured.plan([group]), "cold_finish", True)
+    scale = partition_scale(target, received_bytes, expected_bytes)
+    if price and scale >= target:
+        group, rule = priced_group(sizes, by_size, target, price, newest)
+        chosen = [group] if len(group) >= min_input_files else []
+        return PolicyPlan(measured.plan(chosen), rule if chosen or not group else "priced_wait", True)
     if quiet:
         cap = target * DONE_NUMERATOR // DONE_DENOMINATOR
         group = _absorbed([i for i in by_size if sizes[i] < cap], sizes, min(fan_in, ABSORB_RATIO))
@@ -382,7 +353,6 @@ def plan_partition(
             return PolicyPlan(measured.plan(()), "live_wait", True)
         full = len(group) == sum(1 for x in sizes if x < target)
         return PolicyPlan(measured.plan([group]), "quiet_full" if full else "quiet_partial", True)
-    scale = partition_scale(target, received_bytes, expected_bytes)
     cand = [i for i in by_size if sizes[i] < scale // LIVE_LARGE_DIVISOR]
     group = _live_group(cand, sizes, fan_in, scale)
     if not group:

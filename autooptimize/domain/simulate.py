@@ -235,7 +235,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         if got is None:
             result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, quiet=quiet, fan_in=tuning.fan_in,
                                     received_bytes=t.received[part], expected_bytes=expected,
-                                    leave_alone_below=tuning.leave_alone_below)
+                                    leave_alone_below=tuning.leave_alone_below, price=tuning.price,
+                                    newest=spans.is_newest(part))
             got = result.plan, result.rule
         rules[got[1]] = rules.get(got[1], 0) + 1
         return balance_outputs(got[0], files, grow=False).groups
@@ -264,7 +265,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         if not measuring and measure_from is not None and w.at >= measure_from:
             t.measure_from_here()
             measuring = True
-        advanced = (tuning.late_horizon or planner is not None) and spans.extend(p for p, _ in w.files)
+        advanced = (tuning.late_horizon or planner is not None or tuning.price > 0) and spans.extend(
+            p for p, _ in w.files)
         for part, size in w.files:
             if part in t.newest and w.at > t.newest[part]:  # as the listener keeps them (one per commit)
                 gaps[part] = [w.at - t.newest[part], *gaps.get(part, ())][:COLD_GAPS_KEPT]
@@ -286,6 +288,9 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
 #: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
 SUGGEST_FAN_INS = (4, 6, 8, 12, 16, 24, 32)
 SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
+#: The prices of the priced live rule ``suggest_tuning`` tries (autooptimize.domain.priced; each with the
+#: default's fan-in for the partitions the rule leaves to the tiers, and quiet merging off).
+SUGGEST_PRICES = (16, 24, 32, 48)
 #: The file goal ``suggest_tuning`` holds a tuning to: mean live files at most this times the bin-pack's.
 LIVE_FILES_GOAL = 1.05
 
@@ -339,16 +344,23 @@ def shortfall(f: Figures, base: Figures) -> float:
 def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FAN_INS,
                       cold_after: Sequence[float] = SUGGEST_COLD_AFTER,
                       leave_alone: Sequence[int] = (0,), quiet_merge: Sequence[bool] = (False, True),
-                      cold_gap_factors: Sequence[float] | None = None) -> list[PolicyTuning]:
+                      cold_gap_factors: Sequence[float] | None = None,
+                      prices: Sequence[int] = SUGGEST_PRICES) -> list[PolicyTuning]:
     """Every combination of the given fan-ins, cold-after times, leave-alone sizes, quiet merging and cold
     gap factors (None: ``default``'s and 0, the partition's own cold-after time on and off) at
-    ``default``'s target, settle time and tolerance; ``default`` first."""
+    ``default``'s target, settle time and tolerance, under the tiers; and each of ``prices`` of the priced
+    live rule with every cold-after time, leave-alone size and gap factor; ``default`` first."""
     if cold_gap_factors is None:
         cold_gap_factors = tuple(dict.fromkeys((default.cold_gap_factor, 0.0)))
     out = [default]
     for f, c, a, q, k in itertools.product(fan_ins, cold_after, leave_alone, quiet_merge, cold_gap_factors):
         t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
                          default.tolerance, q, k, default.late_horizon)
+        if t not in out:
+            out.append(t)
+    for p, c, a, k in itertools.product(prices, cold_after, leave_alone, cold_gap_factors):
+        t = PolicyTuning(default.target, default.fan_in, default.settle_seconds, max(c, default.settle_seconds), a,
+                         default.tolerance, False, k, default.late_horizon, p)
         if t not in out:
             out.append(t)
     return out

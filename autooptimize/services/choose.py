@@ -26,7 +26,7 @@ from autooptimize.services.sizing import learned_in
 from autooptimize.services.sort import bound, plan_sort
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.stats import median_partition_bytes
-from autooptimize.storage.write_clock import is_past_late_horizon, write_clock
+from autooptimize.storage.write_clock import is_behind_newest, is_past_late_horizon, write_clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +91,9 @@ def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
     cold_after = getattr(tuning, "cold_after_seconds", None)
     quiet = getattr(tuning, "quiet_merge", None)
     gap_factor = getattr(tuning, "cold_gap_factor", None)
-    return {"fan_in": fan_in if fan_in is not None else settings.merge_fan_in,
+    price = getattr(tuning, "merge_price", None)
+    return {"price": price if price is not None else settings.merge_price,
+            "fan_in": fan_in if fan_in is not None else settings.merge_fan_in,
             "cold_after_seconds": cold_after if cold_after is not None else settings.cold_after_seconds,
             "leave_alone_below": getattr(tuning, "leave_alone_below", None) or 0,
             "quiet_merge": quiet if quiet is not None else settings.quiet_merge,
@@ -115,12 +117,14 @@ def partition_history_in(session: Any, table_id: int | None, spec_id: int | None
                          partition_key: str | None = None) -> dict[str, Any]:
     """:func:`partition_history` within the caller's transaction."""
     if table_id is None:
-        return {"expected_partition_bytes": None, "last_write_ms": None, "write_gaps": (), "past_late_horizon": False}
+        return {"expected_partition_bytes": None, "last_write_ms": None, "write_gaps": (), "past_late_horizon": False,
+                "newest_partition": True}
     one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
     at, gaps = write_clock(session, table_id, *one) if one is not None else (None, ())
     past = one is not None and is_past_late_horizon(session, table_id, *one)
+    behind = one is not None and is_behind_newest(session, table_id, *one)
     return {"expected_partition_bytes": median_partition_bytes(session, table_id, one),
-            "last_write_ms": at, "write_gaps": gaps, "past_late_horizon": past}
+            "last_write_ms": at, "write_gaps": gaps, "past_late_horizon": past, "newest_partition": not behind}
 
 
 def column_overlapping_bytes(table: Table, pf: PartitionFiles, column: Any) -> int:
@@ -203,7 +207,7 @@ def choose(table: Table, pf: PartitionFiles, request: ActionRequest, allowed: fr
     decision = decide(facts)
     if problem is not None and problem.reason not in ("has_delete_files",):
         decision = Decision(None, problem.reason, decision.candidates)
-    elif decision.kind is None and rule == "live_wait":
+    elif decision.kind is None and rule in ("live_wait", "priced_wait"):
         # left alone only because writers are still adding files: judged again once it settles
         decision = Decision(None, "live_wait", decision.candidates)
     return Choice(decision, merge_plan, sort_plan, rule, zorder_plan, facts)

@@ -21,7 +21,12 @@ from autooptimize.services.table_refusals import note_refused, refused_view
 from autooptimize.services.tracking import DEFAULT_ACTIONS, size_arg, tuning_of
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
-from autooptimize.storage.write_clock import past_horizon_partitions, write_clocks
+from autooptimize.storage.write_clock import (
+    medians_without_each,
+    partitions_behind_newest,
+    past_horizon_partitions,
+    write_clocks,
+)
 
 
 def explain(settings: Settings, identifier: str, partition: str | None = None,
@@ -62,17 +67,24 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
     rows = []
     clocks: dict[tuple[int, str], Any] = {}
     past: set[tuple[int, str]] = set()
+    behind: set[tuple[int, str]] = set()
+    medians: dict[tuple[int, str], int | None] = {}
     if table_id is not None and key is None:  # each partition judged on its own write clock, as decide does
         with session_scope(settings) as session:
             clocks = write_clocks(session, table_id)
             past = past_horizon_partitions(session, table_id)
+            behind = partitions_behind_newest(session, table_id)
+            medians = medians_without_each(session, table_id)
 
     def own(pf: Any) -> Any:
         if (pf.spec_id, pf.key) not in clocks:
             return request
         at, gaps = clocks[(pf.spec_id, pf.key)]
         return dataclasses.replace(request, spec_id=pf.spec_id, partition_key=pf.key, last_write_ms=at,
-                                   write_gaps=gaps, past_late_horizon=(pf.spec_id, pf.key) in past)
+                                   write_gaps=gaps, past_late_horizon=(pf.spec_id, pf.key) in past,
+                                   newest_partition=(pf.spec_id, pf.key) not in behind,
+                                   expected_partition_bytes=medians.get((pf.spec_id, pf.key),
+                                                                        request.expected_partition_bytes))
 
     choices = [(pf, choose(table, pf, own(pf), allowed)) for pf in partitions]
     budget = explain_view(settings, table_id, [(pf.spec_id, pf.key, c) for pf, c in choices])

@@ -41,7 +41,7 @@ TUNING_FIELDS = (
     "target_file_size", "tolerance", "min_input_files", "priority_class", "weight", "sort_order",
     "zorder_columns", "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",
     "merge_fan_in", "cold_after_seconds", "leave_alone_below", "quiet_merge", "auto_tune", "tenant",
-    "cold_gap_factor",
+    "cold_gap_factor", "merge_price",
 )
 #: Changes to the allowed actions relative to what the table allows now (``track --allow/--disallow``).
 RELATIVE_FIELDS = ("allow", "disallow")
@@ -71,6 +71,8 @@ class TableTuning:
     tenant: str | None = None
     # a partition is cold after this many times its recent gaps between writes (None: AO_COLD_GAP_FACTOR)
     cold_gap_factor: float | None = None
+    # the priced live rule's price (None: AO_MERGE_PRICE; 0: the tiers; autooptimize.domain.priced)
+    merge_price: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -139,6 +141,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         "auto_tune": False,
         "tenant": None,
         "cold_gap_factor": None,
+        "merge_price": None,
     }
     merged = {**base, **{k: v for k, v in changes.items() if v is not None}}
     target = size_arg("target_file_size", merged["target_file_size"])
@@ -172,6 +175,9 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
     gap_factor = merged["cold_gap_factor"]
     if gap_factor is not None:
         gap_factor = bounded_float(gap_factor, 0, 1000, "cold_gap_factor must be a number from 0 (off) to 1000")
+    price = merged["merge_price"]
+    if price is not None:
+        price = bounded_int("merge_price", price, 0, 1_000_000)
     if merged["quiet_merge"] is not None and not isinstance(merged["quiet_merge"], bool):
         raise InvalidArgument(f"quiet_merge must be true or false (got {merged['quiet_merge']!r})")
     if not isinstance(merged["auto_tune"], bool):
@@ -197,6 +203,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         auto_tune=merged["auto_tune"],
         tenant=tenant,
         cold_gap_factor=gap_factor,
+        merge_price=price,
     )
 
 
@@ -208,7 +215,7 @@ def tuning_of(row: TrackedTable) -> TableTuning:
         min_interval_seconds=row.min_interval_seconds, enabled=row.enabled,
         merge_fan_in=row.merge_fan_in, cold_after_seconds=row.cold_after_seconds,
         leave_alone_below=row.leave_alone_below, quiet_merge=row.quiet_merge, auto_tune=bool(row.auto_tune),
-        tenant=row.tenant, cold_gap_factor=row.cold_gap_factor,
+        tenant=row.tenant, cold_gap_factor=row.cold_gap_factor, merge_price=row.merge_price,
     )
 
 

@@ -88,6 +88,8 @@ class TrackedTable(CatalogTableKey, Base):
     # a partition is cold after this many times its recent gaps between writes (migration 0014; NULL:
     # AO_COLD_GAP_FACTOR; 0: only the cold-after time)
     cold_gap_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the priced live rule's price (migration 0017; NULL: AO_MERGE_PRICE; 0: the tiers)
+    merge_price: Mapped[int | None] = mapped_column(Integer, nullable=True)
     leave_alone_below: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     quiet_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     auto_tune: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())

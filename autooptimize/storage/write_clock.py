@@ -6,6 +6,7 @@ partition's ordinal and its spec's span (``ao_spec_spans``, :func:`record_spans`
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, func, select
@@ -100,3 +101,43 @@ def past_horizon_partitions(session: Session, table_id: int) -> set[PartitionId]
     rows = session.execute(with_span(select(p.spec_id, p.partition_key)).where(p.table_id == table_id,
                                                                                past_horizon())).all()
     return {(r.spec_id, r.partition_key) for r in rows}
+
+
+def behind_newest() -> ColumnElement[bool]:
+    """A partition row joined to its spec's span (:func:`with_span`) is a time partition behind its spec's
+    newest: only late data reaches it (the priced live rule, ``autooptimize.domain.priced``)."""
+    return and_(PartitionStats.ordinal.is_not(None), PartitionStats.ordinal < SpecSpan.newest)
+
+
+def is_behind_newest(session: Session, table_id: int, spec_id: int, partition_key: str) -> bool:
+    """True when the partition is a time partition behind its spec's newest (:func:`behind_newest`)."""
+    p = PartitionStats
+    query = with_span(select(p.partition_key)).where(p.table_id == table_id, p.spec_id == spec_id,
+                                                     p.partition_key == partition_key, behind_newest())
+    return session.execute(query).first() is not None
+
+
+def partitions_behind_newest(session: Session, table_id: int) -> set[PartitionId]:
+    """Every time partition of the table behind its spec's newest (:func:`behind_newest`)."""
+    p = PartitionStats
+    rows = session.execute(with_span(select(p.spec_id, p.partition_key)).where(p.table_id == table_id,
+                                                                               behind_newest())).all()
+    return {(r.spec_id, r.partition_key) for r in rows}
+
+
+def medians_without_each(session: Session, table_id: int) -> dict[PartitionId, int | None]:
+    """``storage.stats.median_partition_bytes`` of every partition of the table that holds files, each less
+    itself, from one read: ``explain`` takes each partition's expected bytes as decide does."""
+    c = PartitionStats.__table__.c
+    rows = session.execute(select(c.spec_id, c.partition_key, c.total_bytes).where(
+        c.table_id == table_id, c.n_files > 0)).all()
+    ordered = sorted(int(r.total_bytes) for r in rows)
+    rest = len(ordered) - 1
+    out: dict[PartitionId, int | None] = {}
+    for r in rows:
+        i = bisect.bisect_left(ordered, int(r.total_bytes))
+        others = ordered[:i] + ordered[i + 1:] if rest else []
+        # percentile_cont(0.5), as PostgreSQL takes it: the middle one, or the mean of the two middle ones
+        out[(r.spec_id, r.partition_key)] = (None if not others else others[rest // 2] if rest % 2
+                                             else int((others[rest // 2 - 1] + others[rest // 2]) / 2))
+    return out

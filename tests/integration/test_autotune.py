@@ -112,7 +112,7 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
     tracking.track(live, ident, target_file_size="8MiB", merge_fan_in=tuning["fan_in"],
                    cold_after_seconds=tuning["cold_after_seconds"],
                    leave_alone_below=tuning["leave_alone_below"] or None, quiet_merge=tuning["quiet_merge"],
-                   cold_gap_factor=tuning["cold_gap_factor"])
+                   cold_gap_factor=tuning["cold_gap_factor"], merge_price=tuning["price"])
     table_id = tracking.ensure_tracked(live, ident)
     port = RecordingDispatch()
     handler = on_attention_handler(live, port)

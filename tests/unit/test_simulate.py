@@ -172,5 +172,8 @@ def test_an_hour_only_late_data_reaches_is_finished_after_its_own_gaps_not_the_t
 def test_the_suggestion_tries_each_partitions_own_cold_after_time_on_and_off() -> None:
     tunings = candidate_tunings(PolicyTuning(TARGET))
     assert {t.cold_gap_factor for t in tunings} == {4.0, 0.0} and tunings[0] == PolicyTuning(TARGET)
-    assert len(tunings) == len(set(tunings)) == 1 + 7 * 4 * 2 * 2 - 1  # the default is not tried twice
+    tiers = [t for t in tunings if not t.price]
+    assert len(tiers) == len(set(tiers)) == 1 + 7 * 4 * 2 * 2 - 1  # the default is not tried twice
+    priced = [t for t in tunings if t.price]  # each price with every cold-after time and gap factor
+    assert len(priced) == len(set(priced)) == 4 * 4 * 2 and {t.quiet_merge for t in priced} == {False}
     assert {t.cold_gap_factor for t in candidate_tunings(PolicyTuning(TARGET, cold_gap_factor=0.0))} == {0.0}

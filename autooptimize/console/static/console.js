@@ -224,7 +224,8 @@ async function tablePage(main) {
     const fig = (f) => `${f.mean_live_files.toFixed(1)} live files, WA ${f.write_amplification.toFixed(2)}`;
     main.append(el("div", {class: "panel", "data-testid": "suggestion"},
       el("h2", {}, "Suggested tuning (AutoAnalyze)"),
-      el("p", {}, `fan-in ${s.tuning.fan_in}, cold after ${s.tuning.cold_after_seconds} s` +
+      el("p", {}, (s.tuning.price ? `the priced rule at price ${s.tuning.price}, ` : "") +
+         `fan-in ${s.tuning.fan_in}, cold after ${s.tuning.cold_after_seconds} s` +
          (s.tuning.cold_gap_factor ? ` (or ${s.tuning.cold_gap_factor} × a partition's recent gaps between writes)` : "") +
          `, leave alone below ${bytes(s.tuning.leave_alone_below)}`,
          ` · from ${num(s.commits)} commits · ${s.applied ? "applied" : "not applied"}`),

@@ -1,0 +1,73 @@
+"""The priced live rule (``PolicyTuning.price`` > 0, ``AO_MERGE_PRICE``): while a partition that fills
+target files is written to, merge only where the files a merge saves are worth the bytes it reads.
+
+Off by default; AutoAnalyze searches it per table (``whatif --suggest``, ``track --auto-tune``). It replaces
+the tiers (and quiet merging) of :func:`~autooptimize.domain.policy.plan_partition` in a partition whose
+scale is the target (it received, or the table's history says it will hold, a target's bytes); elsewhere,
+and once cold, the policy's own rules apply. The rules, as ``explain`` names them:
+
+``filled``       the files under ¾ of the target weigh :data:`FILL` of a target: they are packed, largest
+                 first, into one file of at most :data:`FILL_CAP` targets
+``priced``       among the ascending prefixes of the small files in which no file is more than
+                 :data:`PRICE_RATIO` times the bytes before it, the one with the most
+                 ``(k − 1) · worth − bytes`` is merged (``k`` files). In the newest time partition of its
+                 spec (and in a partition without a time field) a file saved is worth
+                 ``(target − small bytes) / price``: the bytes still to come before the partition fills
+                 its next file, priced. Behind the newest only late data arrives, so a file saved is worth
+                 any bytes: the whole prefix merges
+``priced_wait``  no prefix is worth its bytes yet (a skip, judged again as ``live_wait`` is)
+
+Why: a schedule that knows every write (``benchmarks.policy_foresight``) lets the hour being written
+gather its writer's files and writes each byte about once, and merges the small partitions late data
+reaches at once. In the simulator (``benchmarks.policy_priced``; docs/policy.md) this rule beats the
+tiers on both figures on the four streaming traces at 8 MiB, and it leaves the members whose partitions
+are small against the target to the tiers.
+
+Pure code: exact integers throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["FILL", "FILL_CAP", "PRICE_RATIO", "PRICED_RULES", "priced_group"]
+
+#: A file joins a prefix only while it is at most this many times the bytes before it.
+PRICE_RATIO = 2
+#: (numerator, denominator) of a target: the small files are packed once they weigh this much.
+FILL = (7, 8)
+#: (numerator, denominator) of a target: a filled file holds at most this much (Iceberg's bins are as loose).
+FILL_CAP = (9, 8)
+#: The rules of this module: two merge, one waits.
+PRICED_RULES = ("filled", "priced", "priced_wait")
+
+
+def priced_group(sizes: Sequence[int], by_size: Sequence[int], target: int, price: int,
+                 newest: bool) -> tuple[list[int], str]:
+    """The indices of ``sizes`` to merge into one file, and the rule (see the module doc). ``by_size``: every
+    index, ascending by size (ties in a fixed order). ``price`` ≥ 1."""
+    small = [i for i in by_size if 4 * sizes[i] < 3 * target]
+    total = sum(sizes[i] for i in small)
+    if len(small) >= 2 and FILL[1] * total >= FILL[0] * target:
+        group, held = [], 0
+        for i in reversed(small):
+            if FILL_CAP[1] * (held + sizes[i]) <= FILL_CAP[0] * target:
+                group.append(i)
+                held += sizes[i]
+        if len(group) >= 2:
+            return group, "filled"
+    room = max(0, target - total)
+    best, best_k, run = 0, 0, 0
+    for k, i in enumerate(small, 1):
+        if k > 1 and sizes[i] > PRICE_RATIO * run:
+            break
+        run += sizes[i]
+        if k < 2:
+            continue
+        if not newest:
+            best_k = k  # a file saved is worth any bytes: the longest prefix
+            continue
+        value = (k - 1) * room - price * run  # (k − 1) · room / price − run, times price
+        if value > best:
+            best, best_k = value, k
+    return (small[:best_k], "priced") if best_k >= 2 else ([], "priced_wait")

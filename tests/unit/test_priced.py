@@ -1,0 +1,96 @@
+"""The priced live rule (autooptimize.domain.priced) inside the policy: when it applies, what it merges,
+its invariants, and what it does on the streaming trace beside the tiers."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autooptimize.domain.planning import PlanFile
+from autooptimize.domain.policy import SKIP_RULES, PolicyTuning, plan_partition
+from autooptimize.domain.priced import FILL_CAP, PRICE_RATIO
+from autooptimize.domain.simulate import simulate_baseline, simulate_policy
+from autooptimize.errors import InvalidArgument
+from benchmarks.policy_sim import streaming_writes
+
+MiB = 1 << 20
+KiB = 1 << 10
+T = 8 * MiB
+
+
+def _plan(sizes, **kw):  # type: ignore[no-untyped-def]
+    kw.setdefault("received_bytes", T)  # a partition that fills target files: the rule applies
+    files = [PlanFile(f"f{i:03d}", s) for i, s in enumerate(sizes)]
+    result = plan_partition(files, T, T // 4, cold=kw.pop("cold", False), **kw)
+    return result.rule, [sorted(f.path for f in g.files) for g in result.plan.groups]
+
+
+def test_off_by_default_and_for_partitions_that_do_not_fill_a_target():
+    sizes = [100 * KiB] * 12
+    assert _plan(sizes)[0] == "tiered"
+    assert _plan(sizes, price=24, received_bytes=1 * MiB, expected_bytes=2 * MiB)[0] == "tiered"
+    assert _plan(sizes, price=24, received_bytes=1 * MiB, expected_bytes=T)[0] == "priced"  # the table's history
+    assert _plan(sizes, price=24, cold=True)[0] == "cold_finish"  # cold: the policy's finish
+
+
+def test_the_newest_partition_merges_a_prefix_only_when_the_files_saved_are_worth_its_bytes():
+    sizes = [100 * KiB] * 4  # worth per file saved: (8 MiB − 400 KiB) / price
+    assert _plan(sizes, price=24) == ("priced", [["f000", "f001", "f002", "f003"]])
+    assert _plan(sizes, price=1000) == ("priced_wait", [])
+    assert "priced_wait" in SKIP_RULES
+
+
+def test_behind_the_newest_the_whole_prefix_merges_and_the_ratio_ends_it():
+    sizes = [10 * KiB, 10 * KiB, 15 * KiB, 100 * KiB]  # 100 > 2 × 35: the last stays
+    assert PRICE_RATIO == 2
+    assert _plan(sizes, price=1000, newest=False) == ("priced", [["f000", "f001", "f002"]])
+    assert _plan(sizes, price=1000) == ("priced_wait", [])  # the same files in the newest hour: not worth it
+
+
+def test_small_files_weighing_seven_eighths_of_a_target_are_filled_into_one_file():
+    sizes = [3 * MiB, 2 * MiB, 2 * MiB, 1536 * KiB, 1 * MiB, 768 * KiB, 6 * MiB]  # 10.25 MiB under ¾ of it
+    rule, groups = _plan(sizes, price=24)
+    # largest first while the file stays ≤ 9/8 × 8 MiB: 3 + 2 + 2 + 1.5; neither 1 nor 0.75 more fits
+    assert rule == "filled" and groups == [["f000", "f001", "f002", "f003"]]
+    assert FILL_CAP == (9, 8)
+
+
+def test_a_group_under_min_input_files_waits():
+    assert _plan([100 * KiB] * 3, price=24, min_input_files=4) == ("priced_wait", [])
+
+
+def test_nonsense_is_refused():
+    with pytest.raises(InvalidArgument, match="price"):
+        _plan([1], price=-1)
+    with pytest.raises(InvalidArgument, match="newest"):
+        _plan([1], price=1, newest="yes")
+    with pytest.raises(InvalidArgument, match=r"PolicyTuning.price must be an integer ≥ 0 \(0: the tiers\)"):
+        PolicyTuning(T, price=-3)
+    assert PolicyTuning(T, price=24).as_dict()["price"] == 24
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 2 * T), min_size=0, max_size=40), st.integers(1, 10_000), st.booleans())
+def test_invariants(sizes, price, newest):  # type: ignore[no-untyped-def]
+    files = [PlanFile(f"f{i:03d}", s) for i, s in enumerate(sizes)]
+    result = plan_partition(files, T, T // 4, cold=False, price=price, newest=newest, received_bytes=T)
+    seen: set[str] = set()
+    for g in result.plan.groups:
+        paths = [f.path for f in g.files]
+        assert len(paths) >= 2 and not seen & set(paths)
+        seen |= set(paths)
+        assert all(4 * f.size < 3 * T for f in g.files)  # never a file of ¾ of the target or more
+    if result.rule == "filled":
+        assert sum(f.size for g in result.plan.groups for f in g.files) * 8 <= 9 * T
+
+
+def test_on_the_streaming_trace_it_rewrites_less_than_the_tiers_for_about_the_same_files():
+    writes = streaming_writes(7, 300)
+    base = simulate_baseline(writes, T)
+    tiers = simulate_policy(writes, PolicyTuning(T), 0.4)
+    priced = simulate_policy(writes, PolicyTuning(T, price=24), 0.4)
+    rules = dict(priced.rules)
+    assert rules.get("priced", 0) > 0 and rules.get("filled", 0) > 0  # hours not yet a target's bytes: the tiers
+    assert priced.write_amplification < tiers.write_amplification - 0.1
+    assert priced.mean_live_files <= 1.06 * tiers.mean_live_files and priced.mean_live_files <= 1.01 * base.mean_live_files
