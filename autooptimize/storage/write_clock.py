@@ -87,20 +87,26 @@ def with_span(query: Any, p: Any = PartitionStats) -> Any:
     return query.outerjoin(SpecSpan, and_(SpecSpan.table_id == p.table_id, SpecSpan.spec_id == p.spec_id))
 
 
+def partitions_where(session: Session, table_id: int, condition: ColumnElement[bool],
+                     only: PartitionId | None = None) -> set[PartitionId]:
+    """The table's partitions (or just ``only``) whose row, joined to its spec's span (:func:`with_span`),
+    meets ``condition`` (:func:`past_horizon`, :func:`behind_newest`)."""
+    p = PartitionStats
+    where = [p.table_id == table_id, condition]
+    if only is not None:
+        where += [p.spec_id == only[0], p.partition_key == only[1]]
+    rows = session.execute(with_span(select(p.spec_id, p.partition_key)).where(*where)).all()
+    return {(r.spec_id, r.partition_key) for r in rows}
+
+
 def is_past_late_horizon(session: Session, table_id: int, spec_id: int, partition_key: str) -> bool:
     """True when the partition is past its spec's late horizon (:func:`past_horizon`)."""
-    p = PartitionStats
-    query = with_span(select(p.partition_key)).where(p.table_id == table_id, p.spec_id == spec_id,
-                                                     p.partition_key == partition_key, past_horizon())
-    return session.execute(query).first() is not None
+    return bool(partitions_where(session, table_id, past_horizon(), (spec_id, partition_key)))
 
 
 def past_horizon_partitions(session: Session, table_id: int) -> set[PartitionId]:
     """Every partition of the table past its spec's late horizon (:func:`past_horizon`)."""
-    p = PartitionStats
-    rows = session.execute(with_span(select(p.spec_id, p.partition_key)).where(p.table_id == table_id,
-                                                                               past_horizon())).all()
-    return {(r.spec_id, r.partition_key) for r in rows}
+    return partitions_where(session, table_id, past_horizon())
 
 
 def behind_newest() -> ColumnElement[bool]:
@@ -111,18 +117,12 @@ def behind_newest() -> ColumnElement[bool]:
 
 def is_behind_newest(session: Session, table_id: int, spec_id: int, partition_key: str) -> bool:
     """True when the partition is a time partition behind its spec's newest (:func:`behind_newest`)."""
-    p = PartitionStats
-    query = with_span(select(p.partition_key)).where(p.table_id == table_id, p.spec_id == spec_id,
-                                                     p.partition_key == partition_key, behind_newest())
-    return session.execute(query).first() is not None
+    return bool(partitions_where(session, table_id, behind_newest(), (spec_id, partition_key)))
 
 
 def partitions_behind_newest(session: Session, table_id: int) -> set[PartitionId]:
     """Every time partition of the table behind its spec's newest (:func:`behind_newest`)."""
-    p = PartitionStats
-    rows = session.execute(with_span(select(p.spec_id, p.partition_key)).where(p.table_id == table_id,
-                                                                               behind_newest())).all()
-    return {(r.spec_id, r.partition_key) for r in rows}
+    return partitions_where(session, table_id, behind_newest())
 
 
 def medians_without_each(session: Session, table_id: int) -> dict[PartitionId, int | None]:
