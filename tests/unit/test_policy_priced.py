@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from autooptimize.domain.planning import PlanFile
@@ -115,7 +117,8 @@ def test_the_planner_sees_the_newest_hour_of_the_spec_as_newest():
 def test_the_priced_rule_replays_and_rewrites_less_than_the_bin_pack(capsys):
     assert policy_priced.main(["--seed", "7", "--commits", "120", "--latency", "1", "--price", "32",
                                "--ratio", "2", "--json"]) == 0
-    out = capsys.readouterr().out
-    assert '"priced"' in out and '"binpack"' in out
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    (priced,) = row["priced"]
+    assert 0 < priced["bytes_rewritten"] < row["binpack"]["bytes_rewritten"]
     with pytest.raises(SystemExit):
         policy_priced.main(["--price", "-1"])
