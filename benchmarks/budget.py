@@ -41,6 +41,7 @@ actions left room for it in one and not in the other; the difference is printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -242,7 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--args", help=argparse.SUPPRESS)
     a = parser.parse_args(argv)
     if a.child:
-        print(json.dumps(child(a.child, json.loads(a.args))))
+        from autooptimize.config import get_settings
+        from spark_actors.server import local_server_while
+
+        settings = get_settings()  # its home is a temporary directory: leave no Spark server behind
+        with local_server_while(settings) if settings.rewrite_engine != "local" else contextlib.nullcontext():
+            print(json.dumps(child(a.child, json.loads(a.args))))
         return 0
     if min(a.heavy, a.barely, a.partitions) < 1 or a.heavy_files < 3 or a.barely_files < 2 or a.tolerance < 0:
         parser.error("--heavy, --barely, --partitions must be ≥ 1, --heavy-files ≥ 3, --barely-files ≥ 2, "

@@ -61,14 +61,15 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    from benchmarks.compact_deletes import run_with_server
 
-    from autooptimize.config import get_settings
+    return run_with_server(lambda settings: _measure(settings, args))
+
+
+def _measure(base, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
     from autooptimize.services import actions, tracking
-    from autooptimize.storage.db import upgrade
     from spark_actors.session import get_session
 
-    base = get_settings()
-    upgrade(base)
     spark = get_session(base)
     spark.range(1_000_000).selectExpr("sum(id)").collect()  # warm the JVM
     seconds: dict[int, list[float]] = {1: [], args.concurrency: []}

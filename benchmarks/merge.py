@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -120,14 +121,15 @@ def main() -> int:
     args = parser.parse_args()
     if args.engine:
         os.environ["AO_REWRITE_ENGINE"] = args.engine
+    from benchmarks.compact_deletes import run_with_server
 
-    from autooptimize.config import get_settings
+    return run_with_server(lambda settings: _measure(settings, args))
+
+
+def _measure(settings: Any, args: argparse.Namespace) -> int:
     from autooptimize.services import actions, tracking
-    from autooptimize.storage.db import upgrade
     from spark_actors.session import get_session
 
-    settings = get_settings()
-    upgrade(settings)
     print(f"building {NAME}: {args.files} files, ~{args.mb} MB, {args.partitions} partitions …",
           file=sys.stderr, flush=True)
     table = build_table(settings, args.files, args.mb, args.partitions)
