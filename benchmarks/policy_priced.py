@@ -38,31 +38,30 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import sys
 import time
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 from autooptimize.domain.entropy import excess_needs_attention
 from autooptimize.domain.planning import Plan
 from autooptimize.domain.planning.essential import MeasuredFiles
-from autooptimize.domain.policy import COLD_DONE_DENOMINATOR, COLD_DONE_NUMERATOR, PolicyTuning
+from autooptimize.domain.policy import PolicyTuning
+from autooptimize.domain.priced import priced_group
 from autooptimize.domain.simulate import (
     WRITE_AMPLIFICATION_GOAL,
     Figures,
     PartitionState,
     Planner,
     Write,
+    end_layout_holds,
     simulate_baseline,
     simulate_policy,
 )
 from benchmarks.policy_frontier import checked_target, trace_arguments
 from benchmarks.policy_sim import family_writes, streaming_writes
 from benchmarks.trace_family import FAMILY
-
-#: A filled file holds at most this share of the target (Iceberg's bin-pack bins are as loose).
-FILL_CAP = (9, 8)
 
 
 def priced_planner(price: float, ratio: float, fill: float = 0.875, everywhere: bool = False) -> Planner:
@@ -71,6 +70,8 @@ def priced_planner(price: float, ratio: float, fill: float = 0.875, everywhere: 
     also in partitions not expected to fill a target."""
     if not price > 0 or not ratio >= 1 or not 0 < fill <= 1.5:
         raise ValueError(f"need price > 0, ratio ≥ 1 and 0 < fill ≤ 1.5; got {price}, {ratio}, {fill}")
+    share = Fraction(fill).limit_denominator(1000)
+    share_pair = (share.numerator, share.denominator)
 
     def plan(state: PartitionState) -> tuple[Plan, str] | None:
         if state.cold or not everywhere and max(state.received_bytes, state.expected_bytes or 0) < state.tuning.target:
@@ -81,29 +82,9 @@ def priced_planner(price: float, ratio: float, fill: float = 0.875, everywhere: 
         if not excess_needs_attention(m.before.sse, m.before.n, sum(min(x, target) for x in sizes), target,
                                       m.tolerance):
             return None  # within the excess rule: the policy's below_excess
-        small = sorted((i for i in range(len(sizes)) if sizes[i] < target * COLD_DONE_NUMERATOR // COLD_DONE_DENOMINATOR),
-                       key=lambda i: (sizes[i], m.files[i].path))
-        total = sum(sizes[i] for i in small)
-        if len(small) >= 2 and total >= fill * target:
-            group, held = [], 0
-            for i in reversed(small):
-                if held + sizes[i] <= target * FILL_CAP[0] // FILL_CAP[1]:
-                    group.append(i)
-                    held += sizes[i]
-            if len(group) >= 2:
-                return m.plan([group]), "filled"
-        life = max(0, target - total) / price if state.newest else math.inf
-        best, best_k, run = 0.0, 0, 0
-        for k, i in enumerate(small, 1):
-            if k > 1 and sizes[i] > ratio * run:
-                break
-            run += sizes[i]
-            value = (k - 1) * life - run
-            if k >= 2 and (value > best or value == math.inf):  # unbounded: the whole prefix
-                best, best_k = value, k
-        if best_k >= 2:
-            return m.plan([small[:best_k]]), "priced"
-        return m.plan([]), "priced_wait"
+        by_size = sorted(range(len(sizes)), key=lambda i: (sizes[i], m.files[i].path))
+        group, rule = priced_group(sizes, by_size, target, price, state.newest, ratio, share_pair)
+        return m.plan([group] if group else []), rule
 
     return plan
 
@@ -111,7 +92,7 @@ def priced_planner(price: float, ratio: float, fill: float = 0.875, everywhere: 
 def _point(f: Figures, base: Figures) -> dict[str, Any]:
     """``f`` beside the bin-pack's: live ratio, WA, and whether the end layout is within 10 % of its (files,
     and excess MSE with 1 MiB² of slack, as benchmarks.policy_sim judges it)."""
-    end_ok = f.end_files <= 1.1 * base.end_files and f.end_excess_mse <= 1.1 * base.end_excess_mse + (1 << 40)
+    end_ok = end_layout_holds(f, base)
     return {"live_ratio": round(f.mean_live_files / base.mean_live_files, 4) if base.mean_live_files else 0.0,
             "write_amplification": round(f.write_amplification, 4), "end_files": f.end_files,
             "end_excess_mse_mib2": round(f.end_excess_mse / (1 << 40), 3), "end_ok": end_ok}

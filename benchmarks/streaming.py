@@ -731,6 +731,10 @@ def action_hour(key: Any, values: Any) -> int | None:
     return None
 
 
+#: The policy rules that merge a partition while it is written to (tiered, priced, filled).
+LIVE_RULES = frozenset(LIVE_MERGE_RULES)
+
+
 def _rules(action: dict[str, Any]) -> set[str]:
     """The policy rules an action's plan applied to its partitions (``tiered``: a live partition)."""
     return {str(p.get("rule")) for p in (action.get("plan") or {}).get("partitions") or []}
@@ -763,7 +767,6 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
             entry[1] = round(entry[1] + int(part.get("bytes_rewritten") or 0) / 1e6, 1)
     latencies: list[float] = []
     live_latencies: list[float] = []
-    LIVE = set(LIVE_MERGE_RULES)  # noqa: N806  the rules that merge a partition while it is written to
     net_latencies: list[float] = []
     for r in rows:
         if r.get("trigger") != "event":
@@ -776,9 +779,9 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
             continue
         latencies.append(created - max(touching))
         rules = _rules(r)
-        if rules and rules <= LIVE:
+        if rules and rules <= LIVE_RULES:
             live_latencies.append(latencies[-1])
-        net_latencies.append(latencies[-1] - (0.0 if rules and rules <= LIVE else SETTLE_SECONDS))
+        net_latencies.append(latencies[-1] - (0.0 if rules and rules <= LIVE_RULES else SETTLE_SECONDS))
     with engine.connect() as conn:
         fig.audit_events = {f"{event}{':' + reason if reason else ''}": int(n) for event, reason, n in conn.execute(text(
             "SELECT a.event, a.detail->>'reason', count(*) FROM ao_audit_log a "
@@ -790,7 +793,7 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
         round(pct(queued, 0.5) or 0.0, 1), round(pct(queued, 0.95) or 0.0, 1))
     fig.run_p50_s, fig.run_p95_s = (None, None) if not ran else (
         round(pct(ran, 0.5) or 0.0, 1), round(pct(ran, 0.95) or 0.0, 1))
-    live_ran = [float(r["run_s"]) for r in done if r.get("run_s") is not None and _rules(r) and _rules(r) <= LIVE]
+    live_ran = [float(r["run_s"]) for r in done if r.get("run_s") is not None and _rules(r) and _rules(r) <= LIVE_RULES]
     fig.live_run_p50_s, fig.live_run_p95_s = (None, None) if not live_ran else (
         round(pct(live_ran, 0.5) or 0.0, 2), round(pct(live_ran, 0.95) or 0.0, 2))
     phases: dict[str, list[float]] = {}

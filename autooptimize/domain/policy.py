@@ -94,6 +94,7 @@ __all__ = [
     "SKIP_RULES",
     "TINY_DIVISOR",
     "TINY_FAN_IN",
+    "WAIT_RULES",
     "PolicyPlan",
     "PolicyTuning",
     "COLD_FLOOR_SECONDS",
@@ -139,6 +140,8 @@ RULES = ("below_excess", "left_alone", "tiered", "live_wait", "quiet_full", "qui
          "nothing_to_merge", *PRICED_RULES)
 #: The rules that leave a partition alone: each is the reason it was skipped.
 SKIP_RULES = ("below_excess", "left_alone", "live_wait", "nothing_to_merge", "priced_wait")
+#: The rules that leave a partition alone only while it is written to: judged again once quiet or cold.
+WAIT_RULES = ("live_wait", "priced_wait")
 #: The rules that merge a partition while it is written to (not cold, not quiet).
 LIVE_MERGE_RULES = ("tiered", "filled", "priced")
 

@@ -42,13 +42,14 @@ FILL_CAP = (9, 8)
 PRICED_RULES = ("filled", "priced", "priced_wait")
 
 
-def priced_group(sizes: Sequence[int], by_size: Sequence[int], target: int, price: int,
-                 newest: bool) -> tuple[list[int], str]:
+def priced_group(sizes: Sequence[int], by_size: Sequence[int], target: int, price: float, newest: bool,
+                 ratio: float = PRICE_RATIO, fill: tuple[int, int] = FILL) -> tuple[list[int], str]:
     """The indices of ``sizes`` to merge into one file, and the rule (see the module doc). ``by_size``: every
-    index, ascending by size (ties in a fixed order). ``price`` ≥ 1."""
+    index, ascending by size (ties in a fixed order). ``price`` > 0. ``ratio`` and ``fill`` are the
+    service's constants; ``benchmarks.policy_priced`` tries others."""
     small = [i for i in by_size if 4 * sizes[i] < 3 * target]
     total = sum(sizes[i] for i in small)
-    if len(small) >= 2 and FILL[1] * total >= FILL[0] * target:
+    if len(small) >= 2 and fill[1] * total >= fill[0] * target:
         group, held = [], 0
         for i in reversed(small):
             if FILL_CAP[1] * (held + sizes[i]) <= FILL_CAP[0] * target:
@@ -57,9 +58,10 @@ def priced_group(sizes: Sequence[int], by_size: Sequence[int], target: int, pric
         if len(group) >= 2:
             return group, "filled"
     room = max(0, target - total)
-    best, best_k, run = 0, 0, 0
+    best: float = 0
+    best_k = run = 0
     for k, i in enumerate(small, 1):
-        if k > 1 and sizes[i] > PRICE_RATIO * run:
+        if k > 1 and sizes[i] > ratio * run:
             break
         run += sizes[i]
         if k < 2:

@@ -40,7 +40,7 @@ from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, plan_partit
 from autooptimize.domain.time_spans import Spans, TimePartition
 
 __all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
-           "PartitionState", "Planner", "Suggestion", "TimePartition", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
+           "PartitionState", "Planner", "Suggestion", "end_layout_holds", "TimePartition", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
            "suggest_tuning"]
 
 #: The baseline bin-packs after this many writes (benchmarks.streaming's ``--compact-every``).
@@ -324,10 +324,14 @@ def _end_excess_limit(base: Figures) -> float:
     return 1.1 * base.end_excess_mse + END_EXCESS_SLACK
 
 
+def end_layout_holds(f: Figures, base: Figures) -> bool:
+    """Files and excess MSE at the end within 10 % of the bin-pack's (``END_EXCESS_SLACK`` on the MSE)."""
+    return f.end_files <= 1.1 * base.end_files and f.end_excess_mse <= _end_excess_limit(base)
+
+
 def _meets(f: Figures, base: Figures) -> bool:
     """The file goal: mean live files within 1.05× the bin-pack's; files and excess MSE at the end within 10 %."""
-    return (f.mean_live_files <= LIVE_FILES_GOAL * base.mean_live_files and f.end_files <= 1.1 * base.end_files
-            and f.end_excess_mse <= _end_excess_limit(base))
+    return f.mean_live_files <= LIVE_FILES_GOAL * base.mean_live_files and end_layout_holds(f, base)
 
 
 def shortfall(f: Figures, base: Figures) -> float:

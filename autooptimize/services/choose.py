@@ -16,6 +16,7 @@ from autooptimize.domain.actions import ActionRequest, Sizing
 from autooptimize.domain.decision import Decision, DeleteFacts, MergeFacts, PartitionFacts, SortFacts, decide
 from autooptimize.domain.entropy import EntropyStats
 from autooptimize.domain.planning import Plan
+from autooptimize.domain.policy import WAIT_RULES
 from autooptimize.errors import ActionRefused, InvalidArgument
 from autooptimize.iceberg.files import PartitionFiles
 from autooptimize.services import zorder
@@ -26,7 +27,7 @@ from autooptimize.services.sizing import learned_in
 from autooptimize.services.sort import bound, plan_sort
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.stats import median_partition_bytes
-from autooptimize.storage.write_clock import is_behind_newest, is_past_late_horizon, write_clock
+from autooptimize.storage.write_clock import span_verdicts, write_clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +122,7 @@ def partition_history_in(session: Any, table_id: int | None, spec_id: int | None
                 "newest_partition": True}
     one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
     at, gaps = write_clock(session, table_id, *one) if one is not None else (None, ())
-    past = one is not None and is_past_late_horizon(session, table_id, *one)
-    behind = one is not None and is_behind_newest(session, table_id, *one)
+    past, behind = span_verdicts(session, table_id, *one) if one is not None else (False, False)
     return {"expected_partition_bytes": median_partition_bytes(session, table_id, one),
             "last_write_ms": at, "write_gaps": gaps, "past_late_horizon": past, "newest_partition": not behind}
 
@@ -207,7 +207,7 @@ def choose(table: Table, pf: PartitionFiles, request: ActionRequest, allowed: fr
     decision = decide(facts)
     if problem is not None and problem.reason not in ("has_delete_files",):
         decision = Decision(None, problem.reason, decision.candidates)
-    elif decision.kind is None and rule in ("live_wait", "priced_wait"):
+    elif decision.kind is None and rule in WAIT_RULES:
         # left alone only because writers are still adding files: judged again once it settles
         decision = Decision(None, "live_wait", decision.candidates)
     return Choice(decision, merge_plan, sort_plan, rule, zorder_plan, facts)

@@ -115,9 +115,13 @@ def behind_newest() -> ColumnElement[bool]:
     return and_(PartitionStats.ordinal.is_not(None), PartitionStats.ordinal < SpecSpan.newest)
 
 
-def is_behind_newest(session: Session, table_id: int, spec_id: int, partition_key: str) -> bool:
-    """True when the partition is a time partition behind its spec's newest (:func:`behind_newest`)."""
-    return bool(partitions_where(session, table_id, behind_newest(), (spec_id, partition_key)))
+def span_verdicts(session: Session, table_id: int, spec_id: int, partition_key: str) -> tuple[bool, bool]:
+    """(past its spec's late horizon, behind its spec's newest) for one partition, in one read
+    (:func:`past_horizon`, :func:`behind_newest`); (False, False) when the listener does not know it."""
+    p = PartitionStats
+    row = session.execute(with_span(select(past_horizon(), behind_newest())).where(
+        p.table_id == table_id, p.spec_id == spec_id, p.partition_key == partition_key)).first()
+    return (False, False) if row is None else (bool(row[0]), bool(row[1]))
 
 
 def partitions_behind_newest(session: Session, table_id: int) -> set[PartitionId]:
@@ -135,9 +139,11 @@ def medians_without_each(session: Session, table_id: int) -> dict[PartitionId, i
     rest = len(ordered) - 1
     out: dict[PartitionId, int | None] = {}
     for r in rows:
-        i = bisect.bisect_left(ordered, int(r.total_bytes))
-        others = ordered[:i] + ordered[i + 1:] if rest else []
+        i = bisect.bisect_left(ordered, int(r.total_bytes))  # this partition's place; the others skip it
+
+        def other(j: int, i: int = i) -> int:
+            return ordered[j if j < i else j + 1]
         # percentile_cont(0.5), as PostgreSQL takes it: the middle one, or the mean of the two middle ones
-        out[(r.spec_id, r.partition_key)] = (None if not others else others[rest // 2] if rest % 2
-                                             else int((others[rest // 2 - 1] + others[rest // 2]) / 2))
+        out[(r.spec_id, r.partition_key)] = (None if rest == 0 else other(rest // 2) if rest % 2
+                                             else int((other(rest // 2 - 1) + other(rest // 2)) / 2))
     return out
