@@ -111,9 +111,23 @@ def _execute_leased(settings: Settings, action_id: str, payload: str) -> dict:
             outcome = {"id": action_id, "state": "not_found"}
     if not queue.ack(lease):
         log.warning("action %s: lease was lost before the ack; a redelivery will find it done", action_id)
+    _hand_on(settings, lease.item, action_id)
     wake(settings, ticket.namespace)
     log.info("action %s finished: %s %s", action_id, outcome["state"], outcome.get("reason") or "")
     return _summary(outcome)
+
+
+def _hand_on(settings: Settings, item: QueueItem, action_id: str) -> None:
+    """Queue the actions recorded on this item's partition and kind while its item was held (after the ack,
+    so the queue takes them: see :func:`autooptimize.services.actions.queued_behind`). A failure is logged;
+    the sweeper still finds them."""
+    try:
+        for follower in actions.queued_behind(settings, item.table, item.partition or None, item.kind, action_id):
+            CeleryDispatch(settings).action(follower)
+            log.info("action %s: queued %s, recorded on the same partition while it ran", action_id,
+                     follower.action_id)
+    except Exception as exc:  # the sweeper is the backstop
+        log.warning("action %s: could not queue the actions behind it (%s: %s)", action_id, type(exc).__name__, exc)
 
 
 @app.task(name="autooptimize.sweep_actions")

@@ -9,6 +9,8 @@ import time
 import uuid
 from typing import Any
 
+from sqlalchemy import text
+
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
 from autooptimize.errors import ActionNotFound, WaitTimeout
@@ -19,10 +21,10 @@ from autooptimize.services.submission import check_submission, resolve_partition
 from autooptimize.services.tracking import ensure_tracked
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable, Trigger
-from autooptimize.storage.repositories import active_action, audit, get_action
+from autooptimize.storage.repositories import active_action, audit, get_action, queued_actions, tracked_table
 
 __all__ = ["OUTCOME_FIELDS", "action_request", "default_priority", "execute", "fail_permanently", "get_outcome",
-           "outcome_of", "record_outcome", "resolve_partition", "submit", "wait"]
+           "outcome_of", "queued_behind", "record_outcome", "resolve_partition", "submit", "wait"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ def submit(
     with session_scope(settings) as session:
         tracked = session.get(TrackedTable, table_id)
         assert tracked is not None
+        hold_submission_lock(session, table_id, spec_id, key, kind)
         existing = active_action(session, table_id, spec_id, key, kind)
         if existing is not None:
             audit(session, "action.deduplicated", action_id=existing.id, table_id=table_id, trigger=trigger.value)
@@ -83,6 +86,33 @@ def submit(
     if dispatch is not None:
         dispatch.action(ActionTicket(action_id, identifier, key, kind, priority_class))
     return action_id
+
+
+def hold_submission_lock(session: Any, table_id: int, spec_id: int | None, partition_key: str | None,
+                         kind: str) -> None:
+    """Take, until the transaction ends, PostgreSQL's advisory lock for one (table, partition, kind), so that
+    the look for a queued or running action and the insert of a new one are one step. Without it two
+    decide tasks judging the same partition at once both found none and both inserted; the queue kept
+    one item per partition and kind, so the second stayed queued with no item until the sweeper found it,
+    and every decision in between was folded into it: the partition waited ~25 s while files gathered
+    (benchmarks.streaming, 2026-11-27)."""
+    session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
+                    {"k": f"ao.submit:{table_id}:{spec_id}:{partition_key}:{kind}"})
+
+
+def queued_behind(settings: Settings, identifier: str, partition_key: str | None, kind: str,
+                  finished: str) -> list[ActionTicket]:
+    """Tickets of the actions still queued on the partition and kind of ``finished`` (an action that has just
+    ended), other than it. The queue holds one item per partition and kind, so an action recorded while
+    another one's item was held got no item of its own; the actor that ends the held one hands these on.
+    Without that they waited for the sweeper (AO_SWEEP_AFTER_SECONDS), and decide folded every decision
+    on the partition into them meanwhile."""
+    with session_scope(settings) as session:
+        tracked = tracked_table(session, settings.catalog, identifier)
+        if tracked is None:
+            return []
+        return [ActionTicket(a.id, identifier, a.partition_key, a.kind, a.priority_class)
+                for a in queued_actions(session, tracked.id, partition_key, kind) if a.id != finished]
 
 
 def default_priority(settings: Settings, table_class: str, trigger: Trigger) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
 
 from autooptimize.config import Settings
 from autooptimize.domain.checks import bounded_float, bounded_int
@@ -244,7 +245,14 @@ def ensure_tracked(settings: Settings, identifier: str) -> int:
         row = tracked_table(session, settings.catalog, identifier)
         if row is not None:
             return row.id
-    return int(track(settings, identifier)["id"])
+    try:
+        return int(track(settings, identifier)["id"])
+    except IntegrityError:  # a concurrent submission tracked it first: take its row
+        with session_scope(settings) as session:
+            row = tracked_table(session, settings.catalog, identifier)
+            if row is None:
+                raise
+            return row.id
 
 
 def _listed_tables(catalog: Any, patterns: tuple[str, ...]) -> list[str]:

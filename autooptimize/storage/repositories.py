@@ -82,6 +82,14 @@ def active_action(session: Session, table_id: int, spec_id: int | None, partitio
     ).first()
 
 
+def queued_actions(session: Session, table_id: int, partition_key: str | None, kind: str) -> list[Action]:
+    """The table's queued actions on one partition (None: the whole table) and kind, oldest first."""
+    return list(session.scalars(select(Action).where(
+        Action.table_id == table_id, Action.kind == kind, Action.state == ActionState.QUEUED.value,
+        Action.partition_key.is_(None) if partition_key is None else Action.partition_key == partition_key,
+    ).order_by(Action.created_at)))
+
+
 def decision_failures(session: Session, table_id: int) -> dict[str, Any]:
     """How many ``decision.failed`` records the table has, and the newest one's reason and time."""
     count = session.execute(select(func.count()).select_from(AuditLog).where(
