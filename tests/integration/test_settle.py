@@ -33,8 +33,13 @@ def test_a_live_partition_waits_then_is_finished_once_cold(settings, catalog):
     assert port.tickets == []
     table_id = tracking.ensure_tracked(live, ident)
     assert settled_partitions(live) == [] or all(t != table_id for t, _, _ in settled_partitions(live))
-    time.sleep(live.settle_seconds + 0.5)  # settled is not cold: still not handed over
-    assert [p for p in settled_partitions(live) if p[0] == table_id] == []
+    time.sleep(live.settle_seconds + 0.5)  # settled: judged again once (what it waited for may have changed)
+    settled = [p for p in settled_partitions(live) if p[0] == table_id]
+    assert settled == [(table_id, 0, key_of(DAY1))]
+    for t, spec, key in settled:
+        handler(t, spec, key)
+    assert port.tickets == []  # nothing changed: it still waits
+    assert [p for p in settled_partitions(live) if p[0] == table_id] == []  # and is not handed over again
     time.sleep(live.cold_after_seconds - live.settle_seconds)
     due = [p for p in settled_partitions(live) if p[0] == table_id]
     assert due == [(table_id, 0, key_of(DAY1))]
@@ -110,6 +115,11 @@ def test_a_partition_written_in_quick_succession_is_cold_after_its_own_gaps_not_
     def mine(s) -> list[tuple[int, int, str]]:
         return [p for p in settled_partitions(s) if p[0] == table_id]
 
+    time.sleep(live.settle_seconds + 0.5)  # settled: judged once more; nothing changed, so it still waits
+    assert mine(live) == [(table_id, 0, key_of(DAY1))]
+    for t, spec, key in mine(live):
+        handler(t, spec, key)
+    assert port.tickets == [] and mine(live) == []
     time.sleep(COLD_FLOOR_SECONDS + 0.5)  # 4 × ~0.3 s is under the floor: cold 5 s after the last write
     off = live.model_copy(update={"cold_gap_factor": 0.0})
     assert mine(off) == [] and [r["rule"] for r in explain(off, ident)["partitions"]] == ["live_wait"]
