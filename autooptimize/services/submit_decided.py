@@ -63,16 +63,16 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         def past() -> bool:  # past the table's late horizon: not written again, so the cold rule may finish it
             return bool(knobs["late_horizon"]) and is_past_late_horizon(session, table_id, spec_id, partition_key)
 
-        cold_after = settings.settle_seconds
+        rejudge_after = settings.settle_seconds
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
                 and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at
-                and not _cold_since(settings, last.finished_at, cold_after) and not past()):
+                and not _settled_after(settings, last.finished_at, rejudge_after) and not past()):
             # Judged already and the partition has not changed since: asking again would change nothing
-            # (unless it has gone cold since: the policy's cold rule may now finish it).
+            # (unless it has settled since: what the policy waits for may have changed).
             return None
         if (stats is not None and stats.last_decision_at is not None and (stats.last_decision or "").startswith("skip")
                 and stats.updated_at <= stats.last_decision_at
-                and not _settled_since(settings, stats, cold_after)
+                and not _left_alone_and_settled(stats, rejudge_after)
                 and not (stats.last_decision in LIVE_VERDICTS and past())):
             return None  # decided to leave it alone, and it has not changed since
         if (last is not None and tracked.min_interval_seconds > 0 and last.finished_at is not None
@@ -110,20 +110,18 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
 LIVE_VERDICTS = ("skip:live_wait",)
 
 
-def _cold_since(settings: Settings, when: Any, cold_after: float | None) -> bool:
-    """True when the tiered policy is on and ``when`` is at least the cold-after time ago."""
-    limit = cold_after if cold_after is not None else settings.cold_after_seconds
-    return settings.merge_policy == "tiered" and (now() - when).total_seconds() >= limit
+def _settled_after(settings: Settings, when: Any, seconds: float) -> bool:
+    """True when the tiered policy is on and ``when`` is at least ``seconds`` (the settle time) ago."""
+    return settings.merge_policy == "tiered" and (now() - when).total_seconds() >= seconds
 
 
-def _settled_since(settings: Settings, stats: PartitionStats, cold_after: float | None = None) -> bool:
-    """True when the partition was left alone only because it was written to, and has been quiet since
-    for its table's cold-after time (``cold_after``, else AO_COLD_AFTER_SECONDS): the policy's cold rule
-    then finishes it."""
+def _left_alone_and_settled(stats: PartitionStats, seconds: float) -> bool:
+    """True when the partition was left alone only because it was written to, and that was at least
+    ``seconds`` (the settle time) ago: the policy may judge it otherwise now (grown neighbours, a newer
+    partition, quiet or cold)."""
     if stats.last_decision not in LIVE_VERDICTS or stats.last_decision_at is None:
         return False
-    limit = cold_after if cold_after is not None else settings.cold_after_seconds
-    return (now() - stats.last_decision_at).total_seconds() >= limit
+    return (now() - stats.last_decision_at).total_seconds() >= seconds
 
 
 def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
@@ -134,8 +132,7 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
 
     From the partition's last write (``last_write_at``): once ``settle_seconds`` after it (what the policy
     waited for may have changed meanwhile: the table's other partitions grew, a newer partition started;
-    the simulator judges every partition then too, and without it the service kept 11 % more live files
-    than the simulator on the same writes), and once its cold-after time after it (its table's, AO_COLD_AFTER_SECONDS
+    the simulator judges every partition then too), and once its cold-after time after it (its table's, AO_COLD_AFTER_SECONDS
     unless the table sets its own, or sooner from its recent gaps between writes, as
     :func:`~autooptimize.domain.policy.partition_cold_after` computes it); each moment hands a partition
     over at most once, however long it then stays quiet. A partition with no recorded write time is handed over once its cold-after time has passed
