@@ -76,8 +76,8 @@ DESCRIPTIONS: dict[str, str] = {
                      "action does); not with the `local` engine",
     "merge_policy": "how automatic merges choose files: `tiered` (live partitions bounded without rewriting "
                     "merged bytes again) or `binpack` (every file that needs it, each time)",
-    "settle_seconds": "a partition with no write for this long is quiet: with AO_QUIET_MERGE its small files "
-                      "merge then, before it goes cold",
+    "settle_seconds": "a partition with no write for this long is quiet: the policy judges it again then (with "
+                      "AO_QUIET_MERGE its small files merge), before it goes cold",
     "merge_fan_in": "files of a similar size the tiered policy merges together in a live partition",
     "cold_after_seconds": "a partition with no writes for this long is cold: finished to its best layout once",
     "cold_gap_factor": "a partition goes cold sooner, once no write came for this many times the longest of its "
