@@ -63,16 +63,15 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         def past() -> bool:  # past the table's late horizon: not written again, so the cold rule may finish it
             return bool(knobs["late_horizon"]) and is_past_late_horizon(session, table_id, spec_id, partition_key)
 
-        rejudge_after = settings.settle_seconds
         if (last is not None and last.state in (ActionState.SKIPPED.value, ActionState.REFUSED.value)
                 and last.finished_at is not None and stats is not None and stats.updated_at <= last.finished_at
-                and not _settled_after(settings, last.finished_at, rejudge_after) and not past()):
+                and not _settled_after(settings, last.finished_at) and not past()):
             # Judged already and the partition has not changed since: asking again would change nothing
             # (unless it has settled since: what the policy waits for may have changed).
             return None
         if (stats is not None and stats.last_decision_at is not None and (stats.last_decision or "").startswith("skip")
                 and stats.updated_at <= stats.last_decision_at
-                and not _left_alone_and_settled(stats, rejudge_after)
+                and not _left_alone_and_settled(settings, stats)
                 and not (stats.last_decision in LIVE_VERDICTS and past())):
             return None  # decided to leave it alone, and it has not changed since
         if (last is not None and tracked.min_interval_seconds > 0 and last.finished_at is not None
@@ -110,18 +109,18 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
 LIVE_VERDICTS = ("skip:live_wait",)
 
 
-def _settled_after(settings: Settings, when: Any, seconds: float) -> bool:
-    """True when the tiered policy is on and ``when`` is at least ``seconds`` (the settle time) ago."""
-    return settings.merge_policy == "tiered" and (now() - when).total_seconds() >= seconds
+def _settled_after(settings: Settings, when: Any) -> bool:
+    """True when the tiered policy is on and ``when`` is at least the settle time ago."""
+    return settings.merge_policy == "tiered" and (now() - when).total_seconds() >= settings.settle_seconds
 
 
-def _left_alone_and_settled(stats: PartitionStats, seconds: float) -> bool:
-    """True when the partition was left alone only because it was written to, and that was at least
-    ``seconds`` (the settle time) ago: the policy may judge it otherwise now (grown neighbours, a newer
-    partition, quiet or cold)."""
+def _left_alone_and_settled(settings: Settings, stats: PartitionStats) -> bool:
+    """True when the partition was left alone only because it was written to, and that was at least the
+    settle time ago: the policy may judge it otherwise now (grown neighbours, a newer partition, quiet or
+    cold)."""
     if stats.last_decision not in LIVE_VERDICTS or stats.last_decision_at is None:
         return False
-    return (now() - stats.last_decision_at).total_seconds() >= seconds
+    return (now() - stats.last_decision_at).total_seconds() >= settings.settle_seconds
 
 
 def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:

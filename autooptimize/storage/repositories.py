@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from autooptimize.storage.models import Action, ActionState, AuditLog, TrackedTable
@@ -68,6 +68,11 @@ def audit_events(session: Session, action_id: str) -> list[AuditLog]:
     return list(session.scalars(select(AuditLog).where(AuditLog.action_id == action_id).order_by(AuditLog.id)))
 
 
+def _on_partition(partition_key: str | None) -> ColumnElement[bool]:
+    """An action on this partition key (None: one on the whole table)."""
+    return Action.partition_key.is_(None) if partition_key is None else Action.partition_key == partition_key
+
+
 def active_action(session: Session, table_id: int, spec_id: int | None, partition_key: str | None,
                   kind: str) -> Action | None:
     """A queued or running action on the same partition and kind, if any."""
@@ -76,7 +81,7 @@ def active_action(session: Session, table_id: int, spec_id: int | None, partitio
             Action.table_id == table_id,
             Action.kind == kind,
             Action.spec_id.is_(None) if spec_id is None else Action.spec_id == spec_id,
-            Action.partition_key.is_(None) if partition_key is None else Action.partition_key == partition_key,
+            _on_partition(partition_key),
             Action.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value]),
         )
     ).first()
@@ -86,8 +91,7 @@ def queued_actions(session: Session, table_id: int, partition_key: str | None, k
     """The table's queued actions on one partition (None: the whole table) and kind, oldest first."""
     return list(session.scalars(select(Action).where(
         Action.table_id == table_id, Action.kind == kind, Action.state == ActionState.QUEUED.value,
-        Action.partition_key.is_(None) if partition_key is None else Action.partition_key == partition_key,
-    ).order_by(Action.created_at)))
+        _on_partition(partition_key)).order_by(Action.created_at)))
 
 
 def decision_failures(session: Session, table_id: int) -> dict[str, Any]:
