@@ -99,7 +99,7 @@ DESCRIPTIONS: dict[str, str] = {
     "dispatch": "`rpq`: actions wait in the reliable priority queue and the dispatcher feeds the actors only "
                 "while they have free slots; `direct`: straight to Celery",
     "dispatch_slots": "actions in flight at once under `rpq`; unset: the workers' concurrency",
-    "dispatch_per_table": "actions of one table in flight at once",
+    "dispatch_per_table": "actions of one table in flight at once (never two on one partition, whatever their kinds)",
     "lease_seconds": "visibility lease of a dispatched item in the priority queue",
     "priority_weights": "weights of the priority classes in the fair dispatch",
     "budget_core_seconds_per_hour": "core-seconds automatic actions may spend per rolling hour; candidates go "

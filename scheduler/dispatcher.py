@@ -6,12 +6,12 @@ scheduler.dispatcher``) leases items by weighted fair sharing (``AO_FAIRNESS``: 
 ``AO_PRIORITY_WEIGHTS``, inside a class tenants by ``AO_TENANT_WEIGHTS``, inside a tenant tables by their
 tracked ``weight``; classes in ``AO_URGENT_CLASSES`` first, fixed-priority) while fewer than
 ``AO_DISPATCH_SLOTS`` leases are out, the table has fewer than ``AO_DISPATCH_PER_TABLE`` and its tenant fewer
-than ``AO_TENANT_MAX_CONCURRENT``, and sends each lease to its class's Celery actor queue. Urgent is
-preemptive only in the order of service: a running action is never stopped, so an urgent action waits for
-at most one running action to finish (the first slot that frees is its). Each dispatch is counted per
-tenant (scheduler/tenants.py). The actor extends the lease while it works and acks it when the action is
-terminal (freeing the slot) or nacks it with a delay on Retry; if the actor dies, the lease expires and
-the dispatcher sends the item again (the action id makes a second run harmless).
+than ``AO_TENANT_MAX_CONCURRENT`` (never two on one partition, whatever the kinds: tasks.rpq), and sends
+each lease to its class's Celery actor queue. Urgent is preemptive only in the order of service: a running
+action is never stopped, so an urgent action waits for at most one running action to finish (the first
+slot that frees is its). Each dispatch is counted per tenant (scheduler/tenants.py). The actor extends the
+lease while it works and acks it when the action is terminal (freeing the slot) or nacks it with a delay
+on Retry; if the actor dies, the lease expires and the dispatcher sends it again (harmless: the action id).
 
 PostgreSQL stays the source of truth: every action in state queued or running is re-enqueued
 (idempotently) when the dispatcher starts, every ``rebuild_seconds``, and at once when the queue's marker
@@ -147,7 +147,7 @@ class Dispatcher:
                     log.warning("queue holds items of priority class %r, which the scheduler does not know", cls)
                     self._warned.add(cls)
                 continue
-            full = backlog.in_flight.get(table, 0) >= self.per_table
+            full = backlog.in_flight.get(table, 0) >= self.per_table or (cls, table) in backlog.busy
             heads.append(Head(cls, table, cost, blocked=full or (bool(capped) and self.tenant_of(table) in capped)))
         pick = self.scheduler.pick(heads)
         if pick is None:

@@ -91,13 +91,16 @@ class QueueItem:
 class Backlog:
     """What the queue holds right now, from one atomic read.
 
-    ``queues`` maps (class, table) to (queued items, cost of the head item); ``in_flight`` maps a table
-    to its leased items; ``leased`` is the total number of leases.
+    ``queues`` maps (class, table) to (queued items, cost of the item a dequeue would lease); ``in_flight``
+    maps a table to its leased items; ``leased`` is the total number of leases; ``busy`` holds the
+    (class, table) queues a dequeue would refuse because each item it may lease is of a partition that
+    already has a lease (two actions never run on one partition at once).
     """
 
     queues: dict[tuple[str, str], tuple[int, float]]
     in_flight: dict[str, int]
     leased: int
+    busy: frozenset[tuple[str, str]] = frozenset()
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Queued items per class, then per table."""

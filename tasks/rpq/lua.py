@@ -13,6 +13,8 @@ Redis layout under the namespace ``ns`` (one Redis, not a cluster; every transit
 ``ns:lease``                sorted set of leased item keys scored by lease expiry (ms, Redis clock)
 ``ns:token``                hash: item key -> token of its current lease
 ``ns:inflight``             hash: table -> number of leased items
+``ns:pinflight``            hash: ``table|partition`` (an item key less its ``|kind``) -> number of leased
+                            items: two actions on one partition never run at once, whatever their kinds
 ``ns:delayed``              sorted set of nacked item keys scored by the time they may return (ms)
 ``ns:deliveries``           hash: item key -> times it has been leased
 ==========================  ====================================================================
@@ -47,11 +49,23 @@ local function requeue(id)
   local _, _, _, cls, tbl = parse(redis.call('HGET', ns .. ':meta', id))
   queue_add(id, cls, tbl, redis.call('HGET', ns .. ':score', id))
 end
+local function scope(id)
+  return string.match(id, '^(.*)|[^|]*$')
+end
 local function release(id)
   local _, _, _, _, tbl = parse(redis.call('HGET', ns .. ':meta', id))
   redis.call('ZREM', ns .. ':lease', id)
   redis.call('HDEL', ns .. ':token', id)
   if redis.call('HINCRBY', ns .. ':inflight', tbl, -1) <= 0 then redis.call('HDEL', ns .. ':inflight', tbl) end
+  local part = scope(id)
+  if redis.call('HINCRBY', ns .. ':pinflight', part, -1) <= 0 then redis.call('HDEL', ns .. ':pinflight', part) end
+end
+-- the first of the queue's first ``window`` items whose partition has no lease, or nil
+local function first_free(qkey, window)
+  for _, id in ipairs(redis.call('ZRANGE', qkey, 0, window - 1)) do
+    if not redis.call('HGET', ns .. ':pinflight', scope(id)) then return id end
+  end
+  return nil
 end
 local function forget(id)
   redis.call('HDEL', ns .. ':item', id)
@@ -90,7 +104,9 @@ redis.call('HSET', ns .. ':meta', id, ARGV[4] .. '|' .. ARGV[5] .. '|' .. ocost 
 return 0
 """
 
-# ARGV: ns, class, table, token, lease_ms, per_table_limit (0: none), global_limit (0: none)
+# ARGV: ns, class, table, token, lease_ms, per_table_limit (0: none), global_limit (0: none), window
+# Leases the first of the queue's first ``window`` items whose partition has no lease ('partition_busy'
+# when every one of them has: items of one partition wait for each other, whatever their kinds).
 DEQUEUE = COMMON + """
 local cls, tbl = ARGV[2], ARGV[3]
 local per_table, slots = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -98,14 +114,16 @@ if per_table > 0 and tonumber(redis.call('HGET', ns .. ':inflight', tbl) or '0')
   return {'table_full'}
 end
 if slots > 0 and redis.call('ZCARD', ns .. ':lease') >= slots then return {'slots_full'} end
-local ids = redis.call('ZRANGE', ns .. ':q:' .. cls .. '|' .. tbl, 0, 0)
-if #ids == 0 then return {'empty'} end
-local id = ids[1]
+local qkey = ns .. ':q:' .. cls .. '|' .. tbl
+if redis.call('ZCARD', qkey) == 0 then return {'empty'} end
+local id = first_free(qkey, tonumber(ARGV[8]))
+if not id then return {'partition_busy'} end
 queue_rem(id, cls, tbl)
 local expires = now_ms() + tonumber(ARGV[5])
 redis.call('ZADD', ns .. ':lease', expires, id)
 redis.call('HSET', ns .. ':token', id, ARGV[4])
 redis.call('HINCRBY', ns .. ':inflight', tbl, 1)
+redis.call('HINCRBY', ns .. ':pinflight', scope(id), 1)
 local deliveries = redis.call('HINCRBY', ns .. ':deliveries', id, 1)
 return {'ok', id, redis.call('HGET', ns .. ':item', id), redis.call('HGET', ns .. ':meta', id), expires, deliveries}
 """
@@ -170,16 +188,24 @@ forget(id)
 return 1
 """
 
-# ARGV: ns; returns {"qname\tcount\thead cost" lines, "table\tleases" lines, total leases}:
-# flat strings, because parsing a reply of thousands of elements costs the client more than the script
+# ARGV: ns, window; returns {"qname\tcount\tcost\tbusy" lines, "table\tleases" lines, total leases}:
+# flat strings, because parsing a reply of thousands of elements costs the client more than the script.
+# ``cost`` is that of the item DEQUEUE would lease; ``busy`` is 1 when the partition of each of the
+# queue's first ``window`` items has a lease (DEQUEUE would refuse), else 0.
 SNAPSHOT = COMMON + """
+local window = tonumber(ARGV[2])
 local queues = {}
 for _, qname in ipairs(redis.call('SMEMBERS', ns .. ':queues')) do
   local qkey = ns .. ':q:' .. qname
-  local head = redis.call('ZRANGE', qkey, 0, 0)
-  if #head > 0 then
-    local _, _, cost = parse(redis.call('HGET', ns .. ':meta', head[1]))
-    queues[#queues + 1] = qname .. '\\t' .. redis.call('ZCARD', qkey) .. '\\t' .. cost
+  local n = redis.call('ZCARD', qkey)
+  if n > 0 then
+    local id = first_free(qkey, window)
+    local busy = 0
+    if not id then
+      id, busy = redis.call('ZRANGE', qkey, 0, 0)[1], 1
+    end
+    local _, _, cost = parse(redis.call('HGET', ns .. ':meta', id))
+    queues[#queues + 1] = qname .. '\\t' .. n .. '\\t' .. cost .. '\\t' .. busy
   end
 end
 local inflight = redis.call('HGETALL', ns .. ':inflight')
@@ -187,4 +213,3 @@ local lines = {}
 for i = 1, #inflight, 2 do lines[#lines + 1] = inflight[i] .. '\\t' .. inflight[i + 1] end
 return {table.concat(queues, '\\n'), table.concat(lines, '\\n'), redis.call('ZCARD', ns .. ':lease')}
 """
-

@@ -28,6 +28,10 @@ from tasks.rpq.lease import Lease
 P = ParamSpec("P")
 R = TypeVar("R")
 
+#: How many of a (class, table) queue's first items a dequeue looks through for one whose partition has no
+#: lease (items of a leased partition wait; beyond this many the queue counts as busy until one ends).
+PARTITION_WINDOW = 32
+
 
 def _unavailable(method: Callable[P, R]) -> Callable[P, R]:
     """Map a lost Redis connection to :class:`ServiceUnavailable`."""
@@ -174,14 +178,18 @@ class ReliablePriorityQueue:
     def dequeue(
         self, priority_class: str, table: str, *, per_table_limit: int = 0, slots: int = 0
     ) -> Lease | None:
-        """Lease the head item of the (class, table) queue; None when it is empty or capacity is used up.
+        """Lease the first item of the (class, table) queue whose partition has no lease; None when the
+        queue is empty, capacity is used up, or the partition of each of its first
+        :data:`PARTITION_WINDOW` items has a lease (two actions never run on one partition at once,
+        whatever their kinds: one would find the other's inputs gone at its commit).
 
         ``per_table_limit`` (0: none) refuses when the table already has that many leases; ``slots``
         (0: none) refuses when that many items are leased in total. The check and the lease are atomic.
         """
         token = uuid.uuid4().hex
         reply = self._dequeue(
-            args=[self._ns, priority_class, table, token, self._lease_ms, int(per_table_limit), int(slots)]
+            args=[self._ns, priority_class, table, token, self._lease_ms, int(per_table_limit), int(slots),
+                  PARTITION_WINDOW]
         )
         if _str(reply[0]) != "ok":
             return None
@@ -231,18 +239,22 @@ class ReliablePriorityQueue:
 
     @_unavailable
     def snapshot(self) -> Backlog:
-        """Queued counts and head costs per (class, table), leases per table, total leases: one atomic read."""
-        queues_raw, inflight_raw, leased = self._snapshot(args=[self._ns])
+        """Queued counts and next costs per (class, table), the queues whose partitions are all busy,
+        leases per table, total leases: one atomic read."""
+        queues_raw, inflight_raw, leased = self._snapshot(args=[self._ns, PARTITION_WINDOW])
         queues: dict[tuple[str, str], tuple[int, float]] = {}
+        busy: set[tuple[str, str]] = set()
         for line in filter(None, _str(queues_raw).split("\n")):
-            qname, count, cost = line.split("\t")
+            qname, count, cost, blocked = line.split("\t")
             cls, table = qname.split("|", 1)
             queues[(cls, table)] = (int(count), float(cost))
+            if blocked == "1":
+                busy.add((cls, table))
         in_flight: dict[str, int] = {}
         for line in filter(None, _str(inflight_raw).split("\n")):
             table, leases = line.split("\t")
             in_flight[table] = int(leases)
-        return Backlog(queues=queues, in_flight=in_flight, leased=int(leased))
+        return Backlog(queues=queues, in_flight=in_flight, leased=int(leased), busy=frozenset(busy))
 
     def backlog(self) -> dict[str, dict[str, int]]:
         """Queued (not leased, not delayed) items per class, then per table."""

@@ -168,6 +168,53 @@ def test_capacity_limits_are_checked_atomically_with_the_lease(client: redis.Red
     assert queue.snapshot().in_flight == {"db.a": 1, "db.b": 1}
 
 
+def test_two_items_of_one_partition_are_never_leased_at_once(client: redis.Redis, namespace: str) -> None:
+    """A merge and a sort of one partition would each find the other's inputs gone at commit: the queue
+    leases an item only while its partition has no lease (any kind), and serves the table's next
+    partition meanwhile."""
+    queue = make_queue(client, namespace)
+    merge_p1 = item(partition="p|1", kind="merge", enqueued_at=time.time() - 30)  # a '|' in the partition too
+    sort_p1 = item(partition="p|1", kind="sort", enqueued_at=time.time() - 20)
+    merge_p2 = item(partition="p|2", kind="merge", enqueued_at=time.time() - 10)
+    for it in (merge_p1, sort_p1, merge_p2):
+        queue.enqueue(it)
+    first = queue.dequeue("normal", "db.t", per_table_limit=3)
+    assert first is not None and first.item.key == merge_p1.key
+    assert queue.snapshot().busy == frozenset()  # p|2 is free
+    second = queue.dequeue("normal", "db.t", per_table_limit=3)
+    assert second is not None and second.item.key == merge_p2.key  # the sort of p|1 waits, p|2 goes ahead
+    assert queue.snapshot().busy == {("normal", "db.t")}
+    assert queue.dequeue("normal", "db.t", per_table_limit=3) is None
+    assert queue.nack(first)  # back in its queue: the partition is free again, and the merge leads
+    assert queue.snapshot().busy == frozenset()
+    again = queue.dequeue("normal", "db.t", per_table_limit=3)
+    assert again is not None and again.item.key == merge_p1.key
+    assert queue.ack(again) and queue.ack(second)
+    last = queue.dequeue("normal", "db.t", per_table_limit=3)
+    assert last is not None and last.item.key == sort_p1.key
+    assert queue.snapshot().in_flight == {"db.t": 1}
+
+
+def test_dispatcher_serves_other_tables_while_a_table_waits_on_a_busy_partition(
+        client: redis.Redis, namespace: str) -> None:
+    """A queue whose items all wait on a leased partition is blocked in the snapshot, so the dispatcher
+    picks another table instead of idling on it."""
+    queue = make_queue(client, namespace)
+    queue.enqueue(item(table="db.a", partition="p=1", kind="merge", enqueued_at=time.time() - 30))
+    queue.enqueue(item(table="db.a", partition="p=1", kind="sort", enqueued_at=time.time() - 20))
+    queue.enqueue(item(table="db.b", partition="p=1", kind="merge", enqueued_at=time.time() - 10))
+    sent: list[Lease] = []
+    dispatcher = Dispatcher(queue, FairScheduler([PriorityClass(c) for c in CLASSES]), sent.append, slots=4,
+                            per_table=2)
+    leases = dispatcher.run_once()
+    assert sorted((lease.item.table, lease.item.kind) for lease in leases) == [("db.a", "merge"), ("db.b", "merge")]
+    assert queue.snapshot().busy == {("normal", "db.a")}
+    assert dispatcher.run_once() == []  # the sort waits: same partition, even with a slot free on db.a
+    a_merge = next(lease for lease in leases if lease.item.table == "db.a")
+    assert queue.ack(a_merge)
+    assert [(lease.item.table, lease.item.kind) for lease in dispatcher.run_once()] == [("db.a", "sort")]
+
+
 def test_rebuild_after_redis_loses_its_data(client: redis.Redis, namespace: str) -> None:
     if client.connection_pool.connection_kwargs.get("db") != 14:
         pytest.skip("FLUSHDB is only ever run on database 14")
