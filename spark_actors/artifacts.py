@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import os
 import tempfile
 import threading
 import zipfile
@@ -41,6 +42,14 @@ def _sources() -> list[tuple[str, Path]]:
     return out
 
 
+def partial_path(target: Path) -> Path:
+    """Where this process and thread write ``target`` before moving it into place. The process id is part
+    of it: the pool's worker processes are forks of one parent, and a forked thread keeps its parent's
+    thread id, so two actors warming up at once wrote one temporary file, and the second to move it found
+    it gone (FileNotFoundError: its warm-up failed and its first action opened the session itself)."""
+    return target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+
+
 def build_archive() -> tuple[str, Path]:
     """The zip of our packages and its content hash, built once per process (the code a process runs does
     not change under it)."""
@@ -62,9 +71,9 @@ def build_archive() -> tuple[str, Path]:
         directory.mkdir(exist_ok=True)
         target = directory / f"autooptimize-{content}.zip"
         if not target.is_file():
-            partial = target.with_suffix(f".{threading.get_ident()}.tmp")
+            partial = partial_path(target)
             partial.write_bytes(buffer.getvalue())
-            partial.replace(target)
+            partial.replace(target)  # atomic: a process that lost the race replaces it with the same bytes
         _archive = (content, target)
         return _archive
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import zipfile
+from pathlib import Path
 
-from spark_actors.artifacts import build_archive
+from spark_actors.artifacts import build_archive, partial_path
 
 
 def test_the_archive_holds_every_module_a_task_imports_and_nothing_else():
@@ -20,3 +21,20 @@ def test_the_archive_holds_every_module_a_task_imports_and_nothing_else():
     assert all(n.endswith(".py") and n.split("/")[0] in ("autooptimize", "spark_actors") for n in names)
     assert path.name == f"autooptimize-{content}.zip"
     assert build_archive() == (content, path)  # once per process
+
+
+def test_forked_actor_processes_write_the_archive_through_temporary_files_of_their_own(tmp_path):
+    """The actor pool's processes are forks of one parent and keep its thread id: two building the archive
+    at once must not share a temporary file (the second to move it into place found it gone)."""
+    import multiprocessing
+
+    target = tmp_path / "autooptimize-0123.zip"
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.SimpleQueue()
+    child = ctx.Process(target=lambda: queue.put(str(partial_path(target))))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    theirs, ours = Path(queue.get()), partial_path(target)
+    assert theirs != ours and theirs.parent == ours.parent == tmp_path
+    assert theirs.name.endswith(".tmp") and ours.name.endswith(".tmp")
