@@ -1176,8 +1176,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         say(f"cleaned up: Redis db flushed{'' if args.keep_home else f', database {db_name} dropped'}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.streaming", description=__doc__.splitlines()[0])
+def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.streaming",
+               extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """The benchmark's arguments, checked (``extra`` adds a caller's own, e.g. benchmarks.streaming_repeat)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    if extra is not None:
+        extra(parser)
     parser.add_argument("--commits", type=int, default=300, help="writer commits (default 300)")
     parser.add_argument("--rate", type=float, default=1.6, help="writer commits per second (default 1.6)")
     parser.add_argument("--seed", type=int, default=7)
@@ -1219,12 +1223,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.commits < 1 or args.rate <= 0 or args.commits_per_hour < 1 or args.compact_every < 1:
         parser.error("--commits, --commits-per-hour and --compact-every must be ≥ 1 and --rate > 0")
     args.target_size = parse_size(args.target_size, "--target-size")
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args
 
+
+def on_sigterm_unwind() -> None:
+    """SIGTERM unwinds through the clean-up: the service stops, the database goes."""
     def terminated(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds through the clean-up: the service stops, the database goes
+        raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminated)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    on_sigterm_unwind()
     result = measure(args)
     print(report(result))
     if args.json:
