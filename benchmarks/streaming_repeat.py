@@ -53,7 +53,7 @@ def summarise(runs: Sequence[dict[str, Any]], baseline: dict[str, Any]) -> dict[
     mean_files, mean_wa = statistics.fmean(ratios), statistics.fmean(was)
     return {
         "runs": rows, "baseline": {"live_files_mean": base_files, "write_amplification": baseline["write_amplification"]},
-        "mean": {"files_ratio": round(mean_files, 3), "write_amplification": round(mean_wa, 3)},
+        "mean": {"files_ratio": round(mean_files, 4), "write_amplification": round(mean_wa, 4)},
         "range": {"files_ratio": [min(ratios), max(ratios)], "write_amplification": [min(was), max(was)]},
         "goals_on_mean": {"mean live files ≤ baseline": mean_files <= 1.0, "write amplification ≤ 1.5": mean_wa <= WA_GOAL,
                           "zero aborted actions": all(row["aborted_or_failed"] == 0 for row in rows),
@@ -72,8 +72,8 @@ def report(summary: dict[str, Any]) -> str:
                      f"bin-pack's), write amplification {row['write_amplification']}, aborted "
                      f"{row['aborted_or_failed']}, content {'equal' if row['content_equal'] else 'DIFFERS'}")
     m, r, n = summary["mean"], summary["range"], len(summary["runs"])
-    lines.append(f"mean of {n}: {m['files_ratio']:.3f}× the bin-pack's files (range {r['files_ratio'][0]:.3f}-"
-                 f"{r['files_ratio'][1]:.3f}), write amplification {m['write_amplification']:.3f} (range "
+    lines.append(f"mean of {n}: {m['files_ratio']:.4f}× the bin-pack's files (range {r['files_ratio'][0]:.3f}-"
+                 f"{r['files_ratio'][1]:.3f}), write amplification {m['write_amplification']:.4f} (range "
                  f"{r['write_amplification'][0]}-{r['write_amplification'][1]})")
     met = summary["runs_meeting"]
     lines.append("goals on the mean: " + "; ".join(f"{k}: {'met' if v else 'MISSED'}"
@@ -94,9 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for i in range(args.runs):
         args.no_baseline = baseline is not None
         result = measure(args)
-        runs.append(result["service"])
+        service = result["service"]
+        runs.append(service)
         baseline = baseline or result["baseline"]
-        print(f"run {i + 1}/{args.runs}: {json.dumps(result['ratios'])}", flush=True)
+        print(f"run {i + 1}/{args.runs}: mean live files {service['live_files_mean']} (the bin-pack's "
+              f"{baseline['live_files_mean']}), write amplification {service['write_amplification']}", flush=True)
     assert baseline is not None
     summary = summarise(runs, baseline)
     print(report(summary))
