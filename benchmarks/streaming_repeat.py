@@ -97,8 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         service = result["service"]
         runs.append(service)
         baseline = baseline or result["baseline"]
+        beside = (result.get("simulated") or {}).get("live_over_simulated")
         print(f"run {i + 1}/{args.runs}: mean live files {service['live_files_mean']} (the bin-pack's "
-              f"{baseline['live_files_mean']}), write amplification {service['write_amplification']}", flush=True)
+              f"{baseline['live_files_mean']}), write amplification {service['write_amplification']}; "
+              f"live / the simulator on its own writes: {beside}", flush=True)
     assert baseline is not None
     summary = summarise(runs, baseline)
     print(report(summary))
