@@ -60,9 +60,12 @@ local function release(id)
   local part = scope(id)
   if redis.call('HINCRBY', ns .. ':pinflight', part, -1) <= 0 then redis.call('HDEL', ns .. ':pinflight', part) end
 end
--- the first of the queue's first ``window`` items whose partition has no lease, or nil
+-- the first of the queue's first ``window`` items whose partition has no lease, or nil; the head alone
+-- is read first (nearly always free: the snapshot reads every queue on each dispatch)
 local function first_free(qkey, window)
-  for _, id in ipairs(redis.call('ZRANGE', qkey, 0, window - 1)) do
+  local head = redis.call('ZRANGE', qkey, 0, 0)[1]
+  if head and not redis.call('HGET', ns .. ':pinflight', scope(head)) then return head end
+  for _, id in ipairs(redis.call('ZRANGE', qkey, 1, window - 1)) do
     if not redis.call('HGET', ns .. ':pinflight', scope(id)) then return id end
   end
   return nil
