@@ -111,6 +111,7 @@ from sqlalchemy.engine import Engine
 
 from autooptimize.config import Settings, load_settings
 from autooptimize.domain.policy import DEFAULT_SETTLE_SECONDS, LIVE_MERGE_RULES
+from autooptimize.domain.simulate import WRITE_AMPLIFICATION_GOAL
 from autooptimize.domain.sizes import MiB, parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
 from benchmarks.streaming_predict import environment, ratio, report_lines, simulate_this_run
@@ -1154,7 +1155,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "mean live files ≤ baseline": None if baseline is None or service.live_files_mean is None
             or baseline.live_files_mean is None else service.live_files_mean <= baseline.live_files_mean,
             "write amplification ≤ 1.5": None if service.write_amplification is None
-            else service.write_amplification <= 1.5,
+            else service.write_amplification <= WRITE_AMPLIFICATION_GOAL,
             "zero aborted actions": service.aborted_or_failed == 0,
             "content equal": service.content_equal and (baseline is None or baseline.content_equal),
         }
