@@ -19,6 +19,7 @@ from pydantic_settings import SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
 from autooptimize.config_fleet import FleetSettings
+from autooptimize.domain.priced import DEFAULT_PRICE
 from autooptimize.domain.sizes import MAX_BYTES, MiB, parse_size
 from autooptimize.domain.urls import CONTROL_CHARACTERS, HOST, check_url
 from autooptimize.errors import ConfigError, InvalidArgument
@@ -102,9 +103,9 @@ class Settings(FleetSettings):
     # a partition goes cold sooner: after this many times the longest of its last 3 gaps between writes
     # (at least 5 s, at most the cold-after time; 0: off), autooptimize.domain.policy.partition_cold_after
     cold_gap_factor: float = Field(default=4.0, ge=0, le=1000)
-    # > 0: while written to, a partition that fills target files merges by the priced rule at this price
-    # (autooptimize.domain.priced) instead of the tiers; 0 (the default): the tiers
-    merge_price: int = Field(default=0, ge=0, le=1_000_000)
+    # > 0 (the default, 20): while written to, a partition that fills target files merges by the priced
+    # rule at this price (autooptimize.domain.priced) instead of the tiers; 0: the tiers
+    merge_price: int = Field(default=DEFAULT_PRICE, ge=0, le=1_000_000)
     # a time partition further behind the newest than any write has reached back is finished at once
     # (autooptimize.domain.policy.past_late_horizon), not after its cold-after time
     late_horizon_finish: bool = True

@@ -55,7 +55,7 @@ class FleetSettings(BaseSettings):
     dispatch: str = "rpq"
     # leases in flight at once; unset: what the actor workers can run (AO_WORKER_CONCURRENCY per worker)
     dispatch_slots: int | None = Field(default=None, ge=1)
-    dispatch_per_table: int = Field(default=1, ge=1)
+    dispatch_per_table: int = Field(default=2, ge=1)
     lease_seconds: int = Field(default=300, ge=10)
     priority_weights: str = DEFAULT_PRIORITY_WEIGHTS
 

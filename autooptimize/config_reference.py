@@ -85,8 +85,8 @@ DESCRIPTIONS: dict[str, str] = {
                        "hour only late data reaches is finished soon after its late writes stop",
     "merge_price": "above 0, a partition that fills target files merges by the priced rule while written to: "
                    "a merge only where the files it saves are worth the bytes it reads, at this price (lower "
-                   "merges more); 0 (the default): the tiers. A per-table knob (`track --merge-price`) that "
-                   "AutoAnalyze searches",
+                   "merges more); 0: the tiers (below the target's bytes a partition always follows the tiers). "
+                   "A per-table knob (`track --merge-price`) that AutoAnalyze searches",
     "late_horizon_finish": "finish a time partition (hour, day, month, year) at once when a newer one starts, "
                            "once it is further behind the newest than any write has reached back (the "
                            "table's late horizon), instead of after its cold-after time",
@@ -99,7 +99,8 @@ DESCRIPTIONS: dict[str, str] = {
     "dispatch": "`rpq`: actions wait in the reliable priority queue and the dispatcher feeds the actors only "
                 "while they have free slots; `direct`: straight to Celery",
     "dispatch_slots": "actions in flight at once under `rpq`; unset: the workers' concurrency",
-    "dispatch_per_table": "actions of one table in flight at once (never two on one partition, whatever their kinds)",
+    "dispatch_per_table": "actions of one table in flight at once (never two on one partition, whatever their kinds; "
+                          "2 lets a merge of the hour being written run beside a late hour's)",
     "lease_seconds": "visibility lease of a dispatched item in the priority queue",
     "priority_weights": "weights of the priority classes in the fair dispatch",
     "budget_core_seconds_per_hour": "core-seconds automatic actions may spend per rolling hour; candidates go "

@@ -11,8 +11,8 @@ policy comes under 1.59. It spends its file budget differently: it merges the sm
 only late data reaches at once, and in the hour being written it lets the writer's files gather and
 writes each one about once. This rule tries that online. While a partition is written (not cold):
 
-* **filled**: once its files under ¾ of the target weigh ``--fill`` (⅞) of a target, they are packed,
-  largest first, into one file of at most 1⅛ targets;
+* **filled**: once its files under ¾ of the target weigh ``--fill`` (15/16) of a target, they are packed,
+  largest first, into one file of at most 5/4 of a target (priced.FILL_CAP);
 * **priced**: otherwise, among the ascending prefixes of its small files in which no file is more than
   ``--ratio`` times the bytes before it, the one with the greatest ``(k − 1) · life − bytes`` is merged
   when that is positive. ``k`` is the prefix's files. ``life`` prices a file saved: in the newest time
@@ -64,7 +64,7 @@ from benchmarks.policy_sim import family_writes, streaming_writes
 from benchmarks.trace_family import FAMILY
 
 
-def priced_planner(price: float, ratio: float, fill: float = 0.875, everywhere: bool = False) -> Planner:
+def priced_planner(price: float, ratio: float, fill: float = 0.9375, everywhere: bool = False) -> Planner:
     """The rule of the module doc with ``price`` (bytes to come per file saved, as a divisor), ``ratio``
     and ``fill`` (the share of a target the small files weigh when they are packed); with ``everywhere``,
     also in partitions not expected to fill a target."""
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--price", type=float, action="append", help="κ (repeatable); default 32 and 48")
     ap.add_argument("--ratio", type=float, action="append", help="r (repeatable); default 2 and 2.5")
     ap.add_argument("--everywhere", action="store_true", help="the rule also where a partition's scale is under the target")
-    ap.add_argument("--fill", type=float, default=0.875, help="share of a target at which small files are packed")
+    ap.add_argument("--fill", type=float, default=0.9375, help="share of a target at which small files are packed "
+                    "(the service's: 15/16)")
     ap.add_argument("--family", action="store_true", help="the 12 members of benchmarks.trace_family instead")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

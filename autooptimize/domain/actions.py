@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum, StrEnum
 from typing import Any
 
+from autooptimize.domain.priced import DEFAULT_PRICE
+
 #: The default of AO_MAX_GROUP_BYTES: the most input bytes one rewrite group (one Spark job) reads.
 DEFAULT_MAX_GROUP_BYTES = 8 * 1024**3
 
@@ -104,7 +106,7 @@ class ActionRequest:
     cold_gap_factor: float = 4.0  # the partition is cold sooner after close writes (AO_COLD_GAP_FACTOR)
     late_horizon: bool = True  # finish a partition past the table's late horizon (AO_LATE_HORIZON_FINISH)
     past_late_horizon: bool = False  # the one partition is past it (the listener's ordinals and late lags)
-    price: int = 0  # the priced live rule's price (AO_MERGE_PRICE, the table's own; 0: the tiers)
+    price: int = DEFAULT_PRICE  # the priced live rule's price (AO_MERGE_PRICE, the table's own; 0: the tiers)
     newest_partition: bool = True  # the one partition is its spec's newest time partition, or has no time field
     leave_alone_below: int = 0  # partitions under this many bytes are never merged (the table's tuning)
     quiet_merge: bool = False  # merge a quiet partition before it goes cold (AO_QUIET_MERGE, the table's tuning)

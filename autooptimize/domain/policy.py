@@ -23,7 +23,7 @@ show which one applied:
                       the bytes that costs
 ``nothing_to_merge``  cold and over the excess rule, but fewer than ``min_input_files`` files can merge
 ``filled``, ``priced``, ``priced_wait``
-                      written to, at a ``price`` > 0 (off by default), in a partition whose scale is
+                      written to, at a ``price`` > 0 (the default; 0: the tiers), in a partition whose scale is
                       the target: the priced rule of :mod:`autooptimize.domain.priced`, in place of the
                       tiers and quiet merging
 
@@ -77,7 +77,7 @@ from autooptimize.domain.policy_clock import (
     partition_cold_after,
     past_late_horizon,
 )
-from autooptimize.domain.priced import PRICED_RULES, priced_group
+from autooptimize.domain.priced import DEFAULT_PRICE, PRICED_RULES, priced_group
 from autooptimize.errors import InvalidArgument
 
 __all__ = [
@@ -233,7 +233,7 @@ class PolicyTuning:
     quiet_merge: bool = DEFAULT_QUIET_MERGE
     cold_gap_factor: float = DEFAULT_COLD_GAP_FACTOR
     late_horizon: bool = True  # finish a time partition past the table's late horizon (past_late_horizon)
-    price: int = 0  # the priced live rule (autooptimize.domain.priced) with this price; 0: the tiers
+    price: int = DEFAULT_PRICE  # the priced live rule (autooptimize.domain.priced) at this price; 0: the tiers
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, int) or self.target < 1:

@@ -1,13 +1,14 @@
 """The priced live rule (``PolicyTuning.price`` > 0, ``AO_MERGE_PRICE``): while a partition that fills
 target files is written to, merge only where the files a merge saves are worth the bytes it reads.
 
-Off by default; AutoAnalyze searches it per table (``whatif --suggest``, ``track --auto-tune``). It replaces
+On by default at :data:`DEFAULT_PRICE` (0 turns it off: the tiers); AutoAnalyze searches other prices per
+table (``whatif --suggest``, ``track --auto-tune``). It replaces
 the tiers (and quiet merging) of :func:`~autooptimize.domain.policy.plan_partition` in a partition whose
 scale is the target (it received, or the table's history says it will hold, a target's bytes); elsewhere,
 and once cold, the policy's own rules apply. The rules, as ``explain`` names them:
 
-``filled``       the files under ¾ of the target weigh :data:`FILL` of a target: they are packed, largest
-                 first, into one file of at most :data:`FILL_CAP` targets
+``filled``       the files under ¾ of the target weigh :data:`FILL` (15/16) of a target: they are packed,
+                 largest first, into one file of at most :data:`FILL_CAP` (5/4) targets
 ``priced``       among the ascending prefixes of the small files in which no file is more than
                  :data:`PRICE_RATIO` times the bytes before it, the one with the most
                  ``(k − 1) · worth − bytes`` is merged (``k`` files). In the newest time partition of its
@@ -21,7 +22,8 @@ Why: a schedule that knows every write (``benchmarks.policy_foresight``) lets th
 gather its writer's files and writes each byte about once, and merges the small partitions late data
 reaches at once. In the simulator (``benchmarks.policy_priced``; docs/policy.md) this rule beats the
 tiers on both figures on the four streaming traces at 8 MiB, and it leaves the members whose partitions
-are small against the target to the tiers.
+are small against the target to the tiers. Why these constants are the defaults: docs/policy.md, "The
+priced rule as the default".
 
 Pure code: exact integers throughout.
 """
@@ -30,14 +32,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["FILL", "FILL_CAP", "PRICE_RATIO", "PRICED_RULES", "priced_group"]
+__all__ = ["DEFAULT_PRICE", "FILL", "FILL_CAP", "PRICE_RATIO", "PRICED_RULES", "priced_group"]
 
+#: The price the service runs with unless a table or AO_MERGE_PRICE says otherwise (0: the tiers).
+DEFAULT_PRICE = 20
 #: A file joins a prefix only while it is at most this many times the bytes before it.
 PRICE_RATIO = 2
 #: (numerator, denominator) of a target: the small files are packed once they weigh this much.
-FILL = (7, 8)
-#: (numerator, denominator) of a target: a filled file holds at most this much (Iceberg's bins are as loose).
-FILL_CAP = (9, 8)
+FILL = (15, 16)
+#: (numerator, denominator) of a target: a filled file holds at most this much (Iceberg's own rewrite
+#: writes files up to 1.8 targets; 9/8 left a remainder beside nearly full files once a partition went cold).
+FILL_CAP = (5, 4)
 #: The rules of this module: two merge, one waits.
 PRICED_RULES = ("filled", "priced", "priced_wait")
 

@@ -290,7 +290,7 @@ SUGGEST_FAN_INS = (4, 6, 8, 12, 16, 24, 32)
 SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
 #: The prices of the priced live rule ``suggest_tuning`` tries (autooptimize.domain.priced; each with the
 #: default's fan-in for the partitions the rule leaves to the tiers, and quiet merging off).
-SUGGEST_PRICES = (16, 24, 32, 48)
+SUGGEST_PRICES = (16, 20, 24, 32, 48)
 #: The file goal ``suggest_tuning`` holds a tuning to: mean live files at most this times the bin-pack's.
 LIVE_FILES_GOAL = 1.05
 
@@ -359,7 +359,7 @@ def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FA
     out = [default]
     for f, c, a, q, k in itertools.product(fan_ins, cold_after, leave_alone, quiet_merge, cold_gap_factors):
         t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
-                         default.tolerance, q, k, default.late_horizon)
+                         default.tolerance, q, k, default.late_horizon, 0)
         if t not in out:
             out.append(t)
     for p, c, a, k in itertools.product(prices, cold_after, leave_alone, cold_gap_factors):

@@ -29,11 +29,13 @@ def _merged(got):  # type: ignore[no-untyped-def]
     return rule, [sorted(f.path for f in g.files) for g in plan.groups]
 
 
-def test_small_files_weighing_the_fill_share_are_packed_largest_first_into_one_file_of_at_most_nine_eighths():
-    sizes = [3 * MiB, 3 * MiB, 2 * MiB, 1 * MiB, 100 * KiB]  # 9.1 MiB under ¾ of the target: over ⅞ of it
+def test_small_files_weighing_the_fill_share_are_packed_largest_first_into_one_file_of_at_most_five_quarters():
+    sizes = [4 * MiB, 3 * MiB, 2 * MiB, 1 * MiB, 100 * KiB]  # 10.1 MiB under ¾ of the target: over 15/16 of it
     rule, groups = _merged(priced_planner(32, 2)(_state(sizes)))
     assert rule == "filled"
-    assert groups == [["w0", "w1", "w2", "w3"]]  # 9 MiB fits 9/8 × 8 MiB; the 100 KiB file would not
+    assert groups == [["w0", "w1", "w2", "w3"]]  # 10 MiB fits 5/4 × 8 MiB; the 100 KiB file would not
+    # under 15/16 of a target (7.4 MiB) nothing is packed: the newest hour is priced instead
+    assert _merged(priced_planner(32, 2)(_state([3 * MiB, 3 * MiB, 1 * MiB + 400 * KiB])))[0] != "filled"
 
 
 def test_in_the_newest_partition_a_prefix_merges_only_while_the_files_it_saves_are_worth_its_bytes():

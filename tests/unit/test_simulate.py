@@ -173,7 +173,8 @@ def test_the_suggestion_tries_each_partitions_own_cold_after_time_on_and_off() -
     tunings = candidate_tunings(PolicyTuning(TARGET))
     assert {t.cold_gap_factor for t in tunings} == {4.0, 0.0} and tunings[0] == PolicyTuning(TARGET)
     tiers = [t for t in tunings if not t.price]
-    assert len(tiers) == len(set(tiers)) == 1 + 7 * 4 * 2 * 2 - 1  # the default is not tried twice
+    assert len(tiers) == len(set(tiers)) == 7 * 4 * 2 * 2  # the tiers: price 0, beside the default's κ20
     priced = [t for t in tunings if t.price]  # each price with every cold-after time and gap factor
-    assert len(priced) == len(set(priced)) == 4 * 4 * 2 and {t.quiet_merge for t in priced} == {False}
+    assert len(priced) == len(set(priced)) == 5 * 4 * 2 and {t.quiet_merge for t in priced} == {False}
+    assert PolicyTuning(TARGET) in priced  # the default is not tried twice
     assert {t.cold_gap_factor for t in candidate_tunings(PolicyTuning(TARGET, cold_gap_factor=0.0))} == {0.0}
