@@ -3,6 +3,7 @@
     python -m benchmarks.policy_sim [--member NAME ...] [--json] [--fan-in N] [--settle S] [--cold-after S]
                                     [--target SIZE] [--every N] [--trace family|streaming] [--suggest]
                                     [--quiet-merge] [--cold-gap-factor K] [--commits N] [--no-late-horizon]
+                                    [--price K]
 
 For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streaming``: the trace of
 ``benchmarks.streaming`` at 8 and 128 MiB), the same writes are replayed twice by
@@ -44,6 +45,7 @@ from autooptimize.domain.policy import (
     DEFAULT_SETTLE_SECONDS,
     PolicyTuning,
 )
+from autooptimize.domain.priced import DEFAULT_PRICE
 from autooptimize.domain.simulate import (
     BASELINE_EVERY,
     Figures,
@@ -148,9 +150,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="merge quiet partitions (no write for the settle time) before they go cold")
     ap.add_argument("--late-horizon", action=argparse.BooleanOptionalAction, default=True,
                     help="finish a partition past the table's late horizon at once (the default, as the service)")
+    ap.add_argument("--price", type=int, default=DEFAULT_PRICE,
+                    help=f"the priced live rule's price (default {DEFAULT_PRICE}, the service's; 0: the tiers)")
     ap.add_argument("--suggest", action="store_true", help="also the tuning suggested per member (AutoAnalyze)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.price < 0:
+        ap.error(f"--price must be a whole number ≥ 0 (0: the tiers), got {args.price}")
     if args.trace == "family":
         members = [m for m in FAMILY if not args.member or any(m.name.startswith(x) for x in args.member)]
         if not members:
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, target, writes in work:
         target = parse_size(args.target) if args.target else target
         tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after, quiet_merge=args.quiet_merge,
-                              cold_gap_factor=args.cold_gap_factor, late_horizon=args.late_horizon)
+                              cold_gap_factor=args.cold_gap_factor, late_horizon=args.late_horizon, price=args.price)
         rows.append(compare(name, writes, tuning, args.every))
         if args.suggest:
             leave = sorted({0, min(target // 8, 1 << 20)})
@@ -176,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"hour_seconds": HOUR_SECONDS, "every": args.every, "rows": rows, "suggested": suggested},
                          indent=2))
     else:
-        print(f"policy (fan_in {args.fan_in}, settle {args.settle:g} s, cold after {args.cold_after:g} s "
+        print(f"policy ({f'price {args.price}' if args.price else 'the tiers'}, fan_in {args.fan_in}, "
+              f"settle {args.settle:g} s, cold after {args.cold_after:g} s "
               f"or {args.cold_gap_factor:g} × a partition's recent gaps, "
               f"quiet merge {'on' if args.quiet_merge else 'off'}"
               f"{'' if args.late_horizon else ', no late-horizon finish'}) "

@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--cold-gap-factor", metavar="K",
                     help="a partition is finished sooner, after K times its recent gaps between writes (0: off)")
     tr.add_argument("--merge-price", metavar="K", help="above 0: while written to, a partition that fills "
-                    "target files merges by the priced rule at price K (lower merges more); 0: the tiers")
+                    "target files merges by the priced rule at price K (lower merges more; the service's "
+                    "default is AO_MERGE_PRICE, 20); 0: the tiers")
     tr.add_argument("--leave-alone-below", metavar="SIZE", help="never merge partitions smaller than this")
     tr.add_argument("--quiet-merge", action=argparse.BooleanOptionalAction, default=None,
                     help="merge a partition's small files once it is quiet, before it goes cold")
