@@ -346,7 +346,8 @@ def plan_partition(
         return PolicyPlan(measured.plan([group]), "cold_finish", True)
     scale = partition_scale(target, received_bytes, expected_bytes)
     if price and scale >= target:
-        group, rule = priced_group(sizes, by_size, target, price, newest)
+        group, rule = priced_group(sizes, by_size, target, price, newest,
+                                   out_sizes=[f.rewritten_size for f in measured.files])
         chosen = [group] if len(group) >= min_input_files else []
         return PolicyPlan(measured.plan(chosen), rule if chosen or not group else "priced_wait", True)
     if quiet:

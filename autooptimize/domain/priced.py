@@ -49,18 +49,23 @@ PRICED_RULES = ("filled", "priced", "priced_wait")
 
 
 def priced_group(sizes: Sequence[int], by_size: Sequence[int], target: int, price: float, newest: bool,
-                 ratio: float = PRICE_RATIO, fill: tuple[int, int] = FILL) -> tuple[list[int], str]:
+                 ratio: float = PRICE_RATIO, fill: tuple[int, int] = FILL,
+                 out_sizes: Sequence[int] | None = None) -> tuple[list[int], str]:
     """The indices of ``sizes`` to merge into one file, and the rule (see the module doc). ``by_size``: every
     index, ascending by size (ties in a fixed order). ``price`` > 0. ``ratio`` and ``fill`` are the
-    service's constants; ``benchmarks.policy_priced`` tries others."""
+    service's constants; ``benchmarks.policy_priced`` tries others. ``out_sizes``: what each file weighs
+    once rewritten (the rewrite's size estimate; default ``sizes``): the fill, the cap of a filled file
+    and the bytes still to come are judged in it, so a filled file is a target's bytes as written, not as
+    read. Which files are small, and the bytes a merge reads, stay the files' own sizes."""
+    out = sizes if out_sizes is None else out_sizes
     small = [i for i in by_size if 4 * sizes[i] < 3 * target]
-    total = sum(sizes[i] for i in small)
+    total = sum(out[i] for i in small)
     if len(small) >= 2 and fill[1] * total >= fill[0] * target:
         group, held = [], 0
         for i in reversed(small):
-            if FILL_CAP[1] * (held + sizes[i]) <= FILL_CAP[0] * target:
+            if FILL_CAP[1] * (held + out[i]) <= FILL_CAP[0] * target:
                 group.append(i)
-                held += sizes[i]
+                held += out[i]
         if len(group) >= 2:
             return group, "filled"
     room = max(0, target - total)

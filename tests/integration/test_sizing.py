@@ -39,7 +39,9 @@ def test_outputs_land_within_20_percent_of_target(settings, spark, catalog):
     # 2 × 40 files of 5,000 rows (~37 KB each, ~1.5 MB per day); merged, a day is about 0.5 MB
     table = make_table(catalog, {DAY1: 40, DAY2: 40}, rows=5000)
     ident = identifier(table)
-    tracking.track(settings, ident, target_file_size=TARGET, tolerance=TARGET // 4)
+    # the tiers (price 0): every group of the partition is sized; the priced default fills one file per
+    # action while the partition is written to (test_the_priced_fill_is_judged_in_the_sized_output)
+    tracking.track(settings, ident, target_file_size=TARGET, tolerance=TARGET // 4, merge_price=0)
     raw = sum(f["file_size_in_bytes"] for f in table.inspect.files().to_pylist() if f["partition"]["day"] == DAY1)
     assert raw > 4 * TARGET
     before, second = table_checksum(table), second_reader_checksum(table)
@@ -86,3 +88,22 @@ def test_outputs_land_within_20_percent_of_target(settings, spark, catalog):
     assert {p["action"] for p in after["partitions"]} == {"none"}
     remaining = live_files(table)
     assert len(remaining) == 80 - first["files_in"] - second_action["files_in"] + len(sizes) + len(sizes2)
+
+
+def test_the_priced_fill_is_judged_in_the_sized_output(settings, spark, catalog):
+    settings_holder[:] = [settings]
+    table = make_table(catalog, {DAY1: 40}, rows=5000)  # ~37 KB each as read, about a third once merged
+    ident = identifier(table)
+    tracking.track(settings, ident, target_file_size=TARGET, tolerance=TARGET // 4)  # the default: κ20
+    before, second = table_checksum(table), second_reader_checksum(table)
+    foreseen = explain.explain(settings, ident, partition="day=2026-01-01", spark=lambda: spark)
+    assert foreseen["sizing"]["source"] == "calibration"
+    (part,) = foreseen["partitions"]
+    (group,) = part["groups"]
+    # filled by what the files weigh once rewritten (15/16 to 5/4 of the target), not by what they weigh now
+    assert part["rule"] == "filled" and group["files_out"] == 1
+    assert 15 * TARGET <= 16 * group["bytes_out_estimate"] <= 20 * TARGET, group["bytes_out_estimate"]
+    assert group["bytes_in"] > 2 * TARGET  # read as they are, the files would have filled at 8 of them
+    # explain changes nothing (its calibration sample is removed)
+    assert table_checksum(table) == before and second_reader_checksum(table) == second
+    assert not [p for p in files_on_disk(table) if "ao-explain-" in p]

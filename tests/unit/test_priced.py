@@ -26,9 +26,9 @@ def _plan(sizes, **kw):  # type: ignore[no-untyped-def]
     return result.rule, [sorted(f.path for f in g.files) for g in result.plan.groups]
 
 
-def test_off_by_default_and_for_partitions_that_do_not_fill_a_target():
+def test_price_0_and_partitions_that_do_not_fill_a_target_follow_the_tiers():
     sizes = [100 * KiB] * 12
-    assert _plan(sizes)[0] == "tiered"
+    assert _plan(sizes)[0] == "tiered"  # plan_partition's price is the caller's: 0 unless given
     assert _plan(sizes, price=24, received_bytes=1 * MiB, expected_bytes=2 * MiB)[0] == "tiered"
     assert _plan(sizes, price=24, received_bytes=1 * MiB, expected_bytes=T)[0] == "priced"  # the table's history
     assert _plan(sizes, price=24, cold=True)[0] == "cold_finish"  # cold: the policy's finish
@@ -56,6 +56,22 @@ def test_small_files_weighing_fifteen_sixteenths_of_a_target_are_filled_into_one
     assert FILL_CAP == (5, 4) and FILL == (15, 16)
     # 7.25 MiB of small files is under 15/16 of the target (7.5 MiB): not filled yet
     assert _plan([3 * MiB, 2 * MiB, 2 * MiB, 256 * KiB], price=24)[0] != "filled"
+
+
+def test_the_fill_and_its_cap_are_judged_in_the_bytes_the_files_weigh_once_rewritten():
+    # 8 files of 1.2 MiB that rewrite to a third of that (small files compress worse than one large one):
+    # 9.6 MiB read is over 15/16 of the target, but the output would be 3.2 MiB: not filled yet
+    thin = [PlanFile(f"f{i:03d}", 1200 * KiB, out_size=400 * KiB) for i in range(8)]
+    result = plan_partition(thin, T, T // 4, cold=False, price=24, received_bytes=T)
+    assert result.rule != "filled"
+    # 24 such files weigh 9.4 MiB once rewritten: filled, as many as keep the output ≤ 5/4 × 8 MiB (25)
+    many = [PlanFile(f"f{i:03d}", 1200 * KiB, out_size=400 * KiB) for i in range(24)]
+    result = plan_partition(many, T, T // 4, cold=False, price=24, received_bytes=T)
+    assert result.rule == "filled" and [len(g.files) for g in result.plan.groups] == [24]
+    # without an estimate the files' own sizes count: 8 × 1.2 MiB is filled, 8 of them at most (10 MiB)
+    raw = [PlanFile(f"f{i:03d}", 1200 * KiB) for i in range(10)]
+    result = plan_partition(raw, T, T // 4, cold=False, price=24, received_bytes=T)
+    assert result.rule == "filled" and [len(g.files) for g in result.plan.groups] == [8]
 
 
 def test_a_group_under_min_input_files_waits():
