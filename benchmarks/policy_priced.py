@@ -48,7 +48,7 @@ from autooptimize.domain.entropy import excess_needs_attention
 from autooptimize.domain.planning import Plan
 from autooptimize.domain.planning.essential import MeasuredFiles
 from autooptimize.domain.policy import PolicyTuning
-from autooptimize.domain.priced import priced_group
+from autooptimize.domain.priced import FILL, priced_group
 from autooptimize.domain.simulate import (
     WRITE_AMPLIFICATION_GOAL,
     Figures,
@@ -63,8 +63,11 @@ from benchmarks.policy_frontier import checked_target, trace_arguments
 from benchmarks.policy_sim import family_writes, streaming_writes
 from benchmarks.trace_family import FAMILY
 
+#: The service's fill (priced.FILL) as a share of a target, the default of --fill.
+SERVICE_FILL = FILL[0] / FILL[1]
 
-def priced_planner(price: float, ratio: float, fill: float = 0.9375, everywhere: bool = False) -> Planner:
+
+def priced_planner(price: float, ratio: float, fill: float = SERVICE_FILL, everywhere: bool = False) -> Planner:
     """The rule of the module doc with ``price`` (bytes to come per file saved, as a divisor), ``ratio``
     and ``fill`` (the share of a target the small files weigh when they are packed); with ``everywhere``,
     also in partitions not expected to fill a target."""
@@ -138,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--price", type=float, action="append", help="κ (repeatable); default 32 and 48")
     ap.add_argument("--ratio", type=float, action="append", help="r (repeatable); default 2 and 2.5")
     ap.add_argument("--everywhere", action="store_true", help="the rule also where a partition's scale is under the target")
-    ap.add_argument("--fill", type=float, default=0.9375, help="share of a target at which small files are packed "
-                    "(the service's: 15/16)")
+    ap.add_argument("--fill", type=float, default=SERVICE_FILL, help="share of a target at which small files are packed "
+                    "(default the service's, priced.FILL)")
     ap.add_argument("--family", action="store_true", help="the 12 members of benchmarks.trace_family instead")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

@@ -359,7 +359,7 @@ def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FA
     out = [default]
     for f, c, a, q, k in itertools.product(fan_ins, cold_after, leave_alone, quiet_merge, cold_gap_factors):
         t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
-                         default.tolerance, q, k, default.late_horizon, 0)
+                         default.tolerance, q, k, default.late_horizon, price=0)
         if t not in out:
             out.append(t)
     for p, c, a, k in itertools.product(prices, cold_after, leave_alone, cold_gap_factors):
