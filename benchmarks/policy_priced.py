@@ -3,7 +3,7 @@ pure, no I/O. An experiment, not the service's rule.
 
     python -m benchmarks.policy_priced [--seed 7 --seed 8 ...] [--target 8MiB] [--commits 300]
                                        [--latency 0.4 --latency 1.0] [--price 32 ...] [--ratio 2.5 ...]
-                                       [--family] [--json]
+                                       [--jitter 0.3 --repeats 6] [--family] [--json]
 
 ``benchmarks.policy_foresight`` found that a schedule knowing every write needs 5–15 % less than the
 goal's write amplification (WA) of 1.5 at the bin-pack's live files, where no tuning of the shipped
@@ -17,13 +17,18 @@ writes each one about once. This rule tries that online. While a partition is wr
   ``--ratio`` times the bytes before it, the one with the greatest ``(k − 1) · life − bytes`` is merged
   when that is positive. ``k`` is the prefix's files. ``life`` prices a file saved: in the newest time
   partition of its spec it is the bytes still to come before the fill (``target − small bytes``) divided
-  by ``--price``; elsewhere (a partition only late data reaches) it is unbounded, so its small files
-  merge as soon as two of similar size are there;
+  by ``--price``; elsewhere (a partition only late data reaches) it is unbounded: the longest prefix whose
+  largest file is at most ``--ratio`` times the rest merges once it holds four files
+  (``priced.LATE_MIN_FILES``; until 2026-11-28, session 24: as soon as two of similar size were there);
 * cold, and in a partition that has not received and is not expected to hold a target's bytes (its
   scale is under the target: ``--everywhere`` drops this), the shipped policy's own rules apply.
 
 A partition within the excess rule is left alone first, as by the policy (on the four streaming traces
 that changes no figure).
+
+``--jitter S --repeats N`` replays each trace N times with every commit delayed by a seeded uniform draw
+in [0, S) seconds (kept in order) and prints the means: a live writer's commits do not land at nominal
+times, and one replay of a trace can sit on either side of a goal by chance.
 
 It needs nothing the service lacks: the newest ordinal of each spec is ``ao_spec_spans.newest``.
 Printed per trace: the bin-pack's figures, and the shipped defaults' and each priced variant's mean
@@ -38,6 +43,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import sys
 import time
 from collections.abc import Sequence
@@ -101,19 +107,52 @@ def _point(f: Figures, base: Figures) -> dict[str, Any]:
             "end_excess_mse_mib2": round(f.end_excess_mse / (1 << 40), 3), "end_ok": end_ok}
 
 
+def jittered(writes: Sequence[Write], jitter: float, seed: int) -> list[Write]:
+    """``writes`` with each commit delayed by a uniform draw in [0, ``jitter``) seconds (``random.Random(seed)``),
+    each at least 1 ms after the one before."""
+    rng = random.Random(seed)
+    out: list[Write] = []
+    for w in writes:
+        at = w.at + rng.uniform(0, jitter) if jitter else w.at
+        if out and at <= out[-1].at:
+            at = out[-1].at + 0.001
+        out.append(Write(at, w.files))
+    return out
+
+
+def _mean_point(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The mean of :func:`_point` over replays; the end layout holds only if it held in every one."""
+    if len(points) == 1:
+        return points[0]
+    n = len(points)
+    return {"live_ratio": round(sum(p["live_ratio"] for p in points) / n, 4),
+            "write_amplification": round(sum(p["write_amplification"] for p in points) / n, 4),
+            "end_files": round(sum(p["end_files"] for p in points) / n, 2),
+            "end_excess_mse_mib2": round(sum(p["end_excess_mse_mib2"] for p in points) / n, 3),
+            "end_ok": all(p["end_ok"] for p in points)}
+
+
 def trace_report(name: str, writes: Sequence[Write], target: int, latency: float,
-                 variants: Sequence[tuple[float, float]], fill: float, everywhere: bool) -> dict[str, Any]:
+                 variants: Sequence[tuple[float, float]], fill: float, everywhere: bool,
+                 jitter: float = 0.0, repeats: int = 1) -> dict[str, Any]:
+    """The bin-pack, the service's defaults and each priced variant on ``writes``; with ``jitter``, the
+    means over ``repeats`` replays of jittered commit times (:func:`jittered`)."""
     tuning = PolicyTuning(target)
     base = simulate_baseline(writes, target)
+    replays = [jittered(writes, jitter, 1000 * k + 7) for k in range(repeats)] if jitter else [writes]
     priced: list[dict[str, Any]] = []
-    out = {"trace": name, "target": target, "latency": latency, "bytes_written": base.bytes_written,
+    out = {"trace": name, "target": target, "latency": latency, "jitter": jitter, "repeats": len(replays),
+           "bytes_written": base.bytes_written,
            "binpack": {"mean_live_files": round(base.mean_live_files, 3),
                        "write_amplification": round(base.write_amplification, 4), "end_files": base.end_files,
                        "bytes_rewritten": base.bytes_rewritten},
-           "defaults": _point(simulate_policy(writes, tuning, latency), base), "priced": priced}
+           "defaults": _mean_point([_point(simulate_policy(w, tuning, latency), base) for w in replays]),
+           "priced": priced}
     for price, ratio in variants:
-        f = simulate_policy(writes, tuning, latency, planner=priced_planner(price, ratio, fill, everywhere))
-        priced.append({"price": price, "ratio": ratio, **_point(f, base), "bytes_rewritten": f.bytes_rewritten})
+        planner = priced_planner(price, ratio, fill, everywhere)
+        runs = [simulate_policy(w, tuning, latency, planner=planner) for w in replays]
+        priced.append({"price": price, "ratio": ratio, **_mean_point([_point(f, base) for f in runs]),
+                       "bytes_rewritten": min(f.bytes_rewritten for f in runs)})
     return out
 
 
@@ -131,6 +170,9 @@ def print_report(rows: list[dict[str, Any]], files_goal: float) -> None:
               f"{_mark(r['defaults'], files_goal):>13}" + "".join(f"{_mark(p, files_goal):>13}" for p in r["priced"]))
     print(f"(ratio of the bin-pack's mean live files / write amplification; * meets ≤ {files_goal:.2f}× files, WA ≤ 1.5 "
           "and the end layout; e: files or excess MSE at the end more than 10 % over the bin-pack's)")
+    if rows and rows[0]["jitter"]:
+        print(f"(means over {rows[0]['repeats']} replays, each commit delayed by up to {rows[0]['jitter']:g} s; "
+              "e: the end layout missed in at least one)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--everywhere", action="store_true", help="the rule also where a partition's scale is under the target")
     ap.add_argument("--fill", type=float, default=SERVICE_FILL, help="share of a target at which small files are packed "
                     "(default the service's, priced.FILL)")
+    ap.add_argument("--jitter", type=float, default=0.0, help="seconds: delay each commit by a seeded uniform "
+                    "draw in [0, JITTER) and print the means over --repeats replays (default 0: nominal times)")
+    ap.add_argument("--repeats", type=int, default=6, help="replays per trace and latency with --jitter (default 6)")
     ap.add_argument("--family", action="store_true", help="the 12 members of benchmarks.trace_family instead")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -155,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"need --price > 0 and --ratio ≥ 1, got {bad[0]:g} and {bad[1]:g}")
         if any(not x >= 0 for x in args.latencies or ()):
             raise ValueError(f"--latency must be seconds ≥ 0, got {args.latencies}")
+        if not args.jitter >= 0 or args.repeats < 1:
+            raise ValueError(f"--jitter must be seconds ≥ 0 and --repeats ≥ 1, got {args.jitter} and {args.repeats}")
     except ValueError as e:
         ap.error(str(e))
     started = time.monotonic()
@@ -162,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         traces = [(m.name, m.target, family_writes(m)) for m in FAMILY]
     else:
         traces = [(f"seed {s}", target, streaming_writes(s, args.commits)) for s in (args.seed or [7, 8, 3, 11])]
-    rows = [trace_report(name, writes, tgt, lat, variants, args.fill, args.everywhere)
+    rows = [trace_report(name, writes, tgt, lat, variants, args.fill, args.everywhere, args.jitter, args.repeats)
             for name, tgt, writes in traces for lat in (args.latencies or [0.4, 1.0])]
     files_goal = 1.05 if args.family else 1.0
     if args.json:

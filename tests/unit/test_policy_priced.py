@@ -12,6 +12,7 @@ from autooptimize.domain.simulate import PartitionState, Write, simulate_policy
 from autooptimize.domain.time_spans import Spans, TimePartition
 from benchmarks import policy_priced
 from benchmarks.policy_priced import priced_planner
+from benchmarks.policy_sim import streaming_writes
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -54,9 +55,11 @@ def test_a_file_more_than_ratio_times_the_bytes_before_it_ends_the_prefix():
     assert _merged(priced_planner(32, 2.5)(_state(sizes))) == ("priced", [["w0", "w1"]])
 
 
-def test_a_partition_behind_the_newest_merges_its_whole_prefix_at_once():
-    sizes = [10 * KiB, 10 * KiB, 15 * KiB]
-    assert _merged(priced_planner(10_000, 2)(_state(sizes, newest=False))) == ("priced", [["w0", "w1", "w2"]])
+def test_a_partition_behind_the_newest_merges_its_whole_prefix_once_it_holds_four_files():
+    sizes = [10 * KiB, 10 * KiB, 15 * KiB, 20 * KiB]
+    assert _merged(priced_planner(10_000, 2)(_state(sizes, newest=False))) == ("priced", [["w0", "w1", "w2", "w3"]])
+    plan, rule = priced_planner(10_000, 2)(_state(sizes[:3], newest=False))  # three late files: they gather
+    assert rule == "priced_wait" and plan.is_empty
     plan, rule = priced_planner(10_000, 2)(_state(sizes))  # the same files in the newest: not worth it
     assert rule == "priced_wait" and plan.is_empty
 
@@ -124,3 +127,31 @@ def test_the_priced_rule_replays_and_rewrites_less_than_the_bin_pack(capsys):
     assert 0 < priced["bytes_rewritten"] < row["binpack"]["bytes_rewritten"]
     with pytest.raises(SystemExit):
         policy_priced.main(["--price", "-1"])
+
+
+def test_jittered_commits_keep_their_files_and_order_and_land_within_the_jitter():
+    writes = streaming_writes(7, 60)
+    moved = policy_priced.jittered(writes, 0.3, 11)
+    assert [w.files for w in moved] == [w.files for w in writes]
+    assert all(0 <= m.at - w.at < 0.3 + 0.001 * len(writes) for m, w in zip(moved, writes, strict=True))
+    assert all(a.at < b.at for a, b in zip(moved, moved[1:], strict=False))
+    assert moved != writes and policy_priced.jittered(writes, 0.3, 11) == moved  # seeded
+    assert policy_priced.jittered(writes, 0.0, 11) == writes
+
+
+def test_jittered_replays_are_averaged_and_nonsense_is_refused(capsys):
+    writes = streaming_writes(7, 120)
+    report = policy_priced.trace_report("seed 7", writes, 8 * MiB, 0.5, [(20.0, 2.0)], policy_priced.SERVICE_FILL,
+                                        False, jitter=0.3, repeats=3)
+    singles = [policy_priced.trace_report("seed 7", policy_priced.jittered(writes, 0.3, 1000 * k + 7), 8 * MiB, 0.5,
+                                          [(20.0, 2.0)], policy_priced.SERVICE_FILL, False)["priced"][0]
+               for k in range(3)]
+    mean = sum(p["write_amplification"] for p in singles) / 3
+    assert report["repeats"] == 3 and report["priced"][0]["write_amplification"] == pytest.approx(mean, abs=1e-4)
+    assert policy_priced.main(["--seed", "7", "--commits", "120", "--latency", "0.5", "--price", "20",
+                               "--ratio", "2", "--jitter", "0.3", "--repeats", "2", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["jitter"] == 0.3 and row["repeats"] == 2
+    for bad in (["--jitter", "-1"], ["--jitter", "0.3", "--repeats", "0"]):
+        with pytest.raises(SystemExit):
+            policy_priced.main(bad)
