@@ -17,9 +17,8 @@ writes each one about once. This rule tries that online. While a partition is wr
   ``--ratio`` times the bytes before it, the one with the greatest ``(k − 1) · life − bytes`` is merged
   when that is positive. ``k`` is the prefix's files. ``life`` prices a file saved: in the newest time
   partition of its spec it is the bytes still to come before the fill (``target − small bytes``) divided
-  by ``--price``; elsewhere (a partition only late data reaches) it is unbounded: the longest prefix whose
-  largest file is at most ``--ratio`` times the rest merges once it holds four files
-  (``priced.LATE_MIN_FILES``; until 2026-11-28, session 24: as soon as two of similar size were there);
+  by ``--price``; elsewhere (a partition only late data reaches) it is unbounded, so its small files
+  merge as soon as two of similar size are there;
 * cold, and in a partition that has not received and is not expected to hold a target's bytes (its
   scale is under the target: ``--everywhere`` drops this), the shipped policy's own rules apply.
 

@@ -15,10 +15,7 @@ and once cold, the policy's own rules apply. The rules, as ``explain`` names the
                  spec (and in a partition without a time field) a file saved is worth
                  ``(target − small bytes) / price``: the bytes still to come before the partition fills
                  its next file, priced. Behind the newest only late data arrives, so a file saved is worth
-                 any bytes: the longest prefix whose largest file is at most :data:`PRICE_RATIO` times the
-                 bytes before it merges (a tiny file first does not hold back the files after it), once
-                 it holds :data:`LATE_MIN_FILES` files: late files gather a few at a time, as a schedule
-                 that knows every write lets them, instead of being merged two by two
+                 any bytes: the whole prefix merges
 ``priced_wait``  no prefix is worth its bytes yet (a skip, judged again as ``live_wait`` is)
 
 Why: a schedule that knows every write (``benchmarks.policy_foresight``) lets the hour being written
@@ -36,15 +33,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["DEFAULT_PRICE", "FILL", "FILL_CAP", "LATE_MIN_FILES", "PRICE_RATIO", "PRICED_RULES", "priced_group"]
+__all__ = ["DEFAULT_PRICE", "FILL", "FILL_CAP", "PRICE_RATIO", "PRICED_RULES", "priced_group"]
 
 #: The price the service runs with unless a table or AO_MERGE_PRICE says otherwise (0: the tiers).
 DEFAULT_PRICE = 20
 #: A file joins a prefix only while it is at most this many times the bytes before it.
 PRICE_RATIO = 2
-#: Behind the newest partition, a priced merge takes at least this many small files (docs/policy.md,
-#: "Late files gather before they merge").
-LATE_MIN_FILES = 4
 #: (numerator, denominator) of a target: the small files are packed once they weigh this much.
 FILL = (15, 16)
 #: (numerator, denominator) of a target: a filled file holds at most this much (Iceberg's own rewrite
@@ -79,16 +73,12 @@ def priced_group(sizes: Sequence[int], by_size: Sequence[int], target: int, pric
     best_k = run = 0
     for k, i in enumerate(small, 1):
         if k > 1 and sizes[i] > ratio * run:
-            if newest:
-                break
-            run += sizes[i]  # behind the newest a longer prefix may still hold its largest file to the ratio
-            continue
+            break
         run += sizes[i]
         if k < 2:
             continue
         if not newest:
-            if k >= LATE_MIN_FILES:
-                best_k = k  # a file saved is worth any bytes: the longest prefix
+            best_k = k  # a file saved is worth any bytes: the longest prefix
             continue
         value = (k - 1) * room - price * run  # (k − 1) · room / price − run, times price
         if value > best:

@@ -55,11 +55,9 @@ def test_a_file_more_than_ratio_times_the_bytes_before_it_ends_the_prefix():
     assert _merged(priced_planner(32, 2.5)(_state(sizes))) == ("priced", [["w0", "w1"]])
 
 
-def test_a_partition_behind_the_newest_merges_its_whole_prefix_once_it_holds_four_files():
-    sizes = [10 * KiB, 10 * KiB, 15 * KiB, 20 * KiB]
-    assert _merged(priced_planner(10_000, 2)(_state(sizes, newest=False))) == ("priced", [["w0", "w1", "w2", "w3"]])
-    plan, rule = priced_planner(10_000, 2)(_state(sizes[:3], newest=False))  # three late files: they gather
-    assert rule == "priced_wait" and plan.is_empty
+def test_a_partition_behind_the_newest_merges_its_whole_prefix_at_once():
+    sizes = [10 * KiB, 10 * KiB, 15 * KiB]
+    assert _merged(priced_planner(10_000, 2)(_state(sizes, newest=False))) == ("priced", [["w0", "w1", "w2"]])
     plan, rule = priced_planner(10_000, 2)(_state(sizes))  # the same files in the newest: not worth it
     assert rule == "priced_wait" and plan.is_empty
 

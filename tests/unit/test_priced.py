@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from autooptimize.domain.planning import PlanFile
 from autooptimize.domain.policy import SKIP_RULES, PolicyTuning, plan_partition
-from autooptimize.domain.priced import DEFAULT_PRICE, FILL, FILL_CAP, LATE_MIN_FILES, PRICE_RATIO
+from autooptimize.domain.priced import DEFAULT_PRICE, FILL, FILL_CAP, PRICE_RATIO
 from autooptimize.domain.simulate import simulate_baseline, simulate_policy
 from autooptimize.errors import InvalidArgument
 from benchmarks.policy_sim import streaming_writes
@@ -42,25 +42,10 @@ def test_the_newest_partition_merges_a_prefix_only_when_the_files_saved_are_wort
 
 
 def test_behind_the_newest_the_whole_prefix_merges_and_the_ratio_ends_it():
-    sizes = [10 * KiB, 10 * KiB, 15 * KiB, 20 * KiB, 200 * KiB]  # 200 > 2 × 55: the last stays
-    assert PRICE_RATIO == 2 and LATE_MIN_FILES == 4
-    assert _plan(sizes, price=1000, newest=False) == ("priced", [["f000", "f001", "f002", "f003"]])
+    sizes = [10 * KiB, 10 * KiB, 15 * KiB, 100 * KiB]  # 100 > 2 × 35: the last stays
+    assert PRICE_RATIO == 2
+    assert _plan(sizes, price=1000, newest=False) == ("priced", [["f000", "f001", "f002"]])
     assert _plan(sizes, price=1000) == ("priced_wait", [])  # the same files in the newest hour: not worth it
-
-
-def test_behind_the_newest_late_files_gather_until_there_are_four():
-    assert _plan([100 * KiB] * 3, price=24, newest=False) == ("priced_wait", [])
-    assert _plan([100 * KiB] * 4, price=24, newest=False) == ("priced", [["f000", "f001", "f002", "f003"]])
-    # a remainder of the hour beside three late files: 3 MiB > 2 × 300 KiB, so it is not rewritten for them
-    assert _plan([3 * MiB] + [100 * KiB] * 3, price=24, newest=False) == ("priced_wait", [])
-
-
-def test_behind_the_newest_a_tiny_file_does_not_hold_back_the_files_after_it():
-    # 100 KiB > 2 × 5 KiB, but the largest file of all four (120 KiB) is under 2 × the rest (205 KiB)
-    sizes = [5 * KiB, 100 * KiB, 100 * KiB, 120 * KiB]
-    assert _plan(sizes, price=24, newest=False) == ("priced", [["f000", "f001", "f002", "f003"]])
-    # in the newest partition the ascending prefix still ends at the first file over the ratio
-    assert _plan(sizes, price=24) == ("priced_wait", [])
 
 
 def test_small_files_weighing_fifteen_sixteenths_of_a_target_are_filled_into_one_file():
