@@ -3,7 +3,7 @@ pure, no I/O. An experiment, not the service's rule.
 
     python -m benchmarks.policy_priced [--seed 7 --seed 8 ...] [--target 8MiB] [--commits 300]
                                        [--latency 0.4 --latency 1.0] [--price 32 ...] [--ratio 2.5 ...]
-                                       [--jitter 0.3 --repeats 6] [--family] [--json]
+                                       [--jitter 0.3 --repeats 6] [--output-ratio 0.965] [--family] [--json]
 
 ``benchmarks.policy_foresight`` found that a schedule knowing every write needs 5–15 % less than the
 goal's write amplification (WA) of 1.5 at the bin-pack's live files, where no tuning of the shipped
@@ -27,7 +27,10 @@ that changes no figure).
 
 ``--jitter S --repeats N`` replays each trace N times with every commit delayed by a seeded uniform draw
 in [0, S) seconds (kept in order) and prints the means: a live writer's commits do not land at nominal
-times, and one replay of a trace can sit on either side of a goal by chance.
+times, and one replay of a trace can sit on either side of a goal by chance. ``--output-ratio R``: a
+writer's bytes weigh R once first merged (``simulate_policy``'s ``output_ratio``; live on benchmarks.streaming's
+trace the service's merges write about 0.965 of what they read). Write amplification stays bytes read over
+bytes written, as everywhere in the simulator; benchmarks.streaming counts the bytes the merges wrote.
 
 It needs nothing the service lacks: the newest ordinal of each spec is ``ao_spec_spans.newest``.
 Printed per trace: the bin-pack's figures, and the shipped defaults' and each priced variant's mean
@@ -133,23 +136,26 @@ def _mean_point(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def trace_report(name: str, writes: Sequence[Write], target: int, latency: float,
                  variants: Sequence[tuple[float, float]], fill: float, everywhere: bool,
-                 jitter: float = 0.0, repeats: int = 1) -> dict[str, Any]:
+                 jitter: float = 0.0, repeats: int = 1, output_ratio: float = 1.0) -> dict[str, Any]:
     """The bin-pack, the service's defaults and each priced variant on ``writes``; with ``jitter``, the
-    means over ``repeats`` replays of jittered commit times (:func:`jittered`)."""
+    means over ``repeats`` replays of jittered commit times (:func:`jittered`); ``output_ratio`` as
+    :func:`~autooptimize.domain.simulate.simulate_policy`'s."""
     tuning = PolicyTuning(target)
-    base = simulate_baseline(writes, target)
+    base = simulate_baseline(writes, target, output_ratio=output_ratio)
     replays = [jittered(writes, jitter, 1000 * k + 7) for k in range(repeats)] if jitter else [writes]
     priced: list[dict[str, Any]] = []
     out = {"trace": name, "target": target, "latency": latency, "jitter": jitter, "repeats": len(replays),
+           "output_ratio": output_ratio,
            "bytes_written": base.bytes_written,
            "binpack": {"mean_live_files": round(base.mean_live_files, 3),
                        "write_amplification": round(base.write_amplification, 4), "end_files": base.end_files,
                        "bytes_rewritten": base.bytes_rewritten},
-           "defaults": _mean_point([_point(simulate_policy(w, tuning, latency), base) for w in replays]),
+           "defaults": _mean_point([_point(simulate_policy(w, tuning, latency, output_ratio=output_ratio), base)
+                                    for w in replays]),
            "priced": priced}
     for price, ratio in variants:
         planner = priced_planner(price, ratio, fill, everywhere)
-        runs = [simulate_policy(w, tuning, latency, planner=planner) for w in replays]
+        runs = [simulate_policy(w, tuning, latency, output_ratio=output_ratio, planner=planner) for w in replays]
         priced.append({"price": price, "ratio": ratio, **_mean_point([_point(f, base) for f in runs]),
                        "bytes_rewritten": min(f.bytes_rewritten for f in runs)})
     return out
@@ -187,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jitter", type=float, default=0.0, help="seconds: delay each commit by a seeded uniform "
                     "draw in [0, JITTER) and print the means over --repeats replays (default 0: nominal times)")
     ap.add_argument("--repeats", type=int, default=6, help="replays per trace and latency with --jitter (default 6)")
+    ap.add_argument("--output-ratio", type=float, default=1.0, help="what a writer's bytes weigh once first merged "
+                    "(default 1; about 0.965 live on benchmarks.streaming's trace)")
     ap.add_argument("--family", action="store_true", help="the 12 members of benchmarks.trace_family instead")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -199,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"need --price > 0 and --ratio ≥ 1, got {bad[0]:g} and {bad[1]:g}")
         if any(not x >= 0 for x in args.latencies or ()):
             raise ValueError(f"--latency must be seconds ≥ 0, got {args.latencies}")
+        if not 0 < args.output_ratio <= 2:
+            raise ValueError(f"--output-ratio must be in (0, 2], got {args.output_ratio}")
         if not args.jitter >= 0 or args.repeats < 1:
             raise ValueError(f"--jitter must be seconds ≥ 0 and --repeats ≥ 1, got {args.jitter} and {args.repeats}")
     except ValueError as e:
@@ -208,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         traces = [(m.name, m.target, family_writes(m)) for m in FAMILY]
     else:
         traces = [(f"seed {s}", target, streaming_writes(s, args.commits)) for s in (args.seed or [7, 8, 3, 11])]
-    rows = [trace_report(name, writes, tgt, lat, variants, args.fill, args.everywhere, args.jitter, args.repeats)
+    rows = [trace_report(name, writes, tgt, lat, variants, args.fill, args.everywhere, args.jitter, args.repeats,
+                         args.output_ratio)
             for name, tgt, writes in traces for lat in (args.latencies or [0.4, 1.0])]
     files_goal = 1.05 if args.family else 1.0
     if args.json:

@@ -153,3 +153,17 @@ def test_jittered_replays_are_averaged_and_nonsense_is_refused(capsys):
     for bad in (["--jitter", "-1"], ["--jitter", "0.3", "--repeats", "0"]):
         with pytest.raises(SystemExit):
             policy_priced.main(bad)
+
+
+def test_the_output_ratio_reaches_the_replay_and_nonsense_is_refused():
+    writes = streaming_writes(7, 120)
+    same = policy_priced.trace_report("seed 7", writes, 8 * MiB, 0.8, [(20.0, 2.0)], policy_priced.SERVICE_FILL, False)
+    thin = policy_priced.trace_report("seed 7", writes, 8 * MiB, 0.8, [(20.0, 2.0)], policy_priced.SERVICE_FILL, False,
+                                      output_ratio=0.5)
+    assert thin["output_ratio"] == 0.5 and same["output_ratio"] == 1.0
+    # merged files half the size: both replays change
+    assert thin["binpack"]["bytes_rewritten"] != same["binpack"]["bytes_rewritten"]
+    assert thin["priced"][0] != same["priced"][0]
+    for bad in ("0", "-1", "3"):
+        with pytest.raises(SystemExit):
+            policy_priced.main(["--output-ratio", bad])
