@@ -157,7 +157,7 @@ def trace_report(name: str, writes: Sequence[Write], target: int, latency: float
         planner = priced_planner(price, ratio, fill, everywhere)
         runs = [simulate_policy(w, tuning, latency, output_ratio=output_ratio, planner=planner) for w in replays]
         priced.append({"price": price, "ratio": ratio, **_mean_point([_point(f, base) for f in runs]),
-                       "bytes_rewritten": min(f.bytes_rewritten for f in runs)})
+                       "bytes_rewritten": round(sum(f.bytes_rewritten for f in runs) / len(runs))})
     return out
 
 
