@@ -94,7 +94,8 @@ def priced_planner(price: float, ratio: float, fill: float = SERVICE_FILL, every
                                       m.tolerance):
             return None  # within the excess rule: the policy's below_excess
         by_size = sorted(range(len(sizes)), key=lambda i: (sizes[i], m.files[i].path))
-        group, rule = priced_group(sizes, by_size, target, price, state.newest, ratio, share_pair)
+        group, rule = priced_group(sizes, by_size, target, price, state.newest, ratio, share_pair,
+                                   out_sizes=[f.rewritten_size for f in m.files])  # as plan_partition does
         return m.plan([group] if group else []), rule
 
     return plan
@@ -126,12 +127,9 @@ def _mean_point(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The mean of :func:`_point` over replays; the end layout holds only if it held in every one."""
     if len(points) == 1:
         return points[0]
-    n = len(points)
-    return {"live_ratio": round(sum(p["live_ratio"] for p in points) / n, 4),
-            "write_amplification": round(sum(p["write_amplification"] for p in points) / n, 4),
-            "end_files": round(sum(p["end_files"] for p in points) / n, 2),
-            "end_excess_mse_mib2": round(sum(p["end_excess_mse_mib2"] for p in points) / n, 3),
-            "end_ok": all(p["end_ok"] for p in points)}
+    digits = {"live_ratio": 4, "write_amplification": 4, "end_files": 2, "end_excess_mse_mib2": 3}
+    mean = {k: round(sum(p[k] for p in points) / len(points), d) for k, d in digits.items()}
+    return {**mean, "end_ok": all(p["end_ok"] for p in points)}
 
 
 def trace_report(name: str, writes: Sequence[Write], target: int, latency: float,
