@@ -3,7 +3,8 @@ pure, no I/O. An experiment, not the service's rule.
 
     python -m benchmarks.policy_priced [--seed 7 --seed 8 ...] [--target 8MiB] [--commits 300]
                                        [--latency 0.4 --latency 1.0] [--price 32 ...] [--ratio 2.5 ...]
-                                       [--jitter 0.3 --repeats 6] [--output-ratio 0.965] [--family] [--json]
+                                       [--jitter 0.3 --repeats 6] [--output-ratio 0.965] [--start-delay 0.35]
+                                       [--family] [--json]
 
 ``benchmarks.policy_foresight`` found that a schedule knowing every write needs 5–15 % less than the
 goal's write amplification (WA) of 1.5 at the bin-pack's live files, where no tuning of the shipped
@@ -29,7 +30,10 @@ that changes no figure).
 in [0, S) seconds (kept in order) and prints the means: a live writer's commits do not land at nominal
 times, and one replay of a trace can sit on either side of a goal by chance. ``--output-ratio R``: a
 writer's bytes weigh R once first merged (``simulate_policy``'s ``output_ratio``; live on benchmarks.streaming's
-trace the service's merges write about 0.965 of what they read). Write amplification stays bytes read over
+trace the service's merges write about 0.965 of what they read). ``--start-delay S``: each merge plans S
+seconds after its decision, as the service's action plans when it starts (about 0.3-0.37 s after the write
+on benchmarks.streaming's trace), and lands at the latency (default: it plans as it lands, taking in the
+files written meanwhile). Write amplification stays bytes read over
 bytes written, as everywhere in the simulator; benchmarks.streaming counts the bytes the merges wrote.
 
 It needs nothing the service lacks: the newest ordinal of each spec is ``ao_spec_spans.newest``.
@@ -134,26 +138,28 @@ def _mean_point(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def trace_report(name: str, writes: Sequence[Write], target: int, latency: float,
                  variants: Sequence[tuple[float, float]], fill: float, everywhere: bool,
-                 jitter: float = 0.0, repeats: int = 1, output_ratio: float = 1.0) -> dict[str, Any]:
+                 jitter: float = 0.0, repeats: int = 1, output_ratio: float = 1.0,
+                 start_delay: float | None = None) -> dict[str, Any]:
     """The bin-pack, the service's defaults and each priced variant on ``writes``; with ``jitter``, the
-    means over ``repeats`` replays of jittered commit times (:func:`jittered`); ``output_ratio`` as
-    :func:`~autooptimize.domain.simulate.simulate_policy`'s."""
+    means over ``repeats`` replays of jittered commit times (:func:`jittered`); ``output_ratio`` and
+    ``start_delay`` as :func:`~autooptimize.domain.simulate.simulate_policy`'s."""
     tuning = PolicyTuning(target)
     base = simulate_baseline(writes, target, output_ratio=output_ratio)
     replays = [jittered(writes, jitter, 1000 * k + 7) for k in range(repeats)] if jitter else [writes]
     priced: list[dict[str, Any]] = []
     out = {"trace": name, "target": target, "latency": latency, "jitter": jitter, "repeats": len(replays),
-           "output_ratio": output_ratio,
+           "output_ratio": output_ratio, "start_delay": start_delay,
            "bytes_written": base.bytes_written,
            "binpack": {"mean_live_files": round(base.mean_live_files, 3),
                        "write_amplification": round(base.write_amplification, 4), "end_files": base.end_files,
                        "bytes_rewritten": base.bytes_rewritten},
-           "defaults": _mean_point([_point(simulate_policy(w, tuning, latency, output_ratio=output_ratio), base)
-                                    for w in replays]),
+           "defaults": _mean_point([_point(simulate_policy(w, tuning, latency, output_ratio=output_ratio,
+                                                           start_delay=start_delay), base) for w in replays]),
            "priced": priced}
     for price, ratio in variants:
         planner = priced_planner(price, ratio, fill, everywhere)
-        runs = [simulate_policy(w, tuning, latency, output_ratio=output_ratio, planner=planner) for w in replays]
+        runs = [simulate_policy(w, tuning, latency, output_ratio=output_ratio, planner=planner, start_delay=start_delay)
+                for w in replays]
         priced.append({"price": price, "ratio": ratio, **_mean_point([_point(f, base) for f in runs]),
                        "bytes_rewritten": round(sum(f.bytes_rewritten for f in runs) / len(runs))})
     return out
@@ -176,6 +182,8 @@ def print_report(rows: list[dict[str, Any]], files_goal: float) -> None:
     if rows and rows[0]["jitter"]:
         print(f"(means over {rows[0]['repeats']} replays, each commit delayed by up to {rows[0]['jitter']:g} s; "
               "e: the end layout missed in at least one)")
+    if rows and rows[0].get("start_delay") is not None:
+        print(f"(each merge plans {rows[0]['start_delay']:g} s after its decision, as the service's does when it starts)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=6, help="replays per trace and latency with --jitter (default 6)")
     ap.add_argument("--output-ratio", type=float, default=1.0, help="what a writer's bytes weigh once first merged "
                     "(default 1; about 0.965 live on benchmarks.streaming's trace)")
+    ap.add_argument("--start-delay", type=float, default=None, help="seconds from a decision to the merge's plan "
+                    "(at most every --latency; default: it plans as it lands)")
     ap.add_argument("--family", action="store_true", help="the 12 members of benchmarks.trace_family instead")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -207,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--latency must be seconds ≥ 0, got {args.latencies}")
         if not 0 < args.output_ratio <= 2:
             raise ValueError(f"--output-ratio must be in (0, 2], got {args.output_ratio}")
+        if args.start_delay is not None and not 0 <= args.start_delay <= min(args.latencies or [0.4, 1.0]):
+            raise ValueError(f"--start-delay must be seconds within [0, every --latency], got {args.start_delay}")
         if not args.jitter >= 0 or args.repeats < 1:
             raise ValueError(f"--jitter must be seconds ≥ 0 and --repeats ≥ 1, got {args.jitter} and {args.repeats}")
     except ValueError as e:
@@ -217,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         traces = [(f"seed {s}", target, streaming_writes(s, args.commits)) for s in (args.seed or [7, 8, 3, 11])]
     rows = [trace_report(name, writes, tgt, lat, variants, args.fill, args.everywhere, args.jitter, args.repeats,
-                         args.output_ratio)
+                         args.output_ratio, args.start_delay)
             for name, tgt, writes in traces for lat in (args.latencies or [0.4, 1.0])]
     files_goal = 1.05 if args.family else 1.0
     if args.json:

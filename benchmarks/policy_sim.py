@@ -21,9 +21,9 @@ of issue 25 holds (WA ≤ 1.5, replaced ≤ 0.5×, mean live ≤ 1.05×, end fil
 after cold). ``floor`` is the least any policy can replace to reach the bin-pack's end layout: writer
 files under ¾ of the target, less the bin-pack's files at the end, over the bin-pack's files replaced.
 ``--suggest`` adds, per member, the tuning AutoAnalyze suggests from the member's own writes
-(:func:`~autooptimize.domain.simulate.suggest_tuning`: fan-in, cold-after, leave-alone, quiet merging)
+(:func:`~autooptimize.domain.suggest.suggest_tuning`: fan-in, cold-after, leave-alone, quiet merging)
 with its figures, the goals each tuning holds, and its summed shortfall from them
-(:func:`~autooptimize.domain.simulate.shortfall`): per-table tuning must hold at least as many goals as
+(:func:`~autooptimize.domain.suggest.shortfall`): per-table tuning must hold at least as many goals as
 the defaults on every member (``WORSE`` marks a member where it does not).
 Exit code 1 when the run did no work (a member wrote no bytes, or neither side merged anything).
 """
@@ -46,17 +46,9 @@ from autooptimize.domain.policy import (
     PolicyTuning,
 )
 from autooptimize.domain.priced import DEFAULT_PRICE
-from autooptimize.domain.simulate import (
-    BASELINE_EVERY,
-    Figures,
-    Write,
-    candidate_tunings,
-    shortfall,
-    simulate_baseline,
-    simulate_policy,
-    suggest_tuning,
-)
+from autooptimize.domain.simulate import BASELINE_EVERY, Figures, Write, simulate_baseline, simulate_policy
 from autooptimize.domain.sizes import parse_size
+from autooptimize.domain.suggest import candidate_tunings, shortfall, suggest_tuning
 from benchmarks.trace_family import FAMILY, HOUR_SECONDS, Member, make_commits
 
 MiB = 1 << 20

@@ -8,7 +8,7 @@ from typing import Any
 
 from autooptimize.cli.common import current_settings, print_result
 from autooptimize.cli.progress import wait_with_progress
-from autooptimize.domain.simulate import SUGGEST_COLD_AFTER
+from autooptimize.domain.suggest import SUGGEST_COLD_AFTER
 from autooptimize.errors import InvalidArgument
 from spark_actors.session import get_session
 
@@ -202,8 +202,10 @@ def _suggest(args: argparse.Namespace) -> int:
     if out.get("output_ratio", 1.0) != 1.0:
         print(f"merged bytes weigh {out['output_ratio']:.2f}× their inputs (learned from the table's REPLACE commits)")
     if out.get("latency_merges"):
-        print(f"a merge lands {out['latency_seconds']:.2f} s after the write that prompted it (median of the table's last "
-              f"{out['latency_merges']} merges)")
+        start = out.get("start_delay_seconds")
+        print(f"a merge lands {out['latency_seconds']:.2f} s after the write that prompted it"
+              + ("" if start is None else f" and plans {start:.2f} s after it")
+              + f" (median of the table's last {out['latency_merges']} merges)")
     print(f"{'':24}{'suggested':>12}{'current':>12}{'bin-pack':>12}")
     rows = (("mean live files", "mean_live_files", "{:.1f}"), ("files replaced", "files_replaced", "{:.0f}"),
             ("bytes rewritten", "bytes_rewritten", "{:.0f}"), ("write amplification", "write_amplification", "{:.2f}"),

@@ -113,7 +113,7 @@ __all__ = [
 #: live files for bytes rewritten. Over the 12 members of benchmarks.trace_family (policy_sim, against the
 #: bin-pack every 20 writes): fan-in 8 gave mean write amplification 1.99 at a mean 0.92× the bin-pack's
 #: live files, 12 gave 1.75 at 0.98×, 16 gave 1.63 at 1.12×; 12 had the least summed shortfall from the
-#: goals (domain.simulate.shortfall: 7.0; 8: 8.5; 6, 16 and 20 leave one member's end layout far off).
+#: goals (domain.suggest.shortfall: 7.0; 8: 8.5; 6, 16 and 20 leave one member's end layout far off).
 #: A search of 120 combinations with TINY_FAN_IN, TINY_DIVISOR and LIVE_LARGE_DIVISOR (in the simulator
 #: before a merge planned when it runs) found none meeting WA ≤ 1.5 with live files ≤ 1.05× on 8 of the
 #: 12 members (docs/policy.md).

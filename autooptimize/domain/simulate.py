@@ -13,8 +13,8 @@ keeping the table:
 * :func:`simulate_policy`: the live-partition policy (:func:`~autooptimize.domain.policy.plan_partition`)
   judges a partition when a write touches it, when a merge of it lands, when it settles and when it
   goes cold (the service's timers; each partition's cold-after time from its own recent gaps between
-  writes, :meth:`~autooptimize.domain.policy.PolicyTuning.cold_after`). A plan takes ``latency`` seconds
-  to land; one merge in flight per partition. After the last write the clock runs on until every partition is cold and judged.
+  writes, :meth:`~autooptimize.domain.policy.PolicyTuning.cold_after`). A merge lands ``latency`` seconds
+  after its decision, planned then or ``start_delay`` after it; one merge in flight per partition. After the last write the clock runs on until every partition is cold and judged.
 
 Figures (:class:`Figures`): live data files after each write (mean, max), files replaced, bytes
 rewritten, write amplification (bytes rewritten / bytes written), files and excess MSE at the end
@@ -40,8 +40,8 @@ from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, plan_partit
 from autooptimize.domain.time_spans import Spans, TimePartition
 
 __all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
-           "PartitionState", "Planner", "Suggestion", "end_layout_holds", "TimePartition", "Write", "candidate_tunings", "shortfall", "simulate_baseline", "simulate_policy",
-           "suggest_tuning"]
+           "PartitionState", "Planner", "TimePartition", "Write", "end_excess_limit", "end_layout_holds",
+           "simulate_baseline", "simulate_policy"]
 
 #: The baseline bin-packs after this many writes (benchmarks.streaming's ``--compact-every``).
 BASELINE_EVERY = 20
@@ -199,8 +199,11 @@ Planner = Callable[[PartitionState], "tuple[Plan, str] | None"]
 
 def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS,
                     measure_from: float | None = None, output_ratio: float = 1.0,
-                    planner: Planner | None = None) -> Figures:
-    """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``measure_from``
+                    planner: Planner | None = None, start_delay: float | None = None) -> Figures:
+    """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``start_delay``:
+    seconds from a decision to the moment its merge plans (reads the partition's files), as the service's
+    action does when it starts; it lands ``latency`` after the decision (None: it plans as it lands, so
+    it takes in the files written meanwhile). ``measure_from``
     (seconds, as ``Write.at``): the whole history is replayed, but the figures count only the writes at
     or after it and what happens from then on (AutoAnalyze compares them with what the table did since
     a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same).
@@ -209,8 +212,11 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     each spec on its own): a partition further behind its spec's newest than any write has reached back is cold
     (:func:`~autooptimize.domain.policy.past_late_horizon`), and such partitions are judged when a newer
     partition gets its first file, as the service's listener hands them over."""
+    if start_delay is not None and not 0 <= start_delay <= latency:
+        raise ValueError(f"start_delay must be None or within [0, latency ({latency})], got {start_delay!r}")
     t = _Table(tuning.target, output_ratio)
     spans = Spans()
+    planned: dict[Hashable, tuple[RewriteGroup, ...]] = {}  # with start_delay: each started merge's plan
 
     def past(part: Hashable) -> bool:
         return tuning.late_horizon and spans.past_horizon(part)
@@ -247,14 +253,19 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             return
         if plan(part, now):
             pending.add(part)
-            heapq.heappush(events, (now + latency, next(seq), "land", part))
+            kind = "land" if start_delay is None else "start"
+            heapq.heappush(events, (now + (latency if start_delay is None else start_delay), next(seq), kind, part))
 
     def run_until(until: float) -> None:
         while events and events[0][0] <= until:
             at, _, kind, part = heapq.heappop(events)
+            if kind == "start":  # the action plans on the files as they are when it starts
+                planned[part] = plan(part, at)
+                heapq.heappush(events, (at + latency - (start_delay or 0.0), next(seq), "land", part))
+                continue
             if kind == "land":
                 pending.discard(part)
-                t.apply(part, plan(part, at))  # the action plans on the files as they are when it runs
+                t.apply(part, planned.pop(part) if part in planned else plan(part, at))
             elif at < t.newest[part] + (tuning.settle_seconds if kind == "settle" else cold_after(part)):
                 continue  # written again since the timer was set
             judge(part, at)
@@ -285,31 +296,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     return t.figures(rules)
 
 
-#: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
-SUGGEST_FAN_INS = (4, 6, 8, 12, 16, 24, 32)
-SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
-#: The prices of the priced live rule ``suggest_tuning`` tries (autooptimize.domain.priced; each with the
-#: default's fan-in for the partitions the rule leaves to the tiers, and quiet merging off).
-SUGGEST_PRICES = (16, 20, 24, 32, 48)
 #: The file goal ``suggest_tuning`` holds a tuning to: mean live files at most this times the bin-pack's.
 LIVE_FILES_GOAL = 1.05
-
-
-@dataclass(frozen=True, slots=True)
-class Suggestion:
-    """The tuning a history suggests, what it predicts, and what the baseline and the defaults did."""
-
-    tuning: PolicyTuning
-    predicted: Figures
-    baseline: Figures
-    defaults: Figures
-    meets_goal: bool  # mean live files within LIVE_FILES_GOAL × the bin-pack's; end files and excess within 10 %
-    tried: int
-
-    def as_dict(self) -> dict[str, object]:
-        return {"tuning": self.tuning.as_dict(), "predicted": self.predicted.as_dict(),
-                "baseline": self.baseline.as_dict(), "defaults": self.defaults.as_dict(),
-                "meets_goal": self.meets_goal, "tried": self.tried}
 
 
 #: The write amplification goal a tuning is held to when no candidate keeps the file goal.
@@ -320,76 +308,11 @@ WRITE_AMPLIFICATION_GOAL = 1.5
 END_EXCESS_SLACK = 1 << 40
 
 
-def _end_excess_limit(base: Figures) -> float:
+def end_excess_limit(base: Figures) -> float:
+    """The most excess MSE at the end the goal allows beside the bin-pack's ``base``."""
     return 1.1 * base.end_excess_mse + END_EXCESS_SLACK
 
 
 def end_layout_holds(f: Figures, base: Figures) -> bool:
     """Files and excess MSE at the end within 10 % of the bin-pack's (``END_EXCESS_SLACK`` on the MSE)."""
-    return f.end_files <= 1.1 * base.end_files and f.end_excess_mse <= _end_excess_limit(base)
-
-
-def _meets(f: Figures, base: Figures) -> bool:
-    """The file goal: mean live files within 1.05× the bin-pack's; files and excess MSE at the end within 10 %."""
-    return f.mean_live_files <= LIVE_FILES_GOAL * base.mean_live_files and end_layout_holds(f, base)
-
-
-def shortfall(f: Figures, base: Figures) -> float:
-    """How far ``f`` misses the goals, summed as fractions: mean live files over 1.05× the bin-pack's,
-    end files over 1.1×, end excess MSE over 1.1× (+ 1 MiB²), write amplification over 1.5 (0 when every
-    goal holds)."""
-    live = f.mean_live_files / (LIVE_FILES_GOAL * base.mean_live_files) - 1 if base.mean_live_files else 0.0
-    end = f.end_files / (1.1 * base.end_files) - 1 if base.end_files else 0.0
-    excess = f.end_excess_mse / _end_excess_limit(base) - 1
-    return (max(0.0, live) + max(0.0, end) + max(0.0, excess)
-            + max(0.0, f.write_amplification / WRITE_AMPLIFICATION_GOAL - 1))
-
-
-def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FAN_INS,
-                      cold_after: Sequence[float] = SUGGEST_COLD_AFTER,
-                      leave_alone: Sequence[int] = (0,), quiet_merge: Sequence[bool] = (False, True),
-                      cold_gap_factors: Sequence[float] | None = None,
-                      prices: Sequence[int] = SUGGEST_PRICES) -> list[PolicyTuning]:
-    """Every combination of the given fan-ins, cold-after times, leave-alone sizes, quiet merging and cold
-    gap factors (None: ``default``'s and 0, the partition's own cold-after time on and off) at
-    ``default``'s target, settle time and tolerance, under the tiers; and each of ``prices`` of the priced
-    live rule with every cold-after time, leave-alone size and gap factor; ``default`` first."""
-    if cold_gap_factors is None:
-        cold_gap_factors = tuple(dict.fromkeys((default.cold_gap_factor, 0.0)))
-    out = [default]
-    for f, c, a, q, k in itertools.product(fan_ins, cold_after, leave_alone, quiet_merge, cold_gap_factors):
-        t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
-                         default.tolerance, q, k, default.late_horizon, price=0)
-        if t not in out:
-            out.append(t)
-    for p, c, a, k in itertools.product(prices, cold_after, leave_alone, cold_gap_factors):
-        t = PolicyTuning(default.target, default.fan_in, default.settle_seconds, max(c, default.settle_seconds), a,
-                         default.tolerance, False, k, default.late_horizon, p)
-        if t not in out:
-            out.append(t)
-    return out
-
-
-def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
-                   candidates: Sequence[PolicyTuning] | None = None,
-                   every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS,
-                   output_ratio: float = 1.0) -> Suggestion:
-    """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
-    within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
-    none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
-    so an unreachable file goal does not buy live files at any price in bytes). Ties go to the earlier
-    candidate (``default`` first), so the defaults are kept unless a tuning does strictly better."""
-    if not writes:
-        raise ValueError("suggest_tuning needs at least one write in the history")
-    cands = list(candidates) if candidates is not None else candidate_tunings(default)
-    if default not in cands:
-        cands.insert(0, default)
-    base = simulate_baseline(writes, default.target, every, output_ratio)
-    results = [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio)) for t in cands]
-    defaults = next(f for t, f in results if t == default)
-    good = [(t, f) for t, f in results if _meets(f, base)]
-    if good:
-        tuning, fig = min(good, key=lambda tf: tf[1].bytes_rewritten)
-    else:
-        tuning, fig = min(results, key=lambda tf: (round(shortfall(tf[1], base), 6), tf[1].bytes_rewritten))
-    return Suggestion(tuning, fig, base, defaults, bool(good), len(results))
+    return f.end_files <= 1.1 * base.end_files and f.end_excess_mse <= end_excess_limit(base)

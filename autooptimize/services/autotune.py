@@ -2,7 +2,7 @@
 
 For a table, the writer commits still in its metadata (every snapshot that is not one of our REPLACE
 commits: what each added to each partition, and when) are replayed by
-:func:`~autooptimize.domain.simulate.suggest_tuning` over candidate tunings (fan-in, cold-after and, for
+:func:`~autooptimize.domain.suggest.suggest_tuning` over candidate tunings (fan-in, cold-after and, for
 very small partitions, leaving them alone; the table's target and settle time stay). The suggestion is
 the one that rewrites the fewest bytes while keeping the file goal (mean live files within 1.05× and end
 files within 1.1× of a blocking bin-pack every 20 commits of the same history). Merged files weigh what
@@ -38,16 +38,8 @@ from sqlalchemy.orm import Session
 
 from autooptimize.config import Settings
 from autooptimize.domain.policy import DEFAULT_SETTLE_SECONDS, PolicyTuning
-from autooptimize.domain.simulate import (
-    LATENCY_SECONDS,
-    SUGGEST_COLD_AFTER,
-    Suggestion,
-    TimePartition,
-    Write,
-    candidate_tunings,
-    simulate_policy,
-    suggest_tuning,
-)
+from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write, simulate_policy
+from autooptimize.domain.suggest import SUGGEST_COLD_AFTER, Suggestion, candidate_tunings, suggest_tuning
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.partitions import time_ordinal
@@ -147,13 +139,36 @@ def learned_latency(session: Session, table_id: int, history: tuple[Sequence[Wri
     was prompted by that write. It then counts from the write: the listener noticing the commit and the
     decision come first, and the simulator decides at the write itself. A merge prompted by a timer
     counts from its ``created_at``."""
+    timings = _merge_timings(session, table_id, history, settle_seconds)
+    if len(timings) < MIN_LATENCY_ACTIONS:
+        return LATENCY_SECONDS, len(timings)
+    latency = statistics.median(done for _, done in timings)
+    return min(max(latency, 0.1), 600.0), len(timings)
+
+
+def learned_start_delay(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None = None,
+                        settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> float | None:
+    """Seconds from what prompted a merge to its start on this table, where the action reads the
+    partition's files and plans (the median over the merges :func:`learned_latency` reads that recorded
+    their start, counted the same way, at most that latency): ``simulate_policy``'s ``start_delay``. None
+    while fewer than :data:`MIN_LATENCY_ACTIONS` (the simulator then plans each merge as it lands)."""
+    timings = _merge_timings(session, table_id, history, settle_seconds)
+    starts = [start for start, _ in timings if start is not None]
+    if len(starts) < MIN_LATENCY_ACTIONS:
+        return None
+    latency = min(max(statistics.median(done for _, done in timings), 0.1), 600.0)
+    return min(max(statistics.median(starts), 0.0), latency)
+
+
+def _merge_timings(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None,
+                   settle_seconds: float) -> list[tuple[float | None, float]]:
+    """(seconds to the start, or None where the start was not recorded; seconds to the commit) of the
+    table's most recent succeeded merges, each from what prompted it (see :func:`learned_latency`)."""
     rows = session.execute(
-        select(Action.created_at, Action.finished_at, Action.spec_id, Action.partition_key)
+        select(Action.created_at, Action.started_at, Action.finished_at, Action.spec_id, Action.partition_key)
         .where(Action.table_id == table_id, Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value,
                Action.finished_at.is_not(None))
         .order_by(Action.finished_at.desc()).limit(LATENCY_ACTIONS)).all()
-    if len(rows) < MIN_LATENCY_ACTIONS:
-        return LATENCY_SECONDS, len(rows)
     written: dict[Hashable, list[float]] = collections.defaultdict(list)  # partition → write times
     start = 0.0
     if history is not None:
@@ -162,16 +177,17 @@ def learned_latency(session: Session, table_id: int, history: tuple[Sequence[Wri
         for w in writes:  # in time order
             for part, _ in w.files:
                 written[(part.spec_id, part.key) if isinstance(part, TimePartition) else part].append(w.at)
-
-    def seconds(created: Any, done: Any, spec_id: int | None, key: str | None) -> float:
+    out: list[tuple[float | None, float]] = []
+    for created, started, done, spec_id, key in rows:
+        if done is None:  # the query asks for finished merges only
+            continue
         at = created.timestamp() - start
         times = written.get((spec_id, key), []) if spec_id is not None and key is not None else []
         prompted = times[bisect.bisect_right(times, at) - 1] if times and times[0] <= at else None
         since = at - prompted if prompted is not None and at - prompted <= settle_seconds else 0.0
-        return (done - created).total_seconds() + since
-
-    latency = statistics.median(seconds(*row) for row in rows)
-    return min(max(latency, 0.1), 600.0), len(rows)
+        began = None if started is None else (started - created).total_seconds() + since
+        out.append((began, (done - created).total_seconds() + since))
+    return out
 
 
 def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
@@ -196,7 +212,8 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     current-tuning figures. ``record``: store it on the tracked table. ``apply``: set it as the table's
     tuning (None: only when the table allows auto-tuning). ``cold_after``: the cold-after times tried;
     ``latency``: seconds from a decision to its commit in the replay (None: the table's own,
-    :func:`learned_latency`); ``table``: ``identifier`` already loaded (None: loaded here). Raises
+    :func:`learned_latency`, with each merge planned when the table's own merges started,
+    :func:`learned_start_delay`); ``table``: ``identifier`` already loaded (None: loaded here). Raises
     InvalidArgument when the history is shorter than ``min_commits`` writer commits."""
     table = table if table is not None else load_table(settings, identifier)
     writes, start_ms = table_writes(table)
@@ -208,22 +225,23 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         current = default_tuning(settings, row)
         auto = bool(row is not None and row.auto_tune)
         last_at = row.suggested_at if row is not None else None
-        merges = 0
-        if latency is None:
-            latency, merges = (learned_latency(session, row.id, (writes, start_ms), settings.settle_seconds)
-                               if row is not None else (LATENCY_SECONDS, 0))
+        merges, start_delay = 0, None
+        if latency is None and row is not None:
+            latency, merges = learned_latency(session, row.id, (writes, start_ms), settings.settle_seconds)
+            start_delay = learned_start_delay(session, row.id, (writes, start_ms), settings.settle_seconds)
+        latency = LATENCY_SECONDS if latency is None else latency
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
     # simulator's prediction for the same commits
     ratio = learned_output_ratio(table)
     check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio,
-                              history=(writes, start_ms)) if last_at else None)
+                              history=(writes, start_ms), start_delay=start_delay) if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
-                            latency=latency, output_ratio=ratio)
+                            latency=latency, output_ratio=ratio, start_delay=start_delay)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"] = ratio
-    out["latency_seconds"], out["latency_merges"] = latency, merges
+    out["latency_seconds"], out["latency_merges"], out["start_delay_seconds"] = latency, merges, start_delay
     out["check"] = check
     applied = False
     if record or apply:
@@ -282,19 +300,21 @@ MIN_CHECK_COMMITS = 10
 
 def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency: float = LATENCY_SECONDS,
                      min_commits: int = MIN_CHECK_COMMITS, output_ratio: float = 1.0,
-                     history: tuple[list[Write], int] | None = None) -> dict[str, Any] | None:
+                     history: tuple[list[Write], int] | None = None,
+                     start_delay: float | None = None) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
-    the time of its first (as :func:`table_writes` returns them), when the caller has read them already."""
+    the time of its first (as :func:`table_writes` returns them), when the caller has read them already;
+    ``start_delay`` as ``simulate_policy``'s."""
     writes, start_ms = history if history is not None else table_writes(table)
     measure_from = (since_ms - start_ms) / 1000
     commits = sum(1 for w in writes if w.at >= measure_from)
     if commits < min_commits:
         return None
     predicted = simulate_policy(writes, tuning, latency, measure_from=measure_from,
-                                output_ratio=output_ratio).as_dict()
+                                output_ratio=output_ratio, start_delay=start_delay).as_dict()
     realised = realised_since(table, since_ms)
     error = {}
     for key in ("write_amplification", "mean_live_files"):

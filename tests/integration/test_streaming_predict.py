@@ -22,6 +22,7 @@ def test_the_simulator_replays_the_tables_own_commits_with_the_services_settings
     assert sim["writes"] == 26  # one writer commit per file
     assert sim["tuning"]["fan_in"] == 6 and sim["tuning"]["cold_after_seconds"] == 30.0
     assert sim["latency_merges"] == 0 and sim["latency_seconds"] == 2.0  # no merge of its own yet
+    assert sim["start_delay_seconds"] is None  # so each merge plans as it lands
     policy = sim["policy"]
     assert 0 < policy["mean_live_files"] <= 13.5  # 1, 2, … 26 files after the commits, with no merge
     assert policy["actions"] > 0 and policy["end_files"] < 26 and policy["write_amplification"] > 0
@@ -29,3 +30,5 @@ def test_the_simulator_replays_the_tables_own_commits_with_the_services_settings
     assert sim["live_over_simulated"]["write_amplification"] == 0.0
     lines = report_lines(sim, {"live_files_mean": 20.0, "write_amplification": 1.2})
     assert "26 writer commits" in lines[0] and "the live bin-pack run: 20.0, 1.2" in lines[1]
+    assert "planned as it lands" in lines[0]
+    assert "planned 0.3 s after the write" in report_lines({**sim, "start_delay_seconds": 0.3}, None)[0]

@@ -117,7 +117,7 @@ def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings
     import uuid
     from datetime import UTC, datetime, timedelta
 
-    from autooptimize.services.autotune import learned_latency, table_writes
+    from autooptimize.services.autotune import learned_latency, learned_start_delay, table_writes
     from autooptimize.storage.models import Action
 
     table = make_table(catalog, {DAY1: 12}, rows=20, name="prompted")
@@ -128,13 +128,20 @@ def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings
     with session_scope(settings) as session:
         for i in range(11):
             # six merges created 0.3 s after the partition's last write (the listener noticed it, decide ran),
-            # five by a timer 10 s after it; each took 0.5 s from creation to commit
+            # five by a timer 10 s after it; each started 0.1 s and committed 0.5 s after its creation
             created = last_write + timedelta(seconds=0.3 if i < 6 else 10.0)
             session.add(Action(id=str(uuid.uuid4()), table_id=table_id, kind="merge", trigger="event",
                                priority_class="interactive", state="succeeded", spec_id=spec_id, partition_key=key,
-                               created_at=created, finished_at=created + timedelta(seconds=0.5)))
+                               created_at=created, started_at=created + timedelta(seconds=0.1),
+                               finished_at=created + timedelta(seconds=0.5)))
+            if i == 8:  # nine merges so far
+                few = learned_start_delay(session, table_id, (writes, start_ms), settle_seconds=3.0)
         with_writes = learned_latency(session, table_id, (writes, start_ms), settle_seconds=3.0)
         without = learned_latency(session, table_id)
+        start_with = learned_start_delay(session, table_id, (writes, start_ms), settle_seconds=3.0)
+        start_without = learned_start_delay(session, table_id)
+    assert few is None  # fewer than MIN_LATENCY_ACTIONS merges: the replay plans each as it lands
+    assert abs(start_with - 0.4) < 0.01 and abs(start_without - 0.1) < 1e-6  # planned when it started
     assert with_writes[1] == without[1] == 11
     assert abs(with_writes[0] - 0.8) < 0.01  # 0.3 s to be noticed and decided, 0.5 s to run and commit
     assert abs(without[0] - 0.5) < 1e-9  # from creation only

@@ -167,3 +167,21 @@ def test_the_output_ratio_reaches_the_replay_and_nonsense_is_refused():
     for bad in ("0", "-1", "3"):
         with pytest.raises(SystemExit):
             policy_priced.main(["--output-ratio", bad])
+
+
+def test_the_start_delay_reaches_both_replays_and_nonsense_is_refused(capsys):
+    writes = streaming_writes(7, 120)
+    at_land = policy_priced.trace_report("seed 7", writes, 8 * MiB, 0.8, [(20.0, 2.0)], policy_priced.SERVICE_FILL,
+                                         False)
+    at_start = policy_priced.trace_report("seed 7", writes, 8 * MiB, 0.8, [(20.0, 2.0)], policy_priced.SERVICE_FILL,
+                                          False, start_delay=0.3)
+    assert at_start["start_delay"] == 0.3 and at_land["start_delay"] is None
+    # merges planned before the files written while they run: the defaults and the variant both change
+    assert at_start["defaults"] != at_land["defaults"] and at_start["priced"][0] != at_land["priced"][0]
+    assert at_start["binpack"] == at_land["binpack"]  # the blocking bin-pack has no latency
+    assert policy_priced.main(["--seed", "7", "--commits", "120", "--latency", "0.8", "--price", "20", "--ratio", "2",
+                               "--start-delay", "0.3"]) == 0
+    assert "each merge plans 0.3 s after its decision" in capsys.readouterr().out
+    for bad in ("-0.1", "0.9"):
+        with pytest.raises(SystemExit):
+            policy_priced.main(["--latency", "0.8", "--start-delay", bad])

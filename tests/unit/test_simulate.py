@@ -9,15 +9,8 @@ from hypothesis import strategies as st
 
 from autooptimize.domain.entropy import EntropyStats, excess_needs_attention
 from autooptimize.domain.policy import PolicyTuning, capped_bytes
-from autooptimize.domain.simulate import (
-    Write,
-    _Table,
-    candidate_tunings,
-    shortfall,
-    simulate_baseline,
-    simulate_policy,
-    suggest_tuning,
-)
+from autooptimize.domain.simulate import Write, _Table, simulate_baseline, simulate_policy
+from autooptimize.domain.suggest import candidate_tunings, shortfall, suggest_tuning
 from benchmarks.trace_family import FAMILY, LATE_P, MiB, make_commits, member
 
 FAST = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])

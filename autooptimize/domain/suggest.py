@@ -1,0 +1,121 @@
+"""AutoAnalyze's search: replay a table's writes (:mod:`autooptimize.domain.simulate`) with candidate
+tunings and pick the one that rewrites the fewest bytes while it keeps the file goal.
+
+Pure: the standard library and :mod:`autooptimize.domain` only.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autooptimize.domain.policy import PolicyTuning
+from autooptimize.domain.simulate import (
+    BASELINE_EVERY,
+    LATENCY_SECONDS,
+    LIVE_FILES_GOAL,
+    WRITE_AMPLIFICATION_GOAL,
+    Figures,
+    Write,
+    end_excess_limit,
+    end_layout_holds,
+    simulate_baseline,
+    simulate_policy,
+)
+
+__all__ = ["SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "shortfall",
+           "suggest_tuning"]
+
+#: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
+SUGGEST_FAN_INS = (4, 6, 8, 12, 16, 24, 32)
+SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
+#: The prices of the priced live rule ``suggest_tuning`` tries (autooptimize.domain.priced; each with the
+#: default's fan-in for the partitions the rule leaves to the tiers, and quiet merging off).
+SUGGEST_PRICES = (16, 20, 24, 32, 48)
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    """The tuning a history suggests, what it predicts, and what the baseline and the defaults did."""
+
+    tuning: PolicyTuning
+    predicted: Figures
+    baseline: Figures
+    defaults: Figures
+    meets_goal: bool  # mean live files within LIVE_FILES_GOAL × the bin-pack's; end files and excess within 10 %
+    tried: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {"tuning": self.tuning.as_dict(), "predicted": self.predicted.as_dict(),
+                "baseline": self.baseline.as_dict(), "defaults": self.defaults.as_dict(),
+                "meets_goal": self.meets_goal, "tried": self.tried}
+
+
+
+def _meets(f: Figures, base: Figures) -> bool:
+    """The file goal: mean live files within 1.05× the bin-pack's; files and excess MSE at the end within 10 %."""
+    return f.mean_live_files <= LIVE_FILES_GOAL * base.mean_live_files and end_layout_holds(f, base)
+
+
+def shortfall(f: Figures, base: Figures) -> float:
+    """How far ``f`` misses the goals, summed as fractions: mean live files over 1.05× the bin-pack's,
+    end files over 1.1×, end excess MSE over 1.1× (+ 1 MiB²), write amplification over 1.5 (0 when every
+    goal holds)."""
+    live = f.mean_live_files / (LIVE_FILES_GOAL * base.mean_live_files) - 1 if base.mean_live_files else 0.0
+    end = f.end_files / (1.1 * base.end_files) - 1 if base.end_files else 0.0
+    excess = f.end_excess_mse / end_excess_limit(base) - 1
+    return (max(0.0, live) + max(0.0, end) + max(0.0, excess)
+            + max(0.0, f.write_amplification / WRITE_AMPLIFICATION_GOAL - 1))
+
+
+def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FAN_INS,
+                      cold_after: Sequence[float] = SUGGEST_COLD_AFTER,
+                      leave_alone: Sequence[int] = (0,), quiet_merge: Sequence[bool] = (False, True),
+                      cold_gap_factors: Sequence[float] | None = None,
+                      prices: Sequence[int] = SUGGEST_PRICES) -> list[PolicyTuning]:
+    """Every combination of the given fan-ins, cold-after times, leave-alone sizes, quiet merging and cold
+    gap factors (None: ``default``'s and 0, the partition's own cold-after time on and off) at
+    ``default``'s target, settle time and tolerance, under the tiers; and each of ``prices`` of the priced
+    live rule with every cold-after time, leave-alone size and gap factor; ``default`` first."""
+    if cold_gap_factors is None:
+        cold_gap_factors = tuple(dict.fromkeys((default.cold_gap_factor, 0.0)))
+    out = [default]
+    for f, c, a, q, k in itertools.product(fan_ins, cold_after, leave_alone, quiet_merge, cold_gap_factors):
+        t = PolicyTuning(default.target, f, default.settle_seconds, max(c, default.settle_seconds), a,
+                         default.tolerance, q, k, default.late_horizon, price=0)
+        if t not in out:
+            out.append(t)
+    for p, c, a, k in itertools.product(prices, cold_after, leave_alone, cold_gap_factors):
+        t = PolicyTuning(default.target, default.fan_in, default.settle_seconds, max(c, default.settle_seconds), a,
+                         default.tolerance, False, k, default.late_horizon, p)
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
+                   candidates: Sequence[PolicyTuning] | None = None,
+                   every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS,
+                   output_ratio: float = 1.0, start_delay: float | None = None) -> Suggestion:
+    """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
+    within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
+    none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
+    so an unreachable file goal does not buy live files at any price in bytes). Ties go to the earlier
+    candidate (``default`` first), so the defaults are kept unless a tuning does strictly better.
+    ``latency``, ``output_ratio`` and ``start_delay`` as :func:`simulate_policy`'s."""
+    if not writes:
+        raise ValueError("suggest_tuning needs at least one write in the history")
+    cands = list(candidates) if candidates is not None else candidate_tunings(default)
+    if default not in cands:
+        cands.insert(0, default)
+    base = simulate_baseline(writes, default.target, every, output_ratio)
+    results = [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay))
+               for t in cands]
+    defaults = next(f for t, f in results if t == default)
+    good = [(t, f) for t, f in results if _meets(f, base)]
+    if good:
+        tuning, fig = min(good, key=lambda tf: tf[1].bytes_rewritten)
+    else:
+        tuning, fig = min(results, key=lambda tf: (round(shortfall(tf[1], base), 6), tf[1].bytes_rewritten))
+    return Suggestion(tuning, fig, base, defaults, bool(good), len(results))
