@@ -31,9 +31,11 @@ RUNTIME_CONFS = {
 
 
 def _healthy(session: SparkSession) -> bool:
+    """One config round trip, no Spark job: it fails when the channel broke, the session was stopped or the
+    server restarted (the client then sees another server-side session), and it checks that the session still
+    holds our runtime settings. A ``range(1).collect()`` here cost 0.06-0.11 s of every action."""
     try:
-        session.range(1).collect()
-        return True
+        return bool(session.conf.get("spark.sql.session.timeZone") == RUNTIME_CONFS["spark.sql.session.timeZone"])
     except Exception:  # any failure means: build a new session
         return False
 

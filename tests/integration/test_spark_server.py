@@ -36,3 +36,12 @@ def test_session_is_reused_and_replaced_when_broken(settings, spark):
     second = session_module.get_session(settings)
     assert second is not first
     assert second.range(4).count() == 4
+
+
+def test_the_health_check_runs_no_spark_job_and_replaces_a_session_without_our_settings(settings, spark):
+    first = session_module.get_session(settings)
+    assert session_module._healthy(first)
+    first.conf.set("spark.sql.session.timeZone", "America/New_York")  # as a session the server made anew
+    second = session_module.get_session(settings)
+    assert second is not first
+    assert second.conf.get("spark.sql.session.timeZone") == "UTC" and second.range(3).count() == 3
