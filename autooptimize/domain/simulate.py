@@ -14,7 +14,9 @@ keeping the table:
   judges a partition when a write touches it, when a merge of it lands, when it settles and when it
   goes cold (the service's timers; each partition's cold-after time from its own recent gaps between
   writes, :meth:`~autooptimize.domain.policy.PolicyTuning.cold_after`). A merge lands ``latency`` seconds
-  after its decision, planned then or ``start_delay`` after it; one merge in flight per partition. After the last write the clock runs on until every partition is cold and judged.
+  after its decision; it plans as it lands, or ``start_delay`` seconds after the decision as the service's
+  action plans when it starts. One merge in flight per partition. After the last write the clock runs on
+  until every partition is cold and judged.
 
 Figures (:class:`Figures`): live data files after each write (mean, max), files replaced, bytes
 rewritten, write amplification (bytes rewritten / bytes written), files and excess MSE at the end
