@@ -6,8 +6,9 @@ replayed through ``domain.simulate`` with the tuning the service ran (its settin
 read them) and the latency its own merges had (``learned_latency``: from the write that prompted a merge
 to its commit). Each merge plans when it started live (``learned_start_delay``), not as it lands: a merge
 does not take in the files written while it runs, and planning as it lands counted about 3 % fewer live
-files than the service kept on seed 7 (docs/policy.md, "A merge plans when it starts"). The gap between those figures and the live ones is what the simulator does not model;
-the blocking bin-pack is replayed on the same writes too, beside the live bin-pack run.
+files than the service kept on seed 7 (docs/policy.md, "A merge plans when it starts"). The gap between
+those figures and the live ones is what the simulator does not model; the blocking bin-pack is replayed on
+the same writes too, beside the live bin-pack run.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ from autooptimize.config import Settings, load_settings
 from autooptimize.domain.simulate import LATENCY_SECONDS, simulate_baseline, simulate_policy
 from autooptimize.services.autotune import (
     default_tuning,
-    learned_latency,
     learned_output_ratio,
-    learned_start_delay,
+    learned_timings,
     table_writes,
 )
 from autooptimize.storage.db import session_scope
@@ -61,10 +61,8 @@ def simulate_this_run(env: Mapping[str, str], catalog: Catalog, table_name: str,
     with session_scope(settings) as session:
         row = tracked_table(session, settings.catalog, table_name)
         tuning = default_tuning(settings, row)
-        latency, merges = (learned_latency(session, row.id, (writes, start_ms), settings.settle_seconds)
-                           if row is not None else (LATENCY_SECONDS, 0))
-        start_delay = (learned_start_delay(session, row.id, (writes, start_ms), settings.settle_seconds)
-                       if row is not None else None)
+        latency, merges, start_delay = (learned_timings(session, row.id, (writes, start_ms), settings.settle_seconds)
+                                        if row is not None else (LATENCY_SECONDS, 0, None))
     weight = learned_output_ratio(table)
     policy = simulate_policy(writes, tuning, latency, output_ratio=weight, start_delay=start_delay)
     binpack = simulate_baseline(writes, tuning.target, every, weight)

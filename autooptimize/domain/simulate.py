@@ -255,8 +255,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             return
         if plan(part, now):
             pending.add(part)
-            kind = "land" if start_delay is None else "start"
-            heapq.heappush(events, (now + (latency if start_delay is None else start_delay), next(seq), kind, part))
+            kind, delay = ("land", latency) if start_delay is None else ("start", start_delay)
+            heapq.heappush(events, (now + delay, next(seq), kind, part))
 
     def run_until(until: float) -> None:
         while events and events[0][0] <= until:

@@ -139,11 +139,8 @@ def learned_latency(session: Session, table_id: int, history: tuple[Sequence[Wri
     was prompted by that write. It then counts from the write: the listener noticing the commit and the
     decision come first, and the simulator decides at the write itself. A merge prompted by a timer
     counts from its ``created_at``."""
-    timings = _merge_timings(session, table_id, history, settle_seconds)
-    if len(timings) < MIN_LATENCY_ACTIONS:
-        return LATENCY_SECONDS, len(timings)
-    latency = statistics.median(done for _, done in timings)
-    return min(max(latency, 0.1), 600.0), len(timings)
+    latency, merges, _ = learned_timings(session, table_id, history, settle_seconds)
+    return latency, merges
 
 
 def learned_start_delay(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None = None,
@@ -152,12 +149,20 @@ def learned_start_delay(session: Session, table_id: int, history: tuple[Sequence
     partition's files and plans (the median over the merges :func:`learned_latency` reads that recorded
     their start, counted the same way, at most that latency): ``simulate_policy``'s ``start_delay``. None
     while fewer than :data:`MIN_LATENCY_ACTIONS` (the simulator then plans each merge as it lands)."""
+    return learned_timings(session, table_id, history, settle_seconds)[2]
+
+
+def learned_timings(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None = None,
+                    settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> tuple[float, int, float | None]:
+    """:func:`learned_latency` (latency, merges) and :func:`learned_start_delay` from one read of the
+    table's merges."""
     timings = _merge_timings(session, table_id, history, settle_seconds)
-    starts = [start for start, _ in timings if start is not None]
-    if len(starts) < MIN_LATENCY_ACTIONS:
-        return None
+    if len(timings) < MIN_LATENCY_ACTIONS:
+        return LATENCY_SECONDS, len(timings), None
     latency = min(max(statistics.median(done for _, done in timings), 0.1), 600.0)
-    return min(max(statistics.median(starts), 0.0), latency)
+    starts = [start for start, _ in timings if start is not None]
+    start_delay = min(max(statistics.median(starts), 0.0), latency) if len(starts) >= MIN_LATENCY_ACTIONS else None
+    return latency, len(timings), start_delay
 
 
 def _merge_timings(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None,
@@ -227,8 +232,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         last_at = row.suggested_at if row is not None else None
         merges, start_delay = 0, None
         if latency is None and row is not None:
-            latency, merges = learned_latency(session, row.id, (writes, start_ms), settings.settle_seconds)
-            start_delay = learned_start_delay(session, row.id, (writes, start_ms), settings.settle_seconds)
+            latency, merges, start_delay = learned_timings(session, row.id, (writes, start_ms), settings.settle_seconds)
         latency = LATENCY_SECONDS if latency is None else latency
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
     # simulator's prediction for the same commits
