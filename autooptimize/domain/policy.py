@@ -81,6 +81,7 @@ from autooptimize.domain.priced import DEFAULT_PRICE, PRICED_RULES, priced_group
 from autooptimize.errors import InvalidArgument
 
 __all__ = [
+    "expected_partition_bytes",
     "COLD_DONE_DENOMINATOR",
     "COLD_DONE_NUMERATOR",
     "DEFAULT_COLD_AFTER_SECONDS",
@@ -269,6 +270,22 @@ class PolicyTuning:
                 "cold_after_seconds": self.cold_after_seconds, "leave_alone_below": self.leave_alone_below,
                 "tolerance": self.tolerance, "quiet_merge": self.quiet_merge,
                 "cold_gap_factor": self.cold_gap_factor, "late_horizon": self.late_horizon, "price": self.price}
+
+
+def expected_partition_bytes(others: Sequence[int], target: int) -> int | None:
+    """What a partition of a table is expected to hold, from the bytes of the table's other partitions: the
+    median of those that hold a target's bytes or more when any do, else the median of all (None: no other
+    partition). Hours that only late data reached (older than the writer's first hour) and a table's young
+    hours are not what its partitions grow to; counting them put the first hours of a stream under the
+    tiers and their late-only neighbours under the tiers' slower merges (docs/policy.md, "The expected
+    bytes of a partition"). The median is PostgreSQL's ``percentile_cont(0.5)``: the mean of the two middle
+    values, as an integer."""
+    full = sorted(b for b in others if b >= target)
+    chosen = full or sorted(others)
+    if not chosen:
+        return None
+    mid = len(chosen) // 2
+    return chosen[mid] if len(chosen) % 2 else int((chosen[mid - 1] + chosen[mid]) / 2)
 
 
 def partition_scale(target: int, received_bytes: int | None, expected_bytes: int | None) -> int:

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import statistics
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from autooptimize.domain.entropy import best_layout
 from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
-from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, plan_partition
+from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, expected_partition_bytes, plan_partition
 from autooptimize.domain.time_spans import Spans, TimePartition
 
 __all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
@@ -171,11 +170,11 @@ def simulate_baseline(writes: Sequence[Write], target: int, every: int = BASELIN
     return t.figures()
 
 
-def expected_bytes(received: dict[Hashable, int], part: Hashable) -> int | None:
-    """What a partition is expected to hold: the median bytes of the table's other partitions (as the
-    service takes it from its partition statistics, ``storage.stats.median_partition_bytes``)."""
-    others = [b for p, b in received.items() if p != part]
-    return int(statistics.median(others)) if others else None
+def expected_bytes(received: dict[Hashable, int], part: Hashable, target: int) -> int | None:
+    """What a partition is expected to hold, from the bytes the table's other partitions received
+    (:func:`~autooptimize.domain.policy.expected_partition_bytes`, as the service takes it from its
+    partition statistics, ``storage.stats.median_partition_bytes``)."""
+    return expected_partition_bytes([b for p, b in received.items() if p != part], target)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +236,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         cold = now >= t.newest[part] + cold_after(part) or past(part)
         quiet = tuning.quiet_merge and not cold and now >= t.newest[part] + tuning.settle_seconds
         files = t.files(part)
-        expected = expected_bytes(t.received, part)
+        expected = expected_bytes(t.received, part, tuning.target)
         got = None if planner is None else planner(
             PartitionState(part, files, tuning, cold, spans.is_newest(part), t.received[part], expected))
         if got is None:

@@ -53,10 +53,10 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
     the sizing its rewrites measured, the same group cap the actions use, and (``table_id``: tracked)
     the table's median partition bytes for the policy's scale. ``known``: the sizing and history already
     read by the caller (:func:`planning_facts`), instead of reading them again."""
+    target = target_file_size or (tuning.target_file_size if tuning else settings.default_target_file_size)
     if known is None:
         with session_scope(settings) as session:
-            known = planning_facts(session, settings.catalog, identifier, table_id, spec_id, partition_key)
-    target = target_file_size or (tuning.target_file_size if tuning else settings.default_target_file_size)
+            known = planning_facts(session, settings.catalog, identifier, table_id, spec_id, partition_key, target)
     return ActionRequest(
         action_id="plan", identifier=identifier, spec_id=spec_id, partition_key=partition_key,
         target_file_size=target, tolerance=min(tuning.tolerance if tuning else settings.tolerance_default, target),
@@ -79,10 +79,11 @@ class PlanningFacts:
 
 
 def planning_facts(session: Any, catalog: str, identifier: str, table_id: int | None, spec_id: int | None,
-                   partition_key: str | None) -> PlanningFacts:
-    """:func:`planning_request`'s reads from PostgreSQL, in the caller's transaction."""
+                   partition_key: str | None, target: int | None) -> PlanningFacts:
+    """:func:`planning_request`'s reads from PostgreSQL, in the caller's transaction (``target``: the
+    table's target file size, which the expected partition bytes depend on)."""
     return PlanningFacts(learned_in(session, catalog, identifier),
-                         partition_history_in(session, table_id, spec_id, partition_key))
+                         partition_history_in(session, table_id, spec_id, partition_key, target))
 
 
 def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
@@ -103,19 +104,20 @@ def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
 
 
 def partition_history(settings: Any, table_id: int | None, spec_id: int | None = None,
-                      partition_key: str | None = None) -> dict[str, Any]:
+                      partition_key: str | None = None, target: int | None = None) -> dict[str, Any]:
     """What the listener knows that the partition's files do not say: the bytes a partition of the table
-    is expected to hold (the median over its other partitions; the policy cuts its tiers against it) and,
+    is expected to hold (``storage.stats.median_partition_bytes`` over its other partitions at the table's
+    ``target``; the policy sets a partition's scale by it) and,
     for one partition, when a writer last added a file to it (a merge's outputs carry no write time, so
     after a merge the files alone would make a partition look cold). Nothing when untracked."""
     if table_id is None:
         return partition_history_in(None, None)
     with session_scope(settings) as session:
-        return partition_history_in(session, table_id, spec_id, partition_key)
+        return partition_history_in(session, table_id, spec_id, partition_key, target)
 
 
 def partition_history_in(session: Any, table_id: int | None, spec_id: int | None = None,
-                         partition_key: str | None = None) -> dict[str, Any]:
+                         partition_key: str | None = None, target: int | None = None) -> dict[str, Any]:
     """:func:`partition_history` within the caller's transaction."""
     if table_id is None:
         return {"expected_partition_bytes": None, "last_write_ms": None, "write_gaps": (), "past_late_horizon": False,
@@ -123,7 +125,7 @@ def partition_history_in(session: Any, table_id: int | None, spec_id: int | None
     one = (spec_id, partition_key) if spec_id is not None and partition_key is not None else None
     at, gaps = write_clock(session, table_id, *one) if one is not None else (None, ())
     past, behind = span_verdicts(session, table_id, *one) if one is not None else (False, False)
-    return {"expected_partition_bytes": median_partition_bytes(session, table_id, one),
+    return {"expected_partition_bytes": median_partition_bytes(session, table_id, one, target),
             "last_write_ms": at, "write_gaps": gaps, "past_late_horizon": past, "newest_partition": not behind}
 
 

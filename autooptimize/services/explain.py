@@ -74,7 +74,7 @@ def explain(settings: Settings, identifier: str, partition: str | None = None,
             clocks = write_clocks(session, table_id)
             past = past_horizon_partitions(session, table_id)
             behind = partitions_behind_newest(session, table_id)
-            medians = medians_without_each(session, table_id)
+            medians = medians_without_each(session, table_id, request.target_file_size)
 
     def own(pf: Any) -> Any:
         if (pf.spec_id, pf.key) not in clocks:

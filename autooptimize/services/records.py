@@ -95,7 +95,7 @@ def request_of(settings: Settings, action: Action, tracked: TrackedTable) -> Act
                                              else settings.merge_policy)),
         settle_seconds=settings.settle_seconds,
         **policy_tuning(settings, tracked),
-        **partition_history(settings, tracked.id, action.spec_id, action.partition_key),
+        **partition_history(settings, tracked.id, action.spec_id, action.partition_key, target),
         engine=str(options.get("engine") or settings.rewrite_engine),
     )
 

@@ -385,12 +385,16 @@ def table_file_count(session: Session, table_id: int) -> int:
 
 
 
-def median_partition_bytes(session: Session, table_id: int, exclude: PartitionId | None = None) -> int | None:
-    """The median bytes of the table's partitions that hold files, less ``exclude`` (the partition being
-    judged), or None when there is none: the history the merge policy cuts its tiers against."""
+def median_partition_bytes(session: Session, table_id: int, exclude: PartitionId | None = None,
+                           target: int | None = None) -> int | None:
+    """The median bytes of the table's partitions that hold files less ``exclude`` (the one judged); with
+    ``target``, of those holding a target's bytes or more when any do (``domain.policy.expected_partition_bytes``,
+    in one read). None when there is none: what the merge policy sets a partition's scale by."""
     c = PartitionStats.__table__.c
     where = [c.table_id == table_id, c.n_files > 0]
     if exclude is not None:
         where.append(tuple_(c.spec_id, c.partition_key) != tuple_(*exclude))
-    value = session.execute(select(func.percentile_cont(0.5).within_group(c.total_bytes)).where(*where)).scalar_one()
+    median = func.percentile_cont(0.5).within_group(c.total_bytes)
+    full = median.filter(c.total_bytes >= (target if target is not None else 1 << 62))
+    value = next((v for v in session.execute(select(full, median).where(*where)).one() if v is not None), None)
     return None if value is None else int(value)

@@ -129,21 +129,30 @@ def partitions_behind_newest(session: Session, table_id: int) -> set[PartitionId
     return partitions_where(session, table_id, behind_newest())
 
 
-def medians_without_each(session: Session, table_id: int) -> dict[PartitionId, int | None]:
-    """``storage.stats.median_partition_bytes`` of every partition of the table that holds files, each less
-    itself, from one read: ``explain`` takes each partition's expected bytes as decide does."""
+def medians_without_each(session: Session, table_id: int, target: int | None = None) -> dict[PartitionId, int | None]:
+    """``storage.stats.median_partition_bytes`` (with ``target``) of every partition of the table that holds
+    files, each less itself, from one read: ``explain`` takes each partition's expected bytes as decide does."""
     c = PartitionStats.__table__.c
     rows = session.execute(select(c.spec_id, c.partition_key, c.total_bytes).where(
         c.table_id == table_id, c.n_files > 0)).all()
     ordered = sorted(int(r.total_bytes) for r in rows)
-    rest = len(ordered) - 1
+    full = [b for b in ordered if target is not None and b >= target]
     out: dict[PartitionId, int | None] = {}
     for r in rows:
-        i = bisect.bisect_left(ordered, int(r.total_bytes))  # this partition's place; the others skip it
-
-        def other(j: int, i: int = i) -> int:
-            return ordered[j if j < i else j + 1]
-        # percentile_cont(0.5), as PostgreSQL takes it: the middle one, or the mean of the two middle ones
-        out[(r.spec_id, r.partition_key)] = (None if rest == 0 else other(rest // 2) if rest % 2
-                                             else int((other(rest // 2 - 1) + other(rest // 2)) / 2))
+        own = int(r.total_bytes)
+        value = _median_without(full, own if target is not None and own >= target else None)  # the others full
+        out[(r.spec_id, r.partition_key)] = value if value is not None else _median_without(ordered, own)
     return out
+
+
+def _median_without(ordered: list[int], skip: int | None) -> int | None:
+    """PostgreSQL's ``percentile_cont(0.5)`` of sorted ``ordered`` less one occurrence of ``skip`` (which it
+    holds; None: none): the middle one, or the mean of the two middle ones; None when nothing is left."""
+    i = len(ordered) if skip is None else bisect.bisect_left(ordered, skip)
+    rest = len(ordered) - (skip is not None)
+    if rest <= 0:
+        return None
+
+    def at(j: int) -> int:  # the j-th of the rest, without copying
+        return ordered[j if j < i else j + 1]
+    return at(rest // 2) if rest % 2 else int((at(rest // 2 - 1) + at(rest // 2)) / 2)

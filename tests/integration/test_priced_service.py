@@ -16,6 +16,7 @@ from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 from sqlalchemy import select
 
 from autooptimize.domain.partitions import encode_key
+from autooptimize.domain.policy import expected_partition_bytes
 from autooptimize.errors import InvalidArgument
 from autooptimize.services import actions, tracking
 from autooptimize.services.explain import explain
@@ -114,7 +115,17 @@ def test_explain_takes_each_partitions_expected_bytes_as_decide_does(settings, c
         _append(table, 100 + i, hour, 8 * 1024 * (i + 1))
         observe_table(settings, ident)
         with session_scope(settings) as session:
-            each = medians_without_each(session, table_id)
-            assert len(each) >= 3
-            for key in each:
-                assert each[key] == median_partition_bytes(session, table_id, key), key
+            held = {(r.spec_id, r.partition_key): int(r.total_bytes) for r in session.scalars(
+                select(PartitionStats).where(PartitionStats.table_id == table_id, PartitionStats.n_files > 0))}
+            # no target: the median of the others; hour 0 alone holds TARGET or more; 40 KiB: hours 0 and 1
+            # (and, later, none or some of the others); 1 GB: none, so again the median of the others
+            for target in (None, TARGET, 40 * 1024, 1 << 30):
+                each = medians_without_each(session, table_id, target)
+                assert len(each) >= 3
+                for key in each:
+                    assert each[key] == median_partition_bytes(session, table_id, key, target), (key, target)
+                    others = [b for k, b in held.items() if k != key]
+                    assert each[key] == expected_partition_bytes(others, target or 1 << 62), (key, target)
+            full = [k for k, b in held.items() if b >= TARGET]
+            assert len(full) == 1  # hour 0: every other hour is expected to hold what it holds
+            assert {v for k, v in medians_without_each(session, table_id, TARGET).items() if k != full[0]} == {held[full[0]]}
