@@ -100,7 +100,7 @@ class ActionRequest:
     settle_seconds: float = 3.0  # no write for this long: quiet, merged with quiet_merge (AO_SETTLE_SECONDS)
     fan_in: int = 12  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
     cold_after_seconds: float = 60.0  # no new file for this long: the partition is cold (AO_COLD_AFTER_SECONDS)
-    expected_partition_bytes: int | None = None  # the table's median partition bytes (its history), if known
+    expected_partition_bytes: int | None = None  # policy.expected_partition_bytes from its history, if known
     last_write_ms: int | None = None  # when a writer last added a file to the one partition (the listener's)
     write_gaps: tuple[float, ...] = ()  # that partition's recent gaps between writes, seconds, newest first
     cold_gap_factor: float = 4.0  # the partition is cold sooner after close writes (AO_COLD_GAP_FACTOR)

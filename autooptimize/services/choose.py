@@ -51,7 +51,7 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
                      table_id: int | None = None, known: PlanningFacts | None = None) -> ActionRequest:
     """The dry-run request decide and explain plan with: the table's tuning (defaults when untracked),
     the sizing its rewrites measured, the same group cap the actions use, and (``table_id``: tracked)
-    the table's median partition bytes for the policy's scale. ``known``: the sizing and history already
+    the partition's expected bytes for the policy's scale. ``known``: the sizing and history already
     read by the caller (:func:`planning_facts`), instead of reading them again."""
     target = target_file_size or (tuning.target_file_size if tuning else settings.default_target_file_size)
     if known is None:
