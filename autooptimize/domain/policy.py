@@ -57,6 +57,7 @@ Pure code: the standard library and :mod:`autooptimize.domain` only; exact integ
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,7 @@ from autooptimize.errors import InvalidArgument
 
 __all__ = [
     "expected_partition_bytes",
+    "sorted_median",
     "COLD_DONE_DENOMINATOR",
     "COLD_DONE_NUMERATOR",
     "DEFAULT_COLD_AFTER_SECONDS",
@@ -281,11 +283,21 @@ def expected_partition_bytes(others: Sequence[int], target: int) -> int | None:
     bytes of a partition"). The median is PostgreSQL's ``percentile_cont(0.5)``: the mean of the two middle
     values, as an integer."""
     full = sorted(b for b in others if b >= target)
-    chosen = full or sorted(others)
-    if not chosen:
+    return sorted_median(full) if full else sorted_median(sorted(others))
+
+
+def sorted_median(ordered: Sequence[int], skip: int | None = None) -> int | None:
+    """PostgreSQL's ``percentile_cont(0.5)`` of sorted ``ordered`` less one occurrence of ``skip`` (which it
+    holds; None: none), without copying: the middle one, or the mean of the two middle ones, as an integer;
+    None when nothing is left."""
+    i = len(ordered) if skip is None else bisect.bisect_left(ordered, skip)
+    rest = len(ordered) - (skip is not None)
+    if rest <= 0:
         return None
-    mid = len(chosen) // 2
-    return chosen[mid] if len(chosen) % 2 else int((chosen[mid - 1] + chosen[mid]) / 2)
+
+    def at(j: int) -> int:  # the j-th of the rest
+        return ordered[j if j < i else j + 1]
+    return at(rest // 2) if rest % 2 else int((at(rest // 2 - 1) + at(rest // 2)) / 2)
 
 
 def partition_scale(target: int, received_bytes: int | None, expected_bytes: int | None) -> int:

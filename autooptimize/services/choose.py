@@ -53,7 +53,7 @@ def planning_request(settings: Any, identifier: str, tuning: Any, *, spec_id: in
     the sizing its rewrites measured, the same group cap the actions use, and (``table_id``: tracked)
     the partition's expected bytes for the policy's scale. ``known``: the sizing and history already
     read by the caller (:func:`planning_facts`), instead of reading them again."""
-    target = target_file_size or (tuning.target_file_size if tuning else settings.default_target_file_size)
+    target = target_file_size or table_target(settings, tuning)
     if known is None:
         with session_scope(settings) as session:
             known = planning_facts(session, settings.catalog, identifier, table_id, spec_id, partition_key, target)
@@ -76,6 +76,11 @@ class PlanningFacts:
 
     sizing: Sizing
     history: dict[str, Any]
+
+
+def table_target(settings: Any, tuning: Any) -> int:
+    """The target file size a table is planned at: its own (a TableTuning or TrackedTable row), else the service's."""
+    return int(tuning.target_file_size if tuning else settings.default_target_file_size)
 
 
 def planning_facts(session: Any, catalog: str, identifier: str, table_id: int | None, spec_id: int | None,

@@ -24,6 +24,7 @@ from autooptimize.services.choose import (
     planning_facts,
     planning_request,
     policy_tuning,
+    table_target,
 )
 from autooptimize.services.ports import Dispatch
 from autooptimize.services.rewrite.merge import select_partitions
@@ -81,8 +82,8 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
                   last_action=last.id, min_interval_seconds=tracked.min_interval_seconds)
             return None
         # read here, in the same transaction, rather than in sessions of their own while planning
-        target = tuning.target_file_size if tuning else settings.default_target_file_size
-        known = planning_facts(session, settings.catalog, identifier, table_id, spec_id, partition_key, target)
+        known = planning_facts(session, settings.catalog, identifier, table_id, spec_id, partition_key,
+                               table_target(settings, tuning))
     # the partition travels as its Iceberg values (PartitionRef), never through its human text
     partition = PartitionRef.of_key(spec_id, partition_key) if partition_key else None
     choice = _choose(settings, identifier, spec_id, partition_key, tuning, table_id, known)

@@ -6,14 +6,13 @@ partition's ordinal and its spec's span (``ao_spec_spans``, :func:`record_spans`
 
 from __future__ import annotations
 
-import bisect
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from autooptimize.domain.policy import HORIZON_SPAN_MARGIN
+from autooptimize.domain.policy import HORIZON_SPAN_MARGIN, sorted_median
 from autooptimize.storage.models import PartitionStats, SpecSpan
 from autooptimize.storage.stats import PartitionId
 
@@ -140,19 +139,7 @@ def medians_without_each(session: Session, table_id: int, target: int | None = N
     out: dict[PartitionId, int | None] = {}
     for r in rows:
         own = int(r.total_bytes)
-        value = _median_without(full, own if target is not None and own >= target else None)  # the others full
-        out[(r.spec_id, r.partition_key)] = value if value is not None else _median_without(ordered, own)
+        value = sorted_median(full, own if target is not None and own >= target else None)  # the others full
+        out[(r.spec_id, r.partition_key)] = value if value is not None else sorted_median(ordered, own)
     return out
 
-
-def _median_without(ordered: list[int], skip: int | None) -> int | None:
-    """PostgreSQL's ``percentile_cont(0.5)`` of sorted ``ordered`` less one occurrence of ``skip`` (which it
-    holds; None: none): the middle one, or the mean of the two middle ones; None when nothing is left."""
-    i = len(ordered) if skip is None else bisect.bisect_left(ordered, skip)
-    rest = len(ordered) - (skip is not None)
-    if rest <= 0:
-        return None
-
-    def at(j: int) -> int:  # the j-th of the rest, without copying
-        return ordered[j if j < i else j + 1]
-    return at(rest // 2) if rest % 2 else int((at(rest // 2 - 1) + at(rest // 2)) / 2)
