@@ -45,7 +45,7 @@ class FleetSettings(BaseSettings):
     listener_shards: int = Field(default=16, ge=1, le=4096)
     listener_lease_seconds: float = Field(default=15.0, ge=2, le=3600)
     # the listener's pause between passes that found nothing (a pass that found a change is followed at once)
-    listener_interval_seconds: float = Field(default=1.0, ge=0.05, le=60)
+    listener_interval_seconds: float = Field(default=0.2, ge=0.05, le=60)
 
     # priority classes of actions, highest first
     priority_classes: Annotated[tuple[str, ...], NoDecode] = ("high", "normal", "low")

@@ -285,7 +285,7 @@ class SettledRecheck:
         return len(due)
 
 
-def run_listener(settings: Settings, stop_event: threading.Event, interval: float = 1.0,
+def run_listener(settings: Settings, stop_event: threading.Event, interval: float = 0.2,
                  on_attention: OnAttention | None = None, *, poll: PollSchedule | None = None,
                  workers: int = DEFAULT_WORKERS, scan: ScanHandOff | None = None) -> None:
     """Observe until ``stop_event`` is set: a pass over the changed tables of this listener's shards
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None, on_attention: OnAttention | None = None,
     parser = argparse.ArgumentParser(prog="autooptimize listener",
                                      description="Keep partition stats current from new Iceberg snapshots.")
     parser.add_argument("--interval", type=float, default=None,
-                        help="seconds between passes when idle (default AO_LISTENER_INTERVAL_SECONDS, 1)")
+                        help="seconds between passes when idle (default AO_LISTENER_INTERVAL_SECONDS, 0.2)")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
                         help=f"tables observed at once (default {DEFAULT_WORKERS})")
     parser.add_argument("--once", action="store_true", help="one pass over the changed tables, then exit")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autooptimize.domain.policy import PolicyTuning
+from autooptimize.domain.priced import DEFAULT_PRICE
 from autooptimize.domain.simulate import (
     BASELINE_EVERY,
     LATENCY_SECONDS,
@@ -32,7 +33,7 @@ SUGGEST_FAN_INS = (4, 6, 8, 12, 16, 24, 32)
 SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
 #: The prices of the priced live rule ``suggest_tuning`` tries (autooptimize.domain.priced; each with the
 #: default's fan-in for the partitions the rule leaves to the tiers, and quiet merging off).
-SUGGEST_PRICES = (16, 20, 24, 32, 48)
+SUGGEST_PRICES = tuple(sorted({16, 20, 24, 32, 48, DEFAULT_PRICE}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,7 +155,7 @@ def test_large_partition_settings(monkeypatch):
 
 
 @pytest.mark.parametrize(("env", "argv", "expected"), [
-    (None, [], 1.0), ("0.2", [], 0.2), ("0.2", ["--interval", "3"], 3.0)])
+    (None, [], 0.2), ("0.5", [], 0.5), ("0.5", ["--interval", "3"], 3.0)])
 def test_the_listener_pauses_for_its_setting_unless_the_command_line_says_otherwise(monkeypatch, env, argv, expected):
     import scheduler.listener
     from autooptimize.cli import up

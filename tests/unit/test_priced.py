@@ -107,8 +107,8 @@ def test_on_the_streaming_trace_it_rewrites_less_than_the_tiers_for_about_the_sa
     writes = streaming_writes(7, 300)
     base = simulate_baseline(writes, T)
     tiers = simulate_policy(writes, PolicyTuning(T, price=0), 0.4)
-    priced = simulate_policy(writes, PolicyTuning(T), 0.4)  # the default: κ20
-    assert PolicyTuning(T).price == DEFAULT_PRICE == 20
+    priced = simulate_policy(writes, PolicyTuning(T), 0.4)  # the default: κ21
+    assert PolicyTuning(T).price == DEFAULT_PRICE == 21
     rules = dict(priced.rules)
     assert rules.get("priced", 0) > 0 and rules.get("filled", 0) > 0  # hours not yet a target's bytes: the tiers
     assert priced.write_amplification < tiers.write_amplification - 0.09

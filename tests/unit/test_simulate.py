@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from autooptimize.domain.entropy import EntropyStats, excess_needs_attention
 from autooptimize.domain.policy import PolicyTuning, capped_bytes
+from autooptimize.domain.priced import DEFAULT_PRICE
 from autooptimize.domain.simulate import Write, _Table, simulate_baseline, simulate_policy
-from autooptimize.domain.suggest import candidate_tunings, shortfall, suggest_tuning
+from autooptimize.domain.suggest import SUGGEST_PRICES, candidate_tunings, shortfall, suggest_tuning
 from benchmarks.trace_family import FAMILY, LATE_P, MiB, make_commits, member
 
 FAST = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
@@ -166,8 +167,9 @@ def test_the_suggestion_tries_each_partitions_own_cold_after_time_on_and_off() -
     tunings = candidate_tunings(PolicyTuning(TARGET))
     assert {t.cold_gap_factor for t in tunings} == {4.0, 0.0} and tunings[0] == PolicyTuning(TARGET)
     tiers = [t for t in tunings if not t.price]
-    assert len(tiers) == len(set(tiers)) == 7 * 4 * 2 * 2  # the tiers: price 0, beside the default's κ20
+    assert len(tiers) == len(set(tiers)) == 7 * 4 * 2 * 2  # the tiers: price 0, beside the default's κ21
     priced = [t for t in tunings if t.price]  # each price with every cold-after time and gap factor
-    assert len(priced) == len(set(priced)) == 5 * 4 * 2 and {t.quiet_merge for t in priced} == {False}
+    assert DEFAULT_PRICE in SUGGEST_PRICES and len(SUGGEST_PRICES) == len(set(SUGGEST_PRICES)) == 6
+    assert len(priced) == len(set(priced)) == 6 * 4 * 2 and {t.quiet_merge for t in priced} == {False}
     assert PolicyTuning(TARGET) in priced  # the default is not tried twice
     assert {t.cold_gap_factor for t in candidate_tunings(PolicyTuning(TARGET, cold_gap_factor=0.0))} == {0.0}
