@@ -32,7 +32,8 @@ __all__ = ["SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestio
 SUGGEST_FAN_INS = (4, 6, 8, 12, 16, 24, 32)
 SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
 #: The prices of the priced live rule ``suggest_tuning`` tries (autooptimize.domain.priced; each with the
-#: default's fan-in for the partitions the rule leaves to the tiers, and quiet merging off).
+#: default's fan-in for the partitions the rule leaves to the tiers, and quiet merging off); the service's
+#: default price is always among them.
 SUGGEST_PRICES = tuple(sorted({16, 20, 24, 32, 48, DEFAULT_PRICE}))
 
 
