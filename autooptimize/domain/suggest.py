@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autooptimize.domain.policy import PolicyTuning
-from autooptimize.domain.priced import DEFAULT_PRICE
 from autooptimize.domain.simulate import (
     BASELINE_EVERY,
     LATENCY_SECONDS,
@@ -32,9 +31,9 @@ __all__ = ["SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestio
 SUGGEST_FAN_INS = (4, 6, 8, 12, 16, 24, 32)
 SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
 #: The prices of the priced live rule ``suggest_tuning`` tries (autooptimize.domain.priced; each with the
-#: default's fan-in for the partitions the rule leaves to the tiers, and quiet merging off); the service's
-#: default price is always among them.
-SUGGEST_PRICES = tuple(sorted({16, 20, 24, 32, 48, DEFAULT_PRICE}))
+#: default's fan-in for the partitions the rule leaves to the tiers, and quiet merging off); the table's
+#: own price is tried beside them (candidate_tunings).
+SUGGEST_PRICES = (16, 20, 24, 32, 48)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +78,10 @@ def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FA
     """Every combination of the given fan-ins, cold-after times, leave-alone sizes, quiet merging and cold
     gap factors (None: ``default``'s and 0, the partition's own cold-after time on and off) at
     ``default``'s target, settle time and tolerance, under the tiers; and each of ``prices`` of the priced
-    live rule with every cold-after time, leave-alone size and gap factor; ``default`` first."""
+    live rule with every cold-after time, leave-alone size and gap factor, ``default``'s own price among them
+    (when priced); ``default`` first."""
+    if default.price > 0:
+        prices = sorted({*prices, default.price})
     if cold_gap_factors is None:
         cold_gap_factors = tuple(dict.fromkeys((default.cold_gap_factor, 0.0)))
     out = [default]

@@ -45,6 +45,7 @@ from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.partitions import time_ordinal
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff
 from autooptimize.services.choose import policy_tuning
+from autooptimize.services.choose import table_target as tracked_target
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
 from autooptimize.storage.repositories import audit, now, tracked_table, tracked_tables
@@ -197,7 +198,7 @@ def _merge_timings(session: Session, table_id: int, history: tuple[Sequence[Writ
 
 def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
     """The tuning the table runs with now: its own where set, else the service's defaults."""
-    target = table_target or (row.target_file_size if row else settings.default_target_file_size)
+    target = table_target or tracked_target(settings, row)
     tolerance = min(row.tolerance if row else settings.tolerance_default, target)
     knobs = policy_tuning(settings, row)  # the table's own where set, as planning takes them
     return PolicyTuning(target, knobs["fan_in"], settings.settle_seconds,
