@@ -1,4 +1,9 @@
-"""One error tree: every error autooptimize raises derives from :class:`AutoOptimizeError`."""
+"""One error tree: every error autooptimize raises derives from :class:`AutoOptimizeError`.
+
+An error raised in a task of an action's Spark job travels back to the worker pickled
+(spark_actors/action_job.py), so an error with arguments of its own says how it is rebuilt
+(``__reduce__``): pickle alone calls the class with the message only.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ class ActionRefused(AutoOptimizeError):
         super().__init__(message)
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return type(self), (self.reason, str(self))
+
 
 class TableRefused(ActionRefused):
     """The table as a whole is something this version cannot rewrite faithfully (an unknown format version,
@@ -55,6 +63,9 @@ class Retry(AutoOptimizeError):
         super().__init__(message)
         self.delay = delay
 
+    def __reduce__(self) -> tuple[type, tuple[str, float]]:
+        return type(self), (str(self), self.delay)
+
 
 class ActionBusy(Retry):
     """Another attempt holds the action's lease and is alive; this delivery must not touch its work."""
@@ -62,6 +73,9 @@ class ActionBusy(Retry):
     def __init__(self, message: str, delay: float, holder: str) -> None:
         super().__init__(message, delay=delay)
         self.holder = holder
+
+    def __reduce__(self) -> tuple[type, tuple[str, float, str]]:  # type: ignore[override]
+        return type(self), (str(self), self.delay, self.holder)
 
 
 class LeaseLost(Retry):
@@ -94,3 +108,6 @@ class CommitOutcomeUnknown(AutoOptimizeError):
     def __init__(self, message: str, snapshot_id: int, parent_id: int | None) -> None:
         super().__init__(message)
         self.snapshot_id, self.parent_id = snapshot_id, parent_id
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, int | None]]:
+        return type(self), (str(self), self.snapshot_id, self.parent_id)
