@@ -170,6 +170,7 @@ def _measure(settings: Any, args: argparse.Namespace) -> int:
     with session_scope(settings) as session:
         checkpoint = get_action(session, action_id).checkpoint or {}
     engines = sorted({g.get("engine", "?") for g in checkpoint.get("groups", [])})
+    timings = out.get("timings") or {}
     result = {
         "files_in": out["files_in"],
         "files_out": out["files_out"],
@@ -185,6 +186,10 @@ def _measure(settings: Any, args: argparse.Namespace) -> int:
         "pyarrow_cpu_seconds": round(baseline_cpu, 2),
         "groups_in_process_cpu_seconds": round(in_process_cpu, 2),
         "profile_seconds": out.get("timings") or {},
+        # the action's Spark job beyond its tasks' own time spread over the cores: scheduling, the Python
+        # workers' turn-around between tasks, the job's start and collection
+        "job_outside_tasks_seconds": round(timings.get("action.spark_job", 0.0)
+                                           - timings.get("task.wall", 0.0) / settings.spark_cores, 2),
         "verified": out["checksum_in"] == out["checksum_out"] and out["rows_in"] == out["rows_out"],
     }
     print(f"merge (whole table: plan, rewrite, verify, commit; {'/'.join(engines)}): "
@@ -198,6 +203,8 @@ def _measure(settings: Any, args: argparse.Namespace) -> int:
           f"tasks' own function (verification included) {result['groups_in_process_cpu_seconds']} "
           f"({result['groups_in_process_cpu_seconds'] / max(baseline_cpu, 1e-9):.2f}× the plain rewrite); "
           f"the Spark tasks' Python workers {tasks_cpu if tasks_cpu is not None else '-'}")
+    print(f"the Spark job outside its tasks (job − task wall / {settings.spark_cores} cores): "
+          f"{result['job_outside_tasks_seconds']} s")
     print("profile (s): " + ", ".join(f"{k} {v:.2f}" for k, v in result["profile_seconds"].items()))
     if args.json:
         print(json.dumps(result))
