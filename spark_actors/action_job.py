@@ -121,7 +121,7 @@ def run_task(packed_context: bytes, index: int, packed_call: bytes) -> bytes:
     the task's own objects exist. Spark's worker daemon runs a full ``gc.collect()`` after every task
     before it takes the next one; over the objects of the modules a task imports (pyiceberg, pyarrow,
     numba, ours) that took about 80 ms, most of the gap between two tasks of one executor core
-    (``benchmarks.merge``: 0.8–1.1 s of an action's job outside its tasks before, 0.4–0.6 s after). The
+    (``benchmarks.merge``: an action's job spent 0.8–1.1 s beyond its tasks before, 0.4–0.8 s after). The
     collection then looks only at what the tasks made since."""
     import gc
 
