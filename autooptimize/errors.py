@@ -1,15 +1,24 @@
 """One error tree: every error autooptimize raises derives from :class:`AutoOptimizeError`.
 
 An error raised in a task of an action's Spark job travels back to the worker pickled
-(spark_actors/action_job.py), so an error with arguments of its own says how it is rebuilt
-(``__reduce__``): pickle alone calls the class with the message only.
+(spark_actors/action_job.py). Pickle rebuilds an exception by calling its class with ``args`` (the
+message only), which fails for an error whose ``__init__`` takes more; every error here is rebuilt
+without ``__init__`` instead, from its ``args`` and its fields.
 """
 
 from __future__ import annotations
 
 
+def _rebuilt(cls: type[BaseException], args: tuple[object, ...]) -> BaseException:
+    """An error of ``cls`` with ``args``, its ``__init__`` not called (pickle then restores its fields)."""
+    return cls.__new__(cls, *args)
+
+
 class AutoOptimizeError(Exception):
     """Root of every error raised by autooptimize."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuilt, (type(self), self.args), self.__dict__
 
 
 class ConfigError(AutoOptimizeError):
@@ -39,9 +48,6 @@ class ActionRefused(AutoOptimizeError):
         super().__init__(message)
         self.reason = reason
 
-    def __reduce__(self) -> tuple[type, tuple[str, str]]:
-        return type(self), (self.reason, str(self))
-
 
 class TableRefused(ActionRefused):
     """The table as a whole is something this version cannot rewrite faithfully (an unknown format version,
@@ -63,9 +69,6 @@ class Retry(AutoOptimizeError):
         super().__init__(message)
         self.delay = delay
 
-    def __reduce__(self) -> tuple[type, tuple[str, float]]:
-        return type(self), (str(self), self.delay)
-
 
 class ActionBusy(Retry):
     """Another attempt holds the action's lease and is alive; this delivery must not touch its work."""
@@ -73,9 +76,6 @@ class ActionBusy(Retry):
     def __init__(self, message: str, delay: float, holder: str) -> None:
         super().__init__(message, delay=delay)
         self.holder = holder
-
-    def __reduce__(self) -> tuple[type, tuple[str, float, str]]:  # type: ignore[override]
-        return type(self), (str(self), self.delay, self.holder)
 
 
 class LeaseLost(Retry):
@@ -108,6 +108,3 @@ class CommitOutcomeUnknown(AutoOptimizeError):
     def __init__(self, message: str, snapshot_id: int, parent_id: int | None) -> None:
         super().__init__(message)
         self.snapshot_id, self.parent_id = snapshot_id, parent_id
-
-    def __reduce__(self) -> tuple[type, tuple[str, int, int | None]]:
-        return type(self), (str(self), self.snapshot_id, self.parent_id)

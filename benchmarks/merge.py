@@ -185,7 +185,7 @@ def _measure(settings: Any, args: argparse.Namespace) -> int:
         "ratio_merge_to_pyarrow": round(baseline_seconds / merge_seconds, 3),
         "pyarrow_cpu_seconds": round(baseline_cpu, 2),
         "groups_in_process_cpu_seconds": round(in_process_cpu, 2),
-        "profile_seconds": out.get("timings") or {},
+        "profile_seconds": timings,
         # the action's Spark job beyond its tasks' own time spread over the cores: scheduling, the Python
         # workers' turn-around between tasks, the job's start and collection
         "job_outside_tasks_seconds": round(timings.get("action.spark_job", 0.0)
@@ -198,7 +198,7 @@ def _measure(settings: Any, args: argparse.Namespace) -> int:
     print(f"baseline (pyarrow read + write per partition, no checks): {result['pyarrow_mb_per_s']:>7} MB/s "
           f"({result['pyarrow_seconds']} s)")
     print(f"ratio merge / baseline: {result['ratio_merge_to_pyarrow']}")
-    tasks_cpu = (out.get("timings") or {}).get("task.cpu")
+    tasks_cpu = timings.get("task.cpu")
     print(f"CPU s: the plain rewrite {result['pyarrow_cpu_seconds']}; the same groups run in this process by the "
           f"tasks' own function (verification included) {result['groups_in_process_cpu_seconds']} "
           f"({result['groups_in_process_cpu_seconds'] / max(baseline_cpu, 1e-9):.2f}× the plain rewrite); "

@@ -46,6 +46,8 @@ def test_a_task_freezes_what_is_alive_before_its_call_so_the_collection_after_it
     errors.CommitOutcomeUnknown("no answer", snapshot_id=12, parent_id=None),
     errors.VerificationFailed("rows differ"),
     errors.ConflictAbort("input deleted"),
+    errors.InvalidArgument("bad partition"),
+    errors.WaitTimeout("still running"),
 ], ids=lambda e: type(e).__name__)
 def test_every_error_a_task_raises_comes_back_whole(unfrozen, error):
     """An error of ours raised on an executor reaches the action as itself, with its own fields (pickle
