@@ -46,7 +46,8 @@ DESCRIPTIONS: dict[str, str] = {
     "spark_port": "port of the local Spark Connect server (a free one is taken when it is busy)",
     "spark_master": "the master the service's own Connect server runs its jobs on: empty for `local[N]` in the "
                     "server's JVM, or a cluster (`spark://host:7077`, `yarn`, `k8s://…`); see docs/engines.md",
-    "spark_server_conf": "extra Spark confs of that server, a JSON object (e.g. `{\"spark.executor.memory\": \"4g\"}`)",
+    "spark_server_conf": "extra Spark confs of that server, a JSON object (e.g. `{\"spark.executor.memory\": \"4g\"}`); "
+                         "they override its own, such as `spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL` (`system`)",
     "spark_token": "token of a Spark Connect server this service does not start; never empty",
     "auto_track": "comma-separated fnmatch patterns of tables tracked automatically with default tuning "
                   "(e.g. `analytics.*`)",

@@ -74,6 +74,7 @@ class TaskOutcome:
     attempt: int
     seconds: float
     cpu: float = 0.0
+    started_at: float = 0.0  # wall clock (epoch seconds) as the task started: the job's timeline on one host
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ def run_task(packed_context: bytes, index: int, packed_call: bytes) -> bytes:
     from pyspark import TaskContext
 
     gc.freeze()
+    started_at = time.time()
     started, cpu = time.monotonic(), time.process_time()  # a Python worker runs one task at a time
     task = TaskContext.get()
     attempt = task.attemptNumber() if task is not None else 0
@@ -139,12 +141,12 @@ def run_task(packed_context: bytes, index: int, packed_call: bytes) -> bytes:
     except Exception as exc:  # sent back whole: the action maps it as if it ran in the worker
         value, error = None, exc
     outcome = TaskOutcome(index, value, error, _executor(), attempt, time.monotonic() - started,
-                          time.process_time() - cpu)
+                          time.process_time() - cpu, started_at)
     try:
         return pickle.dumps(outcome)
     except Exception as exc:  # an unpicklable error still reaches the action, as text
         return pickle.dumps(TaskOutcome(index, None, VerificationFailed(f"{type(exc).__name__}: {error or exc}"),
-                                        outcome.executor, attempt, outcome.seconds, outcome.cpu))
+                                        outcome.executor, attempt, outcome.seconds, outcome.cpu, started_at))
 
 
 def run_action_job(spark: SparkSession, context: TableContext | None, calls: Sequence[Call],
@@ -202,6 +204,7 @@ def run_action_job(spark: SparkSession, context: TableContext | None, calls: Seq
     frame = spark.range(0, len(calls), 1, len(calls)).mapInArrow(run, "id long, outcome binary")
     if tag is not None:
         spark.addTag(tag)
+    submitted = time.time()
     try:
         rows = frame.collect()
     finally:
@@ -211,5 +214,17 @@ def run_action_job(spark: SparkSession, context: TableContext | None, calls: Seq
     if sorted(by_index) != list(range(len(calls))):
         raise VerificationFailed(f"the action's Spark job returned outcomes for tasks {sorted(by_index)}, "
                                  f"expected 0..{len(calls) - 1}")
-    return JobOutcome(tuple(by_index[i] for i in range(len(calls))), time.monotonic() - started,
-                      {"ship_code": shipped - started, "job": time.monotonic() - shipped})
+    outcomes = tuple(by_index[i] for i in range(len(calls)))
+    return JobOutcome(outcomes, time.monotonic() - started,
+                      {"ship_code": shipped - started, "job": time.monotonic() - shipped,
+                       **_timeline(outcomes, submitted, time.time())})
+
+
+def _timeline(outcomes: Sequence[TaskOutcome], submitted: float, collected: float) -> dict[str, float]:
+    """Where a job's wall went outside its tasks, by the wall clock (exact when the executors share the
+    worker's host): from submitting it to its first task's start, and from its last task's end to the rows
+    back in the worker."""
+    if not outcomes:
+        return {}
+    return {"to_first_task": min(o.started_at for o in outcomes) - submitted,
+            "after_last_task": collected - max(o.started_at + o.seconds for o in outcomes)}

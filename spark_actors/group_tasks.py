@@ -140,11 +140,12 @@ def compact_group(table: Table, data_files: list[tuple[DataFile, int]], deletes:
                         lineage_out=lineage_out)
 
 
-def warm(table: Table | None, *, attempt: int = 0) -> int:
+def warm(table: Table | None, *, attempt: int = 0) -> tuple[int, str]:
     """Load the digest's compiled kernels (numba: from its cache on disk, else compiled) in this executor's
     Python worker (``table`` is unused); unpickling this function imported this module, and with it what
     the tasks use. A reused worker pays that once; held a moment so that the tasks of a warm-up job land on
-    distinct workers."""
+    distinct workers. Returns the worker's pid and the Arrow memory pool it allocates from
+    (spark_actors/server.MEMORY_POOL_CONF)."""
     import datetime as dt
     import os
 
@@ -158,7 +159,7 @@ def warm(table: Table | None, *, attempt: int = 0) -> int:
     digest.add(sample)
     assert digest.digest.rows == 2
     time.sleep(1.0)
-    return os.getpid()
+    return os.getpid(), str(pa.default_memory_pool().backend_name)
 
 
 def calibrate(table: Table, inputs: list[DataFile], directory: str, codec: str, partition: tuple[int, Record],

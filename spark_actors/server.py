@@ -106,9 +106,21 @@ def _free_port(preferred: int) -> int:
         return int(sock.getsockname()[1])
 
 
+#: The conf that sets the Arrow memory pool of the executors' Python workers (they inherit the executor's
+#: environment). pyarrow's default there, mimalloc, cost a Python worker's first rewrite about 40% more CPU
+#: than its later ones, mostly in the kernel, and left the workers 25% larger; the C library's allocator
+#: did neither (docs/engines.md, "The executors' memory pool").
+MEMORY_POOL_CONF = "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"
+MEMORY_POOL = "system"
+MEMORY_POOLS = ("system", "jemalloc", "mimalloc")  # what pyarrow's ARROW_DEFAULT_MEMORY_POOL accepts
+
+
 def server_confs(settings: Settings) -> dict[str, str]:
-    """Server-side settings the rewrite relies on (field ids, micros, no .crc: README "How a merge stays safe")."""
-    return {
+    """Server-side settings the rewrite relies on (field ids, micros, no .crc: README "How a merge stays safe"),
+    and the executors' Arrow memory pool: AO_SPARK_SERVER_CONF's, else ARROW_DEFAULT_MEMORY_POOL's, else
+    :data:`MEMORY_POOL` (ConfigError for a pool pyarrow does not have: it would fall back silently)."""
+    confs = {
+        MEMORY_POOL_CONF: os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or MEMORY_POOL,
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.shuffle.partitions": str(max(2, settings.spark_cores * 2)),
@@ -122,6 +134,11 @@ def server_confs(settings: Settings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.sql.adaptive.enabled": "true",
     } | dict(settings.spark_server_conf)
+    if confs[MEMORY_POOL_CONF] not in MEMORY_POOLS:
+        where = MEMORY_POOL_CONF if MEMORY_POOL_CONF in settings.spark_server_conf else "ARROW_DEFAULT_MEMORY_POOL"
+        raise ConfigError(f"{where}={confs[MEMORY_POOL_CONF]!r} is not an Arrow memory pool; "
+                          f"valid: {', '.join(MEMORY_POOLS)}")
+    return confs
 
 
 def master(settings: Settings) -> str:
@@ -169,15 +186,16 @@ def _start(settings: Settings, spark_dir: Path) -> ServerInfo:
     if settings.spark_server_conf.get("spark.pyspark.python"):
         env["PYSPARK_PYTHON"] = settings.spark_server_conf["spark.pyspark.python"]
     env.setdefault("PYSPARK_PYTHON", sys.executable)
+    props = spark_dir / "server.properties"
+    confs = server_confs(settings) | {"spark.connect.grpc.binding.port": str(port)}
     env.update(
+        ARROW_DEFAULT_MEMORY_POOL=confs[MEMORY_POOL_CONF],  # local mode: the executor is this JVM
         SPARK_CONNECT_AUTHENTICATE_TOKEN=token,
         SPARK_PID_DIR=str(spark_dir),
         SPARK_LOG_DIR=str(log_dir),
         SPARK_IDENT_STRING=_IDENT,
         SPARK_HOME=str(spark_home),
     )
-    props = spark_dir / "server.properties"
-    confs = server_confs(settings) | {"spark.connect.grpc.binding.port": str(port)}
     props.write_text("".join(f"{k}={v}\n" for k, v in confs.items()))
     cmd = [str(script), "--master", master(settings), "--properties-file", str(props)]
     # Its own session: the JVM (nohup'd by spark-daemon.sh) stays in the script's process group, apart from
@@ -308,8 +326,8 @@ def serve_foreground(settings: Settings) -> None:
     confs = server_confs(settings) | {"spark.connect.grpc.binding.port": str(settings.spark_port)}
     props.write_text("".join(f"{k}={v}\n" for k, v in confs.items()))
     env = dict(os.environ, SPARK_CONNECT_AUTHENTICATE_TOKEN=settings.spark_token.get_secret_value(),
-               SPARK_HOME=str(spark_home), SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(spark_dir / "logs"),
-               SPARK_PID_DIR=str(spark_dir))
+               ARROW_DEFAULT_MEMORY_POOL=confs[MEMORY_POOL_CONF], SPARK_HOME=str(spark_home),
+               SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(spark_dir / "logs"), SPARK_PID_DIR=str(spark_dir))
     script = str(Path(spark_home) / "sbin" / "start-connect-server.sh")
     os.execve(script, [script, "--master", master(settings), "--properties-file", str(props)],
               with_java(env, spark_dir / "java"))
@@ -337,5 +355,9 @@ def serve_standalone(settings: Settings, role: str) -> None:
     spark_dir = _spark_dir(settings)
     env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOG_DIR=str(spark_dir / "logs"))
     env.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python: pyarrow, pyiceberg, numba (docs/engines.md)
+    env.setdefault("ARROW_DEFAULT_MEMORY_POOL", MEMORY_POOL)  # its executors' Python workers inherit it
+    if env["ARROW_DEFAULT_MEMORY_POOL"] not in MEMORY_POOLS:
+        raise ConfigError(f"ARROW_DEFAULT_MEMORY_POOL={env['ARROW_DEFAULT_MEMORY_POOL']!r} is not an Arrow memory "
+                          f"pool; valid: {', '.join(MEMORY_POOLS)}")
     script = str(Path(spark_home) / "bin" / "spark-class")
     os.execve(script, [script, STANDALONE[role], *args], with_java(env, spark_dir / "java"))

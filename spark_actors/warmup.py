@@ -25,9 +25,10 @@ from spark_actors.session import get_session
 log = logging.getLogger(__name__)
 
 
-def warm_up(settings: Settings) -> dict[str, float | int]:
+def warm_up(settings: Settings) -> dict[str, float | int | str]:
     """Open this process's session, ship our code and run one job of ``AO_SPARK_CORES`` tasks on the
-    executors; seconds of each step, and how many distinct executor Python workers answered."""
+    executors; seconds of each step, how many distinct executor Python workers answered, and the Arrow
+    memory pools they allocate from."""
     started = time.monotonic()
     spark = get_session(settings)
     opened = time.monotonic()
@@ -35,7 +36,8 @@ def warm_up(settings: Settings) -> dict[str, float | int]:
     done = time.monotonic()
     return {"session": round(opened - started, 3), "ship_code": round(job.timings.get("ship_code", 0.0), 3),
             "job": round(job.timings.get("job", 0.0), 3), "total": round(done - started, 3),
-            "python_workers": len({value for value in job.values()})}
+            "python_workers": len({pid for pid, _ in job.values()}),
+            "memory_pools": ",".join(sorted({pool for _, pool in job.values()}))}
 
 
 def warm_up_in_background(settings: Settings) -> threading.Thread:
@@ -49,8 +51,8 @@ def warm_up_in_background(settings: Settings) -> threading.Thread:
                         type(exc).__name__)
             return
         log.info("actor warm: Spark session open, code shipped, %s executor Python worker(s) ready in %.1f s "
-                 "(session %.1f s, job %.1f s)", figures["python_workers"], figures["total"],
-                 figures["session"], figures["job"])
+                 "(session %.1f s, job %.1f s; Arrow memory pool %s)", figures["python_workers"], figures["total"],
+                 figures["session"], figures["job"], figures["memory_pools"])
 
     thread = threading.Thread(target=run, name="ao-warm-up", daemon=True)
     thread.start()

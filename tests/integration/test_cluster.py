@@ -98,7 +98,8 @@ def _groups(settings, action_id):
 
 
 def test_executors_run_the_base_interpreter_without_our_package(spark_cluster):
-    """The route docs/engines.md documents is the only way our code reaches the executors."""
+    """The route docs/engines.md documents is the only way our code reaches the executors; their Python
+    workers allocate Arrow memory from the pool the server's conf names (spark.executorEnv)."""
     from tests.integration.cluster import session_for
 
     fresh = session_for(spark_cluster.server.info.remote)  # a session that never had the artifact
@@ -111,13 +112,16 @@ def test_executors_run_the_base_interpreter_without_our_package(spark_cluster):
 
         for _ in batches:
             yield pa.RecordBatch.from_pylist([{"python": sys.executable, "path": ":".join(sys.path),
-                                               "ours": importlib.util.find_spec("autooptimize") is not None}])
+                                               "ours": importlib.util.find_spec("autooptimize") is not None,
+                                               "pool": pa.default_memory_pool().backend_name}])
 
     try:
-        rows = fresh.range(0, 2, 1, 2).mapInArrow(probe, "python string, path string, ours boolean").collect()
+        rows = fresh.range(0, 2, 1, 2).mapInArrow(
+            probe, "python string, path string, ours boolean, pool string").collect()
     finally:
         fresh.stop()
     assert rows and all(".venv" not in r["python"] for r in rows), rows
+    assert {r["pool"] for r in rows} == {"system"}, rows
     # a Python worker reused after another session's tasks keeps that session's artifact on its path
     assert all(not r["ours"] or "autooptimize-" in r["path"] for r in rows), rows
 

@@ -22,6 +22,7 @@ def test_the_warm_up_opens_the_session_ships_the_code_and_reaches_the_executors(
     session.close_session()  # as a freshly forked worker process: no session, no code shipped yet
     figures = warm_up(settings)
     assert figures["python_workers"] >= 1
+    assert figures["memory_pools"] == "system"  # spark_actors/server.MEMORY_POOL_CONF
     assert figures["total"] >= figures["session"] + figures["job"] * 0.99
     spark = session.get_session(settings)
     # the first action finds the session open, with our code on it (not shipped again)

@@ -60,3 +60,28 @@ def test_every_error_a_task_raises_comes_back_whole(unfrozen, error):
 
 def raise_it(table: object, error: Exception, *, attempt: int = 0) -> None:
     raise error
+
+
+def sleeps(table: object, seconds: float, *, attempt: int = 0) -> float:
+    """A task's call that takes ``seconds``."""
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def test_the_job_timeline_is_the_time_before_its_first_task_and_after_its_last(unfrozen):
+    import time
+
+    from spark_actors.action_job import _timeline
+
+    submitted = time.time()
+    time.sleep(0.05)
+    outcomes = [pickle.loads(run_task(pickle.dumps(None), i, pickle.dumps((sleeps, (0.02 * (i + 1),)))))
+                for i in range(2)]
+    time.sleep(0.03)
+    timeline = _timeline(outcomes, submitted, time.time())
+    assert outcomes[0].started_at >= submitted + 0.05
+    assert 0.05 <= timeline["to_first_task"] < 0.5
+    assert 0.03 <= timeline["after_last_task"] < 0.5
+    assert _timeline([], submitted, time.time()) == {}

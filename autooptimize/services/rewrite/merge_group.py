@@ -200,7 +200,11 @@ def rewrite_one(spark: Any, table: Table, g: MergeGroup, codec: str, hooks: Hook
 
 
 def record_task_seconds(job: Any) -> None:
-    """The tasks' own phases, summed over the job's tasks, in the action's profile (``task.*``)."""
+    """The tasks' own phases, summed over the job's tasks, in the action's profile (``task.*``), and the
+    job's own time before its first task and after its last (``job.*``)."""
+    for name in ("to_first_task", "after_last_task"):
+        if name in job.timings:
+            add_seconds(f"job.{name}", job.timings[name])
     for outcome in job.outcomes:
         add_seconds("task.wall", outcome.seconds)
         add_seconds("task.cpu", outcome.cpu)
