@@ -32,7 +32,7 @@ from pyiceberg.table.snapshots import Snapshot
 from autooptimize.domain.profile import phase
 from autooptimize.errors import VerificationFailed
 from autooptimize.iceberg.commits import CommitStats, apply_with_retry
-from autooptimize.iceberg.staging import StagedReplace
+from autooptimize.iceberg.staging import StagedRemoval, StagedReplace
 from autooptimize.iceberg.v3 import ROW_ID_FIELD_ID, with_lineage
 
 ACTION_ID_PROPERTY = "autooptimize.action-id"
@@ -52,6 +52,7 @@ def commit_replace(
     allowed_deletes: frozenset[str] = frozenset(),
     allow_no_output: bool = False,
     stats: CommitStats | None = None,
+    ahead: StagedRemoval | None = None,
 ) -> Snapshot:
     """Commit one REPLACE snapshot on main; concurrent commits are retried by re-applying the same
     manifests on the new head (autooptimize.iceberg.commits).
@@ -62,12 +63,14 @@ def commit_replace(
     freshly loaded table: a stale one costs a failed attempt. Raises Retry when concurrent writers kept
     winning past the table's commit.retry.* limits.
     ``allow_no_output`` lets a delete compaction whose inputs were wholly deleted add nothing.
+    ``ahead``: the inputs' DELETED manifests written ahead (while the action's Spark job ran); taken when it
+    removes exactly ``removed``, else left to its writer to remove.
     """
     if (not added and not allow_no_output) or not any(f.content == DataFileContent.DATA for f in removed):
         raise VerificationFailed("a rewrite must remove and add at least one data file")
 
     with phase("commit.stage"):
-        staged = StagedReplace(table, removed, added, allowed_deletes=allowed_deletes)
+        staged = StagedReplace(table, removed, added, allowed_deletes=allowed_deletes, ahead=ahead)
     with phase("commit.apply"):
         return apply_with_retry(table, staged, properties, stats=stats)
 

@@ -155,6 +155,68 @@ class StagedAppend:
         return list(self._factory.paths)
 
 
+def rewrite_holding(table: Table, metadata: TableMetadata, removed: dict[str, DataFile],
+                    factory: ManifestFactory) -> dict[str, ManifestFile]:
+    """Write the manifests of ``metadata``'s head that hold ``removed`` (by :func:`file_key`) again, those
+    files DELETED under the factory's snapshot id and the rest EXISTING, as one manifest per spec and
+    content (as Iceberg's manifest merging would); each replaced manifest's path → its rewrite.
+    ConflictAbort, before anything is written, when one of ``removed`` is not live there."""
+    head = metadata.snapshot_by_name(MAIN_BRANCH)
+    specs = metadata.specs()
+    found: set[str] = set()
+    holding: dict[tuple[int, ManifestContent], list[tuple[ManifestFile, list[ManifestEntry]]]] = {}
+    for manifest in manifests_of(table.io, head):
+        if not _may_hold(manifest, specs, metadata, removed.values()):
+            continue
+        entries = live_entries_of(manifest, table.io)
+        hits = [e for e in entries if file_key(e.data_file) in removed]
+        if not hits:
+            continue
+        found.update(file_key(e.data_file) for e in hits)
+        holding.setdefault((manifest.partition_spec_id, manifest.content), []).append((manifest, entries))
+    missing = sorted(set(removed) - found)
+    if missing:
+        raise ConflictAbort(f"{len(missing)} input file(s) are no longer live, e.g. {missing[0]}")
+    replaced: dict[str, ManifestFile] = {}
+    for (spec_id, content), held in sorted(holding.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
+        with factory.writer(specs[spec_id], content) as writer:
+            for _, entries in held:
+                for entry in entries:
+                    gone = file_key(entry.data_file) in removed
+                    writer.add_entry(ManifestEntry.from_args(
+                        status=ManifestEntryStatus.DELETED if gone else ManifestEntryStatus.EXISTING,
+                        snapshot_id=factory.snapshot_id if gone else entry.snapshot_id,
+                        sequence_number=entry.sequence_number,
+                        file_sequence_number=entry.file_sequence_number,
+                        data_file=entry.data_file))
+        rewritten = writer.to_manifest_file()
+        replaced.update((manifest.manifest_path, rewritten) for manifest, _ in held)
+    return replaced
+
+
+class StagedRemoval:
+    """The half of a REPLACE that depends only on its inputs: the manifests of ``table``'s head that hold
+    ``removed``, written again with them DELETED, under a snapshot id of its own. Written ahead of the
+    commit (while an action's Spark job runs, services/rewrite/ahead.py); a :class:`StagedReplace` of
+    exactly these files takes it over (``taken``) and writes those manifests again only if the head it
+    commits on no longer lists the ones they replace. ConflictAbort (nothing written) when one of
+    ``removed`` is not live on that head."""
+
+    def __init__(self, table: Table, removed: list[DataFile]) -> None:
+        self.snapshot_id = table.metadata.new_snapshot_id()
+        self.keys = frozenset(file_key(f) for f in removed)
+        self.factory = ManifestFactory(table, self.snapshot_id)
+        self.taken = False
+        try:
+            self.replaced = rewrite_holding(table, table.metadata, {file_key(f): f for f in removed}, self.factory)
+        except BaseException:
+            remove_files(table, self.factory.paths)
+            raise
+
+    def written(self) -> list[str]:
+        return list(self.factory.paths)
+
+
 class StagedReplace:
     """A REPLACE: inputs (data and applied delete files) out, outputs in, as Iceberg's RewriteFiles.
 
@@ -166,64 +228,45 @@ class StagedReplace:
     operation = Operation.REPLACE
 
     def __init__(self, table: Table, removed: list[DataFile], added: list[DataFile],
-                 allowed_deletes: frozenset[str] = frozenset()) -> None:
-        self.snapshot_id = table.metadata.new_snapshot_id()
+                 allowed_deletes: frozenset[str] = frozenset(), ahead: StagedRemoval | None = None) -> None:
         self._table = table
         self._removed = {file_key(f): f for f in removed}  # a deletion vector by its blob, not its Puffin file
         self._allowed_deletes = allowed_deletes
-        self._factory = ManifestFactory(table, self.snapshot_id)
-        self._added = self._factory.added(added)
-        self._summary = _collector(table, added, removed)
-        self._removed_partitions = {(f.spec_id, f.partition) for f in removed if f.content == DataFileContent.DATA}
+        self.rewrites_on_retry = 0
         # manifests already checked for new delete files: none yet, so the first validation reads every
         # delete manifest of the head (the inputs were planned on an older snapshot); retries read only
         # the manifests added since
         self._seen: set[str] = set()
         self._replaced: dict[str, ManifestFile] = {}  # head manifest path → its rewrite
-        self.rewrites_on_retry = 0
-        self._rewrite_against(table.metadata, first=True)
+        adopted = ahead is not None and ahead.keys == frozenset(self._removed)
+        if ahead is not None and adopted:
+            # written ahead on an older head: validate() writes them again if that head's manifests moved
+            ahead.taken = True
+            self.snapshot_id, self._factory, self._replaced = ahead.snapshot_id, ahead.factory, ahead.replaced
+            self._factory.table = table
+        else:
+            self.snapshot_id = table.metadata.new_snapshot_id()
+            self._factory = ManifestFactory(table, self.snapshot_id)
+        try:
+            self._added = self._factory.added(added)
+            self._summary = _collector(table, added, removed)
+            self._removed_partitions = {(f.spec_id, f.partition) for f in removed
+                                        if f.content == DataFileContent.DATA}
+            if not adopted:
+                self._replaced = rewrite_holding(table, table.metadata, self._removed, self._factory)
+        except BaseException:  # nothing will commit what was written so far
+            remove_files(table, self._factory.paths)
+            raise
 
-    def _rewrite_against(self, metadata: TableMetadata, first: bool = False) -> None:
-        """(Re)write the manifests that hold the inputs in ``metadata``'s head; ConflictAbort on a missing one."""
-        head = metadata.snapshot_by_name(MAIN_BRANCH)
-        manifests = manifests_of(self._table.io, head)
-        specs = metadata.specs()
-        wanted = set(self._removed)
-        found: set[str] = set()
-        holding: dict[tuple[int, ManifestContent], list[tuple[ManifestFile, list[ManifestEntry]]]] = {}
-        for manifest in manifests:
-            if not _may_hold(manifest, specs, metadata, self._removed.values()):
-                continue
-            entries = live_entries_of(manifest, self._table.io)
-            hits = [e for e in entries if file_key(e.data_file) in wanted]
-            if not hits:
-                continue
-            found.update(file_key(e.data_file) for e in hits)
-            holding.setdefault((manifest.partition_spec_id, manifest.content), []).append((manifest, entries))
-        # the manifests that held inputs are written again as one per spec and content (as Iceberg's
-        # manifest merging would): one file to write instead of one per appended snapshot
-        replaced: dict[str, ManifestFile] = {}
-        for (spec_id, content), held in sorted(holding.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
-            with self._factory.writer(specs[spec_id], content) as writer:
-                for _, entries in held:
-                    for entry in entries:
-                        gone = file_key(entry.data_file) in wanted
-                        writer.add_entry(ManifestEntry.from_args(
-                            status=ManifestEntryStatus.DELETED if gone else ManifestEntryStatus.EXISTING,
-                            snapshot_id=self.snapshot_id if gone else entry.snapshot_id,
-                            sequence_number=entry.sequence_number,
-                            file_sequence_number=entry.file_sequence_number,
-                            data_file=entry.data_file))
-            rewritten = writer.to_manifest_file()
-            replaced.update((manifest.manifest_path, rewritten) for manifest, _ in held)
-        missing = sorted(wanted - found)
-        if missing:
-            raise ConflictAbort(f"{len(missing)} input file(s) are no longer live, e.g. {missing[0]}")
-        if not first:  # the earlier rewrites are superseded: remove them rather than leave orphans
-            stale = {m.manifest_path for m in self._replaced.values()}
-            remove_files(self._table, stale)
-            self._factory.paths = [p for p in self._factory.paths if p not in stale]
-            self.rewrites_on_retry += len({m.manifest_path for m in replaced.values()})
+    def _rewrite_against(self, metadata: TableMetadata) -> None:
+        """Write again the manifests that hold the inputs in ``metadata``'s head (someone rewrote those of the
+        head they were written against); ConflictAbort on a missing one."""
+        replaced = rewrite_holding(self._table, metadata, self._removed, self._factory)
+        # the earlier rewrites are superseded: remove them rather than leave orphans
+        stale = {m.manifest_path for m in self._replaced.values()}
+        remove_files(self._table, stale)
+        self._factory.paths = [p for p in self._factory.paths if p not in stale]
+        self.rewrites_on_retry += len({m.manifest_path for m in replaced.values()})
         self._replaced = replaced
 
     def validate(self, head: TableMetadata, table: Table) -> None:

@@ -90,6 +90,21 @@ def action_outputs(table: Any) -> set[str]:
     return {f for f in files_on_disk(table) if re.search(r"/ao-[0-9a-f-]{36}/", f.removeprefix(location))}
 
 
+def unreferenced_manifests(table: Any) -> set[str]:
+    """Avro files of the table's metadata directory that no snapshot's manifest list names and that are no
+    manifest list themselves: manifests written and never committed."""
+    import os
+
+    table.refresh()
+    referenced = set()
+    for snapshot in table.metadata.snapshots:
+        referenced.add(snapshot.manifest_list.removeprefix("file://"))
+        referenced.update(m.manifest_path.removeprefix("file://") for m in snapshot.manifests(table.io))
+    metadata = table.location().removeprefix("file://") + "/metadata"
+    return {os.path.join(metadata, n) for n in os.listdir(metadata)
+            if n.endswith(".avro")} - referenced
+
+
 def key_of(day: dt.date) -> str:
     """The partition's key inside the service for a day partition: JSON of days since 1970."""
     from autooptimize.domain.partitions import encode_key

@@ -24,6 +24,7 @@ from tests.integration.tables import (
     live_files,
     make_table,
     second_reader_checksum,
+    unreferenced_manifests,
 )
 
 pytestmark = pytest.mark.spark
@@ -66,6 +67,9 @@ def test_merge_rewrites_small_files_and_keeps_every_row(settings, spark, catalog
     assert snapshot.summary.operation.value == "replace"
     assert snapshot.summary[ACTION_ID_PROPERTY] == action_id
     assert snapshot.snapshot_id == out["snapshot_id"]
+    # the inputs' DELETED manifest was written while the Spark job ran, and that commit took it
+    assert out["timings"]["commit.stage_ahead"] > 0
+    assert not unreferenced_manifests(table)
     # nothing outside the table, no .crc or _SUCCESS files, every output under the table's data path
     on_disk = files_on_disk(table)
     assert not [f for f in on_disk if f.endswith(".crc") or "/_" in f or "/." in f]
@@ -132,6 +136,7 @@ def test_concurrent_delete_of_an_input_aborts_and_removes_the_output(settings, s
     assert table.current_snapshot().snapshot_id == state_after_delete["snapshot"]
     assert table_checksum(table) == state_after_delete["checksum"]
     assert not action_outputs(table)
+    assert not unreferenced_manifests(table)
 
 
 def test_crash_between_commit_and_bookkeeping_commits_once(settings, spark, catalog):
@@ -255,6 +260,7 @@ def test_checksum_mismatch_blocks_the_commit(settings, spark, catalog):
     assert table.current_snapshot().snapshot_id == snapshot
     assert table_checksum(table) == checksum
     assert not action_outputs(table)
+    assert not unreferenced_manifests(table), "what was written ahead for the commit is removed"
 
 
 def test_partition_under_threshold_or_alone_is_skipped(settings, spark, catalog):
@@ -301,6 +307,7 @@ def test_unexpected_error_fails_the_action_and_removes_its_output(settings, spar
     assert "disk on fire" in out["error"]
     assert table.refresh().current_snapshot().snapshot_id == snapshot
     assert not action_outputs(table)
+    assert not unreferenced_manifests(table), "what was written ahead for the commit is removed"
 
 
 def test_retries_exhausted_after_a_crash_cleans_up(settings, spark, catalog):

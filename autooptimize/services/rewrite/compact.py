@@ -193,8 +193,11 @@ class CompactKind:
                                      Engine.SPARK, data_files=tuple(outputs), executor=outcome.executor))
         return results
 
+    def removals(self, table: Table, planned: Planned) -> list[Any] | None:
+        return None  # not written ahead yet: its delete files' entries are chosen at commit time
+
     def commit(self, table: Table, request: ActionRequest, groups: list[GroupResult], part: int | None = None,
-               parts: int | None = None) -> Committed:
+               parts: int | None = None, ahead: Any = None) -> Committed:
         """Commit the outputs; the plan facts name the delete files it removed and the rows deleted."""
         live, live_deletes = live_inputs(table, groups)
         inputs = [p for g in groups for p in g.inputs]
@@ -238,7 +241,7 @@ class CompactKind:
         allowed = frozenset(p for g in groups for p in g.scope or ())
         stats = CommitStats()
         snapshot = commit_replace(table, removed, added, properties, allowed_deletes=allowed, allow_no_output=True,
-                                  stats=stats)
+                                  stats=stats, ahead=ahead)
         return Committed(snapshot.snapshot_id, {"delete_files_removed": dropped,
                                                 "rows_deleted": sum(g.rows_deleted or 0 for g in groups),
                                                 **commit_facts(stats)})

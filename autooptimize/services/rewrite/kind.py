@@ -77,9 +77,14 @@ class RewriteKind(Protocol):
         """Every group of the action (the ``spark`` engine), rewritten as the tasks of one Spark job on the
         executors and verified here from the figures they return; results in ``units`` order."""
 
+    def removals(self, table: Table, planned: Planned) -> list[Any] | None:
+        """The files the commit of every planned group removes, known from the plan alone (their DELETED
+        manifests are then written while the Spark job runs, services/rewrite/ahead.py), or None."""
+
     def commit(self, table: Table, request: ActionRequest, groups: list[GroupResult], part: int | None = None,
-               parts: int | None = None) -> Committed:
-        """One REPLACE snapshot of whole ``groups``; ConflictAbort when an input is no longer live."""
+               parts: int | None = None, ahead: Any = None) -> Committed:
+        """One REPLACE snapshot of whole ``groups``; ConflictAbort when an input is no longer live. ``ahead``:
+        a StagedRemoval written ahead, taken only if it removes exactly what this commit removes."""
 
 
 def group_result(pf: PartitionFiles, inputs: list[str], bytes_in: int, paths: list[str], outputs: list[Any],

@@ -39,6 +39,7 @@ from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.commit import action_parts, find_action_snapshot
 from autooptimize.iceberg.staging import metadata_path
 from autooptimize.services.progress import PartialProgress, write_groups
+from autooptimize.services.rewrite.ahead import removal_ahead
 from autooptimize.services.rewrite.kind import CheckpointWriter, RewriteKind
 from autooptimize.services.rewrite.outputs import (
     WRITER_WAIT_SECONDS,
@@ -143,8 +144,11 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: ActionRequest, 
     parts = Parts(kind, settings, request, hooks, save_checkpoint, state, done, len(directories), progress)
     tag = spark_tag(request.action_id)
     plan_facts: dict[str, Any] = {"engine": request.engine}
+    ahead = None  # the inputs' DELETED manifests, written while the Spark job runs (services/rewrite/ahead.py)
     try:
         if request.engine == Engine.SPARK.value:  # every group a task of one Spark job on the executors
+            if not progress.partial:
+                ahead = removal_ahead(table, kind.removals(table, planned))
             groups = _in_one_job(kind, spark, table, list(planned.units), directories, codec, hooks, request, tag,
                                  parts.finished, lambda: _interrupt(spark, tag, written_dirs))
         else:
@@ -161,7 +165,7 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: ActionRequest, 
             save_checkpoint(state.with_groups(groups).to_dict())
             if hooks.before_commit:
                 hooks.before_commit()
-            result = kind.commit(table, request, groups)
+            result = kind.commit(table, request, groups, ahead=ahead.take() if ahead is not None else None)
             snapshot_id, plan_facts = result.snapshot_id, {**plan_facts, **result.plan_facts}
         outcome.timings["commit"] = time.monotonic() - commit_started
     except (ConflictAbort, VerificationFailed, ActionRefused) as exc:
@@ -172,6 +176,9 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: ActionRequest, 
         if parts.done:  # what earlier parts committed stays committed: the failure record says so
             exc.outcome = _parts_outcome(request, parts.done, "partially_committed")  # type: ignore[attr-defined]
         raise
+    finally:
+        if ahead is not None:  # not taken by a commit (the job failed, or the commit removed other files)
+            ahead.discard()
     # any other error (crash, lost connection) leaves the outcome unknown: the output stays, the retry
     # decides from the table's history
     if hooks.after_commit and not progress.partial:

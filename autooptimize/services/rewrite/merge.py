@@ -306,8 +306,15 @@ class MergeKind:
                        hooks: Hooks, request: ActionRequest, tag: str | None = None) -> list[GroupResult]:
         return rewrite_in_one_job(spark, table, units, directories, codec, hooks, request, tag)
 
+    def removals(self, table: Table, planned: Planned) -> list[Any] | None:
+        """Every planned group's input data files; None on a table whose inputs' deletion vectors go with them
+        (the commit finds those on its own head)."""
+        if lineage.keeps_lineage(table):
+            return None
+        return [f.data_file for unit in planned.units for f in _input_files(unit)]
+
     def commit(self, table: Table, request: ActionRequest, groups: list[GroupResult], part: int | None = None,
-               parts: int | None = None) -> Committed:
+               parts: int | None = None, ahead: Any = None) -> Committed:
         """One REPLACE snapshot of ``groups`` (whole groups); ``part``/``parts`` mark a partial-progress part."""
         live, live_deletes = live_inputs(table, groups)
         inputs = [p for g in groups for p in g.inputs]
@@ -321,8 +328,15 @@ class MergeKind:
         stats = CommitStats()
         vectors = lineage.vectors_removed(groups, live_deletes)  # v3: a data file's DV goes with it
         snapshot = commit_replace(table, [live[p].data_file for p in inputs] + vectors, added, properties,
-                                  allowed_deletes=frozenset(p for g in groups for p in g.deletes or ()), stats=stats)
+                                  allowed_deletes=frozenset(p for g in groups for p in g.deletes or ()), stats=stats,
+                                  ahead=ahead)
         return Committed(snapshot.snapshot_id, commit_facts(stats))
+
+
+def _input_files(unit: Unit) -> list[Any]:
+    """The live files (path and DataFile) a planned group reads."""
+    by_path = {f.path: f for f in unit.partition.data_files}
+    return [by_path[f.path] for f in unit.work.files]
 
 
 def _added_files(table: Table, live: dict[str, Any], groups: list[GroupResult]) -> list[Any]:
