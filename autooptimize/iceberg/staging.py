@@ -67,10 +67,11 @@ class DeleteManifestWriter(ManifestWriterV2):
 class ManifestFactory:
     """Writes the manifests of one snapshot id (data or delete content, any spec)."""
 
-    def __init__(self, table: Table, snapshot_id: int) -> None:
+    def __init__(self, table: Table, snapshot_id: int, owner: str | None = None) -> None:
         self.table = table
         self.snapshot_id = snapshot_id
-        self.prefix = uuid.uuid4()
+        # an action's manifests written before its commit carry its id: orphan removal keeps them while it runs
+        self.prefix = f"ao-{owner}-{uuid.uuid4()}" if owner else str(uuid.uuid4())
         self.count = 0
         self.paths: list[str] = []
 
@@ -199,13 +200,14 @@ class StagedRemoval:
     ``removed``, written again with them DELETED, under a snapshot id of its own. Written ahead of the
     commit (while an action's Spark job runs, services/rewrite/ahead.py); a :class:`StagedReplace` of
     exactly these files takes it over (``taken``) and writes those manifests again only if the head it
-    commits on no longer lists the ones they replace. ConflictAbort (nothing written) when one of
-    ``removed`` is not live on that head."""
+    commits on no longer lists the ones they replace. Its manifests are named for ``owner`` (the action id,
+    ``ao-<id>-<uuid>-m<n>.avro``), so orphan removal keeps them while that action runs. ConflictAbort
+    (nothing written) when one of ``removed`` is not live on that head."""
 
-    def __init__(self, table: Table, removed: list[DataFile]) -> None:
+    def __init__(self, table: Table, removed: list[DataFile], owner: str) -> None:
         self.snapshot_id = table.metadata.new_snapshot_id()
         self.keys = frozenset(file_key(f) for f in removed)
-        self.factory = ManifestFactory(table, self.snapshot_id)
+        self.factory = ManifestFactory(table, self.snapshot_id, owner)
         self.taken = False
         try:
             self.replaced = rewrite_holding(table, table.metadata, {file_key(f): f for f in removed}, self.factory)
@@ -238,7 +240,9 @@ class StagedReplace:
         # the manifests added since
         self._seen: set[str] = set()
         self._replaced: dict[str, ManifestFile] = {}  # head manifest path → its rewrite
-        adopted = ahead is not None and ahead.keys == frozenset(self._removed)
+        # taken only while every manifest written ahead is still there: a commit must never name a missing file
+        adopted = (ahead is not None and ahead.keys == frozenset(self._removed)
+                   and all(table.io.new_input(p).exists() for p in ahead.written()))
         if ahead is not None and adopted:
             # written ahead on an older head: validate() writes them again if that head's manifests moved
             ahead.taken = True

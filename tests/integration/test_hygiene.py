@@ -385,7 +385,9 @@ def test_remove_orphans_never_touches_a_running_merge_output(settings, spark, ca
 
     def orphan_run_mid_merge() -> None:
         _age_all(table)
+        # its data output, and the manifests written while its Spark job ran (services/rewrite/ahead.py)
         seen["outputs"] = {p for p in files_on_disk(table) if "/ao-" in p}
+        seen["ahead"] = {p for p in files_on_disk(table) if f"/metadata/ao-{merge_id}-" in p}
         seen["orphans"] = _run(settings, table, "remove_orphans", min_age="1h")
         seen["after"] = {p for p in files_on_disk(table) if "/ao-" in p}
 
@@ -393,6 +395,7 @@ def test_remove_orphans_never_touches_a_running_merge_output(settings, spark, ca
     out = actions.execute(settings, merge_id, spark=spark, hooks=Hooks(before_commit=orphan_run_mid_merge))
 
     assert seen["outputs"], "the merge wrote nothing before its commit"
+    assert seen["ahead"] and seen["ahead"] <= seen["outputs"]
     assert seen["after"] == seen["outputs"]
     assert seen["orphans"]["plan"]["kept"]["in_flight_action"] == len(seen["outputs"])
     assert out["state"] == "succeeded", out

@@ -19,6 +19,8 @@ from tests.integration.test_commits import _day1, _entries, _merged_output, _row
 
 pytestmark = pytest.mark.usefixtures("settings")
 
+OWNER = "0b9d5c1e-7f3a-4c2e-9d1b-5e6f7a8b9c0d"  # the action the manifests are written for
+
 
 def _metadata_files(table):
     return set(os.listdir(table.location().removeprefix("file://") + "/metadata"))
@@ -32,8 +34,9 @@ def test_a_commit_of_the_same_files_takes_the_manifests_written_ahead_across_a_c
     table = make_table(catalog, {DAY1: 5, DAY2: 2}, rows=10, name="ahead_taken")
     inputs = _day1(table)
     before = {p for p, _, _ in _entries(table)}
-    ahead = StagedRemoval(table, inputs)
+    ahead = StagedRemoval(table, inputs, OWNER)
     assert ahead.written() and not ahead.taken
+    assert all(_name(p).startswith(f"ao-{OWNER}-") for p in ahead.written()), "named for the action"
     other = catalog.load_table(table.name())
     other.append(batch(50_000, 5, DAY1))  # a writer commits to the same partition meanwhile
     appended = {p for p, _, _ in _entries(other)} - before
@@ -57,7 +60,7 @@ def test_manifests_written_ahead_are_written_again_when_someone_rewrote_the_head
 
     table = make_table(catalog, {DAY1: 4, DAY2: 2}, rows=10, name="ahead_moved")
     inputs = _day1(table)
-    ahead = StagedRemoval(table, inputs)
+    ahead = StagedRemoval(table, inputs, OWNER)
     first = ahead.written()
     other = catalog.load_table(table.name())
     apply_with_retry(other, StagedManifestRewrite(other, target_size=1), {"autooptimize.action-id": "tidy"})
@@ -77,7 +80,7 @@ def test_a_commit_of_other_files_leaves_them_and_the_action_removes_them(catalog
     table = make_table(catalog, {DAY1: 4}, rows=10, name="ahead_other")
     inputs = _day1(table)
     before = _metadata_files(table)
-    ahead = RemovalAhead(table, inputs)
+    ahead = RemovalAhead(table, inputs, OWNER)
     removal = ahead.take()
     assert removal is not None and removal.written()
     assert all(_name(p) in _metadata_files(table) for p in removal.written())
@@ -93,7 +96,7 @@ def test_a_commit_of_other_files_leaves_them_and_the_action_removes_them(catalog
 def test_an_action_that_never_commits_removes_what_it_wrote_ahead(catalog):
     table = make_table(catalog, {DAY1: 3}, rows=10, name="ahead_failed")
     before = _metadata_files(table)
-    ahead = RemovalAhead(table, _day1(table))
+    ahead = RemovalAhead(table, _day1(table), OWNER)
     ahead.discard()  # the job failed: no commit took it
     assert _metadata_files(table) == before
 
@@ -107,8 +110,22 @@ def test_an_input_gone_before_the_manifests_are_written_ahead_writes_nothing(cat
     table.refresh()
     before = _metadata_files(table)
     with pytest.raises(ConflictAbort, match="no longer live"):
-        StagedRemoval(table, inputs)
-    ahead = RemovalAhead(table, inputs)
+        StagedRemoval(table, inputs, OWNER)
+    ahead = RemovalAhead(table, inputs, OWNER)
     assert ahead.take() is None, "the commit then writes its own and meets the same conflict"
     ahead.discard()
     assert _metadata_files(table) == before
+
+
+def test_a_manifest_written_ahead_that_is_gone_is_not_taken_and_the_commit_writes_its_own(catalog):
+    """Whatever removed it (an orphan removal run by another tool), a commit never names a missing file."""
+    table = make_table(catalog, {DAY1: 4}, rows=10, name="ahead_deleted")
+    inputs = _day1(table)
+    ahead = StagedRemoval(table, inputs, OWNER)
+    for path in ahead.written():
+        os.remove(path.removeprefix("file://"))
+    output, _ = _merged_output(table, inputs)
+    snapshot = commit_replace(table, inputs, [output], {"autooptimize.action-id": "a4"}, ahead=ahead)
+    assert not ahead.taken and snapshot.snapshot_id != ahead.snapshot_id
+    assert _rows(table) == 40
+    assert {p for p, _, _ in _entries(table)} == {str(output.file_path)}

@@ -41,6 +41,8 @@ from autooptimize.storage.models import ActionState
 
 _AO_DIR = re.compile(r"^ao-(.+)$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# a manifest an action wrote before its commit (services/rewrite/ahead.py): ao-<action id>-<uuid>-m<n>.avro
+_AO_MANIFEST = re.compile(r"^ao-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-.+\.avro$")
 
 
 def validate_remove_orphans(table: Table, options: dict[str, Any]) -> dict[str, Any]:
@@ -68,13 +70,15 @@ class OrphanScan:
 
 
 def _ao_segments(relative: str) -> list[str]:
-    return [m.group(1) for part in relative.split("/") if (m := _AO_DIR.match(part))]
+    """The action ids a path belongs to: its ``ao-<id>`` directories, and for a manifest an action wrote
+    ahead of its commit the id its name starts with."""
+    return [m.group(1) for part in relative.split("/") if (m := _AO_MANIFEST.match(part) or _AO_DIR.match(part))]
 
 
 def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_age: int, now: float) -> OrphanScan:
     """Files in the data and metadata directories that no snapshot or metadata references and that no
     guard keeps: younger than ``min_age``, inside the ``ao-<id>`` directory of an action that is not
-    finished (or not known), hidden (``.x``/``_x``) unless inside a finished action's directory (Spark's
+    finished (or not known) or a manifest such an action wrote ahead of its commit (``ao-<id>-….avro``), hidden (``.x``/``_x``) unless inside a finished action's directory (Spark's
     ``_temporary`` left by a killed job), Hadoop's version hint, a symlink (listed, never
     followed, never deleted), or of unknown age."""
     scan = OrphanScan()

@@ -10,7 +10,14 @@ on no longer lists the manifests they replace, as a retried commit does.
 Whatever happens to the action, what was written ahead and not taken by a commit is removed when the
 action ends (:meth:`RemovalAhead.discard`). Once a commit took it, it is the commit's: removed with the
 commit's own files on a conflict, and kept when the commit's outcome is unknown. A worker killed
-mid-job leaves it as it would leave a commit's manifests; orphan removal finds them.
+mid-job leaves it as it would leave a commit's manifests; orphan removal finds them once the action has
+ended. Until then it keeps them: they are named for the action (``metadata/ao-<action id>-<uuid>-m0.avro``),
+as its data output lies in its ``ao-<action id>`` directories, however old they are. And a commit takes
+them only while they are all still there.
+
+The thread only writes: the one deletion it may make is of a manifest it was writing itself when the
+write failed, a file nothing references. Every other removal runs in the action's thread, under its
+fence (domain/fencing.py).
 """
 
 from __future__ import annotations
@@ -34,20 +41,20 @@ log = logging.getLogger(__name__)
 class RemovalAhead:
     """A :class:`StagedRemoval` of ``removed`` being written in a thread; :meth:`take` waits for it."""
 
-    def __init__(self, table: Table, removed: Sequence[DataFile]) -> None:
+    def __init__(self, table: Table, removed: Sequence[DataFile], owner: str) -> None:
         # its own Table object: the action's may be refreshed meanwhile (a failed job's landed check)
         self._table = copy.copy(table)
         self._removal: StagedRemoval | None = None
         self._error: BaseException | None = None
         self._seconds = 0.0
-        self._thread = threading.Thread(target=self._write, args=(list(removed),), name="ao-removal-ahead",
+        self._thread = threading.Thread(target=self._write, args=(list(removed), owner), name="ao-removal-ahead",
                                         daemon=True)
         self._thread.start()
 
-    def _write(self, removed: list[DataFile]) -> None:
+    def _write(self, removed: list[DataFile], owner: str) -> None:
         started = time.monotonic()
         try:
-            self._removal = StagedRemoval(self._table, removed)
+            self._removal = StagedRemoval(self._table, removed, owner)
         except BaseException as exc:  # the commit then writes its own (and meets the same problem there)
             self._error = exc
         self._seconds = time.monotonic() - started
@@ -75,6 +82,7 @@ class RemovalAhead:
             log.warning("could not remove the manifests written ahead: %s", exc)
 
 
-def removal_ahead(table: Table, removed: Sequence[Any] | None) -> RemovalAhead | None:
-    """Start writing ``removed``'s DELETED manifests, or None when the kind cannot name them before its job."""
-    return RemovalAhead(table, removed) if removed else None
+def removal_ahead(table: Table, removed: Sequence[Any] | None, action_id: str) -> RemovalAhead | None:
+    """Start writing ``removed``'s DELETED manifests for ``action_id``, or None when the kind cannot name
+    them before its job."""
+    return RemovalAhead(table, removed, action_id) if removed else None

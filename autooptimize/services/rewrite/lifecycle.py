@@ -148,7 +148,7 @@ def _run_rewrite(kind: RewriteKind, settings: Settings, request: ActionRequest, 
     try:
         if request.engine == Engine.SPARK.value:  # every group a task of one Spark job on the executors
             if not progress.partial:
-                ahead = removal_ahead(table, kind.removals(table, planned))
+                ahead = removal_ahead(table, kind.removals(table, planned), request.action_id)
             groups = _in_one_job(kind, spark, table, list(planned.units), directories, codec, hooks, request, tag,
                                  parts.finished, lambda: _interrupt(spark, tag, written_dirs))
         else:
