@@ -134,11 +134,15 @@ def server_confs(settings: Settings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.sql.adaptive.enabled": "true",
     } | dict(settings.spark_server_conf)
-    if confs[MEMORY_POOL_CONF] not in MEMORY_POOLS:
-        where = MEMORY_POOL_CONF if MEMORY_POOL_CONF in settings.spark_server_conf else "ARROW_DEFAULT_MEMORY_POOL"
-        raise ConfigError(f"{where}={confs[MEMORY_POOL_CONF]!r} is not an Arrow memory pool; "
-                          f"valid: {', '.join(MEMORY_POOLS)}")
+    _check_pool(confs[MEMORY_POOL_CONF],
+                MEMORY_POOL_CONF if MEMORY_POOL_CONF in settings.spark_server_conf else "ARROW_DEFAULT_MEMORY_POOL")
     return confs
+
+
+def _check_pool(pool: str, where: str) -> None:
+    """ConfigError naming ``where`` and the valid pools unless pyarrow has ``pool``."""
+    if pool not in MEMORY_POOLS:
+        raise ConfigError(f"{where}={pool!r} is not an Arrow memory pool; valid: {', '.join(MEMORY_POOLS)}")
 
 
 def master(settings: Settings) -> str:
@@ -356,8 +360,6 @@ def serve_standalone(settings: Settings, role: str) -> None:
     env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOG_DIR=str(spark_dir / "logs"))
     env.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python: pyarrow, pyiceberg, numba (docs/engines.md)
     env.setdefault("ARROW_DEFAULT_MEMORY_POOL", MEMORY_POOL)  # its executors' Python workers inherit it
-    if env["ARROW_DEFAULT_MEMORY_POOL"] not in MEMORY_POOLS:
-        raise ConfigError(f"ARROW_DEFAULT_MEMORY_POOL={env['ARROW_DEFAULT_MEMORY_POOL']!r} is not an Arrow memory "
-                          f"pool; valid: {', '.join(MEMORY_POOLS)}")
+    _check_pool(env["ARROW_DEFAULT_MEMORY_POOL"], "ARROW_DEFAULT_MEMORY_POOL")
     script = str(Path(spark_home) / "bin" / "spark-class")
     os.execve(script, [script, STANDALONE[role], *args], with_java(env, spark_dir / "java"))

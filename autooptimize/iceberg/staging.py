@@ -241,12 +241,12 @@ class StagedReplace:
         self._seen: set[str] = set()
         self._replaced: dict[str, ManifestFile] = {}  # head manifest path → its rewrite
         # taken only while every manifest written ahead is still there: a commit must never name a missing file
-        adopted = (ahead is not None and ahead.keys == frozenset(self._removed)
-                   and all(table.io.new_input(p).exists() for p in ahead.written()))
-        if ahead is not None and adopted:
+        taken = ahead if (ahead is not None and ahead.keys == frozenset(self._removed)
+                          and all(table.io.new_input(p).exists() for p in ahead.written())) else None
+        if taken is not None:
             # written ahead on an older head: validate() writes them again if that head's manifests moved
-            ahead.taken = True
-            self.snapshot_id, self._factory, self._replaced = ahead.snapshot_id, ahead.factory, ahead.replaced
+            taken.taken = True
+            self.snapshot_id, self._factory, self._replaced = taken.snapshot_id, taken.factory, taken.replaced
             self._factory.table = table
         else:
             self.snapshot_id = table.metadata.new_snapshot_id()
@@ -256,7 +256,7 @@ class StagedReplace:
             self._summary = _collector(table, added, removed)
             self._removed_partitions = {(f.spec_id, f.partition) for f in removed
                                         if f.content == DataFileContent.DATA}
-            if not adopted:
+            if taken is None:
                 self._replaced = rewrite_holding(table, table.metadata, self._removed, self._factory)
         except BaseException:  # nothing will commit what was written so far
             remove_files(table, self._factory.paths)

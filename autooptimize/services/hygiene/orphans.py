@@ -78,9 +78,10 @@ def _ao_segments(relative: str) -> list[str]:
 def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_age: int, now: float) -> OrphanScan:
     """Files in the data and metadata directories that no snapshot or metadata references and that no
     guard keeps: younger than ``min_age``, inside the ``ao-<id>`` directory of an action that is not
-    finished (or not known) or a manifest such an action wrote ahead of its commit (``ao-<id>-….avro``), hidden (``.x``/``_x``) unless inside a finished action's directory (Spark's
-    ``_temporary`` left by a killed job), Hadoop's version hint, a symlink (listed, never
-    followed, never deleted), or of unknown age."""
+    finished (or not known) or a manifest such an action wrote ahead of its commit (``ao-<id>-….avro``),
+    hidden (``.x``/``_x``) unless inside a finished action's directory (Spark's ``_temporary`` left by a
+    killed job), Hadoop's version hint, a symlink (listed, never followed, never deleted), or of unknown
+    age."""
     scan = OrphanScan()
     location = normalise_path(table.location()).rstrip("/")
     references = reader.table_references(table)
