@@ -36,7 +36,7 @@ from collections.abc import Sequence
 __all__ = ["DEFAULT_PRICE", "FILL", "FILL_CAP", "PRICE_RATIO", "PRICED_RULES", "priced_group"]
 
 #: The price the service runs with unless a table or AO_MERGE_PRICE says otherwise (0: the tiers).
-DEFAULT_PRICE = 21
+DEFAULT_PRICE = 23
 #: A file joins a prefix only while it is at most this many times the bytes before it.
 PRICE_RATIO = 2
 #: (numerator, denominator) of a target: the small files are packed once they weigh this much.

@@ -94,7 +94,7 @@ def test_the_priced_fill_is_judged_in_the_sized_output(settings, spark, catalog)
     settings_holder[:] = [settings]
     table = make_table(catalog, {DAY1: 40}, rows=5000)  # ~37 KB each as read, about a third once merged
     ident = identifier(table)
-    tracking.track(settings, ident, target_file_size=TARGET, tolerance=TARGET // 4)  # the default: κ21
+    tracking.track(settings, ident, target_file_size=TARGET, tolerance=TARGET // 4)  # the default: κ23
     before, second = table_checksum(table), second_reader_checksum(table)
     foreseen = explain.explain(settings, ident, partition="day=2026-01-01", spark=lambda: spark)
     assert foreseen["sizing"]["source"] == "calibration"

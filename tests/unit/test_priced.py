@@ -107,9 +107,10 @@ def test_on_the_streaming_trace_it_rewrites_less_than_the_tiers_for_about_the_sa
     writes = streaming_writes(7, 300)
     base = simulate_baseline(writes, T)
     tiers = simulate_policy(writes, PolicyTuning(T, price=0), 0.4)
-    priced = simulate_policy(writes, PolicyTuning(T), 0.4)  # the default: κ21
-    assert PolicyTuning(T).price == DEFAULT_PRICE == 21
+    priced = simulate_policy(writes, PolicyTuning(T), 0.4)  # the default: κ23
+    assert PolicyTuning(T).price == DEFAULT_PRICE == 23
     rules = dict(priced.rules)
     assert rules.get("priced", 0) > 0 and rules.get("filled", 0) > 0  # hours not yet a target's bytes: the tiers
-    assert priced.write_amplification < tiers.write_amplification - 0.09
-    assert priced.mean_live_files <= 1.02 * tiers.mean_live_files and priced.mean_live_files <= 0.97 * base.mean_live_files
+    # κ23 trades a few files for bytes: 0.25 less WA than the tiers for 3.7 % more live files (κ21: 0.22, 1.9 %)
+    assert priced.write_amplification < tiers.write_amplification - 0.2
+    assert priced.mean_live_files <= 1.04 * tiers.mean_live_files and priced.mean_live_files <= 0.97 * base.mean_live_files

@@ -167,7 +167,7 @@ def test_the_suggestion_tries_each_partitions_own_cold_after_time_on_and_off() -
     tunings = candidate_tunings(PolicyTuning(TARGET))
     assert {t.cold_gap_factor for t in tunings} == {4.0, 0.0} and tunings[0] == PolicyTuning(TARGET)
     tiers = [t for t in tunings if not t.price]
-    assert len(tiers) == len(set(tiers)) == 7 * 4 * 2 * 2  # the tiers: price 0, beside the default's κ21
+    assert len(tiers) == len(set(tiers)) == 7 * 4 * 2 * 2  # the tiers: price 0, beside the default's κ23
     priced = [t for t in tunings if t.price]  # each price with every cold-after time and gap factor
     assert DEFAULT_PRICE not in SUGGEST_PRICES and {t.price for t in priced} == {*SUGGEST_PRICES, DEFAULT_PRICE}
     assert len(priced) == len(set(priced)) == 6 * 4 * 2 and {t.quiet_merge for t in priced} == {False}
