@@ -40,9 +40,10 @@ from autooptimize.services.rewrite.kind import CheckpointWriter
 from autooptimize.storage.models import ActionState
 
 _AO_DIR = re.compile(r"^ao-(.+)$")
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_UUID_TEXT = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_UUID = re.compile(f"^{_UUID_TEXT}$")
 # a manifest an action wrote before its commit (services/rewrite/ahead.py): ao-<action id>-<uuid>-m<n>.avro
-_AO_MANIFEST = re.compile(r"^ao-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-.+\.avro$")
+_AO_MANIFEST = re.compile(rf"^ao-({_UUID_TEXT})-.+\.avro$")
 
 
 def validate_remove_orphans(table: Table, options: dict[str, Any]) -> dict[str, Any]:

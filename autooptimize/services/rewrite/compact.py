@@ -30,6 +30,7 @@ from autooptimize.iceberg.commit import (
 from autooptimize.iceberg.commits import CommitStats
 from autooptimize.iceberg.fileio import table_is_local
 from autooptimize.iceberg.files import live_partitions
+from autooptimize.iceberg.staging import StagedRemoval
 from autooptimize.iceberg.v3 import content_offset, is_deletion_vector
 from autooptimize.services.compact import (
     BROADCAST_DELETE_ROWS,
@@ -197,7 +198,7 @@ class CompactKind:
         return None  # not written ahead yet: its delete files' entries are chosen at commit time
 
     def commit(self, table: Table, request: ActionRequest, groups: list[GroupResult], part: int | None = None,
-               parts: int | None = None, ahead: Any = None) -> Committed:
+               parts: int | None = None, ahead: StagedRemoval | None = None) -> Committed:
         """Commit the outputs; the plan facts name the delete files it removed and the rows deleted."""
         live, live_deletes = live_inputs(table, groups)
         inputs = [p for g in groups for p in g.inputs]

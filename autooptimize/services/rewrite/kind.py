@@ -14,6 +14,7 @@ from autooptimize.domain.profile import phase
 from autooptimize.errors import ConflictAbort
 from autooptimize.iceberg.commits import CommitStats
 from autooptimize.iceberg.files import LiveFile, PartitionFiles, live_partitions
+from autooptimize.iceberg.staging import StagedRemoval
 
 CheckpointWriter = Callable[[dict[str, Any]], None]
 
@@ -82,7 +83,7 @@ class RewriteKind(Protocol):
         manifests are then written while the Spark job runs, services/rewrite/ahead.py), or None."""
 
     def commit(self, table: Table, request: ActionRequest, groups: list[GroupResult], part: int | None = None,
-               parts: int | None = None, ahead: Any = None) -> Committed:
+               parts: int | None = None, ahead: StagedRemoval | None = None) -> Committed:
         """One REPLACE snapshot of whole ``groups``; ConflictAbort when an input is no longer live. ``ahead``:
         a StagedRemoval written ahead, taken only if it removes exactly what this commit removes."""
 

@@ -35,6 +35,7 @@ from autooptimize.iceberg.commit import (
 from autooptimize.iceberg.commits import CommitStats
 from autooptimize.iceberg.fileio import table_is_local
 from autooptimize.iceberg.files import PartitionFiles, live_partitions
+from autooptimize.iceberg.staging import StagedRemoval
 from autooptimize.services import evolution
 from autooptimize.services.rewrite import lineage
 from autooptimize.services.rewrite.evolution import evolution_data_files
@@ -314,7 +315,7 @@ class MergeKind:
         return [f.data_file for unit in planned.units for f in _input_files(unit)]
 
     def commit(self, table: Table, request: ActionRequest, groups: list[GroupResult], part: int | None = None,
-               parts: int | None = None, ahead: Any = None) -> Committed:
+               parts: int | None = None, ahead: StagedRemoval | None = None) -> Committed:
         """One REPLACE snapshot of ``groups`` (whole groups); ``part``/``parts`` mark a partial-progress part."""
         live, live_deletes = live_inputs(table, groups)
         inputs = [p for g in groups for p in g.inputs]
