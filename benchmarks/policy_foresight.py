@@ -2,7 +2,9 @@
 a reference for the live-ingest goal, pure, no I/O.
 
     python -m benchmarks.policy_foresight [--seed 7 --seed 8 ...] [--target 8MiB] [--commits 300]
-                                          [--latency 1.0] [--no-finish] [--json]
+                                          [--latency 1.0] [--live-ratio 1.0] [--no-finish] [--json]
+    python -m benchmarks.policy_foresight --member m01 [--member m07 ...] [--commits N] [--latency 2.0]
+                                          [--live-ratio 1.05] [--json]
 
 ``benchmarks.policy_frontier`` searches the tunings of our policy. This asks the question under it: how
 little rewriting would a schedule need that knew every write to come? Per seeded trace of
@@ -33,7 +35,12 @@ latency it costs 0.7 % more than the best schedule on average (27 cases in 250 c
 figure it prints is therefore a reference, not a proof that nothing does better; but it knows the
 future, which no online policy does.
 
-Printed per seed, beside the bin-pack's figures and the shipped policy's: the model's least WA at the
+With ``--member`` it answers the same for members of ``benchmarks.trace_family`` (issue 25's family), at
+their own targets and commit rates, at 1.05× the bin-pack's live files (that issue's goal) and with merges
+landing 2 s after they are made (the simulator's default), over as many of a member's commits as keep every
+partition within the model's 400 files (a daily member's partition gathers a file per commit all day).
+
+Printed per trace, beside the bin-pack's figures and the shipped policy's: the model's least WA at the
 bin-pack's live files, as a ratio to the goal of 1.5. Exit code 1 when the run did no work (no bytes
 written, or the bin-pack rewrote nothing).
 """
@@ -53,10 +60,18 @@ from typing import Any
 import numpy as np
 
 from autooptimize.domain.policy import PolicyTuning
-from autooptimize.domain.simulate import WRITE_AMPLIFICATION_GOAL, Write, simulate_baseline, simulate_policy
+from autooptimize.domain.simulate import (
+    LATENCY_SECONDS,
+    LIVE_FILES_GOAL,
+    WRITE_AMPLIFICATION_GOAL,
+    Write,
+    simulate_baseline,
+    simulate_policy,
+)
 from autooptimize.errors import InvalidArgument
 from benchmarks.policy_frontier import checked_target, trace_arguments
-from benchmarks.policy_sim import streaming_writes
+from benchmarks.policy_sim import family_writes, streaming_writes
+from benchmarks.trace_family import member as family_member
 
 #: A partition with more files than this is refused: the table of runs grows as the cube of it.
 MAX_FILES_PER_PARTITION = 400
@@ -206,15 +221,17 @@ def at_live_files(writes: Sequence[Write], target: int, live_files: float, delay
     return {"bound_bytes": best_bound, "schedule": at_budget}
 
 
-def seed_report(seed: int, target: int, commits: int, latency: float = 1.0, finish: bool = True) -> dict[str, Any]:
-    writes = streaming_writes(seed, commits)
+def trace_report(writes: Sequence[Write], target: int, latency: float, rate: float, finish: bool = True,
+                 live_ratio: float = 1.0) -> dict[str, Any]:
+    """The bin-pack's and the shipped policy's figures on ``writes`` (``rate`` commits per second), and the
+    model's least write amplification at ``live_ratio`` × the bin-pack's mean live files."""
     written = sum(size for w in writes for _, size in w.files)
     base = simulate_baseline(writes, target)
     ours = simulate_policy(writes, PolicyTuning(target), latency=latency)
-    found = at_live_files(writes, target, base.mean_live_files, delay_writes(latency), finish)
+    found = at_live_files(writes, target, live_ratio * base.mean_live_files, delay_writes(latency, rate), finish)
     sch = found["schedule"]
     return {
-        "seed": seed, "target": target, "commits": commits, "latency": latency, "finish": finish,
+        "target": target, "commits": len(writes), "latency": latency, "finish": finish, "live_ratio": live_ratio,
         "bytes_written": written,
         "binpack": {"mean_live_files": base.mean_live_files, "write_amplification": base.write_amplification,
                     "bytes_rewritten": base.bytes_rewritten},
@@ -226,6 +243,34 @@ def seed_report(seed: int, target: int, commits: int, latency: float = 1.0, fini
     }
 
 
+def seed_report(seed: int, target: int, commits: int, latency: float = 1.0, finish: bool = True,
+                live_ratio: float = 1.0) -> dict[str, Any]:
+    """One seeded trace of ``benchmarks.streaming`` (1.6 commits per second)."""
+    return {"seed": seed, "trace": f"seed {seed}",
+            **trace_report(streaming_writes(seed, commits), target, latency, 1.6, finish, live_ratio)}
+
+
+def within_model(writes: Sequence[Write]) -> list[Write]:
+    """The longest first part of ``writes`` in which no partition has more files than the model handles
+    (a daily member's partition gathers a file per commit for a whole simulated day)."""
+    files: dict[Hashable, int] = defaultdict(int)
+    for k, wr in enumerate(writes):
+        for part, _ in wr.files:
+            files[part] += 1
+            if files[part] > MAX_FILES_PER_PARTITION:
+                return list(writes[:k])
+    return list(writes)
+
+
+def member_report(name: str, commits: int | None, latency: float, finish: bool = True, live_ratio: float = 1.05,
+                  target: int | None = None) -> dict[str, Any]:
+    """One member of ``benchmarks.trace_family`` (its first ``commits``, or as many as the model handles)."""
+    m = family_member(name)
+    writes = within_model(family_writes(m)[:commits])
+    return {"member": m.name, "trace": f"{m.name} (first {len(writes)} of {m.commits} commits)",
+            **trace_report(writes, target or m.target, latency, m.rate, finish, live_ratio)}
+
+
 def delay_writes(latency: float, rate: float = 1.6) -> int:
     """Writes counted between a merge being made and landing: ``benchmarks.streaming`` writes ``rate``
     per second, so a merge made at a write lands before the count of write ``floor(latency·rate) + 1``."""
@@ -234,10 +279,10 @@ def delay_writes(latency: float, rate: float = 1.6) -> int:
 
 def report(r: dict[str, Any]) -> None:
     b, p, lw = r["binpack"], r["policy"], r["least_write_amplification"]
-    print(f"seed {r['seed']}: bin-pack {b['mean_live_files']:.2f} mean live files at WA {b['write_amplification']:.2f}; "
+    print(f"{r['trace']}: bin-pack {b['mean_live_files']:.2f} mean live files at WA {b['write_amplification']:.2f}; "
           f"shipped policy {p['live_ratio']:.3f}× those files at WA {p['write_amplification']:.2f} "
           f"({p['write_amplification'] / WRITE_AMPLIFICATION_GOAL:.2f}× the goal of 1.5)")
-    print(f"  with foresight, at ≤ 1.00× the bin-pack's live files: WA ≥ {lw:.2f} "
+    print(f"  with foresight, at ≤ {r['live_ratio']:.2f}× the bin-pack's live files: WA ≥ {lw:.2f} "
           f"({lw / WRITE_AMPLIFICATION_GOAL:.2f}× the goal; the shipped policy needs "
           f"{p['write_amplification'] / lw:.2f}× it)")
     if r["schedule"]:
@@ -249,23 +294,45 @@ def report(r: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     trace_arguments(ap)
-    ap.add_argument("--latency", type=float, default=1.0, help="seconds from a merge being made to landing")
+    ap.add_argument("--member", action="append",
+                    help="a member of benchmarks.trace_family (name or prefix, e.g. m01; repeatable) instead of "
+                         "seeds; its own target, all its commits (or as many as the model handles)")
+    ap.add_argument("--latency", type=float, help="seconds from a merge being made to landing "
+                                                  f"(default 1.0 for seeds, {LATENCY_SECONDS:g} for members)")
+    ap.add_argument("--live-ratio", type=float, help="the live files allowed, × the bin-pack's (default 1.00 for "
+                                                     f"seeds, {LIVE_FILES_GOAL:g} for members: issue 25's goal)")
     ap.add_argument("--finish", action=argparse.BooleanOptionalAction, default=True,
                     help="end every partition at the bin-pack's end layout (the default, as the goal asks)")
     ap.add_argument("--json", action="store_true")
+    ap.set_defaults(commits=None, target=None)
     args = ap.parse_args(argv)
+    members = args.member or []
+    if members and args.seed:
+        ap.error("give --seed or --member, not both")
+    if args.live_ratio is not None and not args.live_ratio > 0:
+        ap.error(f"--live-ratio must be > 0, got {args.live_ratio}")
+    latency = args.latency = args.latency if args.latency is not None else (LATENCY_SECONDS if members else 1.0)
+    live_ratio = args.live_ratio or (LIVE_FILES_GOAL if members else 1.0)
+    commits, target_given = args.commits, args.target is not None
+    args.commits, args.target = commits or 300, args.target or "8MiB"
     target = checked_target(ap, args)
+    try:
+        members = [family_member(name).name for name in members]
+    except ValueError as e:
+        ap.error(f"--member: {e}")
     started = time.monotonic()
-    results = [seed_report(seed, target, args.commits, args.latency, args.finish)
-               for seed in (args.seed or [7, 8, 3, 11])]
+    results = ([member_report(name, commits, latency, args.finish, live_ratio, target if target_given else None)
+                for name in members]
+               or [seed_report(seed, target, args.commits, latency, args.finish, live_ratio)
+                   for seed in (args.seed or [7, 8, 3, 11])])
     if args.json:
         print(json.dumps(results, indent=2))
     else:
         for r in results:
             report(r)
         above = sum(r["least_write_amplification"] > WRITE_AMPLIFICATION_GOAL for r in results)
-        print(f"\neven with foresight, WA at the bin-pack's live files is over 1.5 on {above} of {len(results)} traces; "
-              f"{time.monotonic() - started:.0f} s")
+        print(f"\neven with foresight, WA at {live_ratio:.2f}× the bin-pack's live files is over 1.5 on {above} of "
+              f"{len(results)} traces; {time.monotonic() - started:.0f} s")
     return 0 if all(r["bytes_written"] and r["binpack"]["bytes_rewritten"] for r in results) else 1
 
 

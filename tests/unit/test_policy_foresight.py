@@ -8,14 +8,17 @@ import random
 
 import pytest
 
+from autooptimize.domain.simulate import Write
 from autooptimize.errors import InvalidArgument
 from benchmarks.policy_foresight import (
+    MAX_FILES_PER_PARTITION,
     at_live_files,
     by_partition,
     delay_writes,
     main,
     partition_schedule,
     table_schedule,
+    within_model,
 )
 from benchmarks.policy_sim import streaming_writes
 
@@ -139,3 +142,29 @@ def test_nonsense_options_are_refused(capsys):
             main(argv)
         assert e.value.code == 2
     assert "--target" in capsys.readouterr().err
+
+
+def test_a_family_member_is_reported_at_its_own_target_and_at_the_issues_live_files_goal(capsys):
+    assert main(["--member", "m01", "--commits", "40", "--json"]) == 0
+    (r,) = json.loads(capsys.readouterr().out)
+    assert r["member"].startswith("m01-") and r["target"] == 128 * MiB and r["commits"] == 40
+    assert r["live_ratio"] == 1.05 and r["latency"] == 2.0
+    assert r["bytes_written"] > 0 and r["binpack"]["bytes_rewritten"] > 0
+    assert r["schedule"]["live_ratio"] <= 1.05
+    assert r["least_write_amplification"] <= r["schedule"]["write_amplification"] + 1e-9
+
+
+def test_a_member_is_cut_where_a_partition_would_outgrow_the_model():
+    writes = [Write(float(k), ((0, 10), (1, 10)) if k % 2 else ((0, 10),)) for k in range(MAX_FILES_PER_PARTITION + 9)]
+    kept = within_model(writes)
+    assert len(kept) == MAX_FILES_PER_PARTITION  # the next write would give partition 0 its 401st file
+    assert within_model(writes[:50]) == writes[:50]
+
+
+def test_member_options_that_make_no_sense_are_refused(capsys):
+    for argv, said in ((["--member", "m99"], "no single family member"), (["--seed", "7", "--member", "m01"], "not both"),
+                       (["--member", "m01", "--live-ratio", "0"], "--live-ratio")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert said in capsys.readouterr().err
