@@ -3,7 +3,7 @@
     python -m benchmarks.policy_sim [--member NAME ...] [--json] [--fan-in N] [--settle S] [--cold-after S]
                                     [--target SIZE] [--every N] [--trace family|streaming] [--suggest]
                                     [--quiet-merge] [--cold-gap-factor K] [--commits N] [--no-late-horizon]
-                                    [--price K]
+                                    [--price K] [--latency S] [--start-delay S]
 
 For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streaming``: the trace of
 ``benchmarks.streaming`` at 8 and 128 MiB), the same writes are replayed twice by
@@ -13,7 +13,10 @@ For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streamin
   writes (20, as ``benchmarks.streaming``) and once more after the last; its live files are counted
   right after each write, before the bin-pack that follows it, as ``benchmarks.streaming`` counts;
 * **policy**: the live-partition policy with the shipped defaults (or the tuning given), the service's
-  settle and cold timers, merges landing 2 s after they are planned.
+  settle and cold timers, merges landing ``--latency`` seconds (2 s) after they are decided, planned as
+  they land or, with ``--start-delay``, that long after the decision (as the service's action plans when
+  it starts; ``--latency 0.35 --start-delay 0.18`` is what the live runs of ``benchmarks.streaming`` showed
+  in 2026-11).
 
 Printed per member, policy beside bin-pack with the ratio: mean live files, files replaced, bytes
 rewritten, write amplification, files at the end and excess MSE at the end (MiB²), and whether each goal
@@ -46,7 +49,14 @@ from autooptimize.domain.policy import (
     PolicyTuning,
 )
 from autooptimize.domain.priced import DEFAULT_PRICE
-from autooptimize.domain.simulate import BASELINE_EVERY, Figures, Write, simulate_baseline, simulate_policy
+from autooptimize.domain.simulate import (
+    BASELINE_EVERY,
+    LATENCY_SECONDS,
+    Figures,
+    Write,
+    simulate_baseline,
+    simulate_policy,
+)
 from autooptimize.domain.sizes import parse_size
 from autooptimize.domain.suggest import candidate_tunings, shortfall, suggest_tuning
 from benchmarks.trace_family import FAMILY, HOUR_SECONDS, Member, make_commits
@@ -85,9 +95,10 @@ def floor_ratio(writes: Sequence[Write], target: int, base: Figures) -> float:
 
 
 def compare(name: str, writes: Sequence[Write], tuning: PolicyTuning, every: int,
-            ours: Figures | None = None) -> dict[str, Any]:
+            ours: Figures | None = None, latency: float = LATENCY_SECONDS,
+            start_delay: float | None = None) -> dict[str, Any]:
     base = simulate_baseline(writes, tuning.target, every)
-    ours = ours if ours is not None else simulate_policy(writes, tuning)
+    ours = ours if ours is not None else simulate_policy(writes, tuning, latency, start_delay=start_delay)
     b, p = base.as_dict(), ours.as_dict()
     ratio = {k: (p[k] / b[k] if b[k] else (1.0 if not p[k] else float("inf"))) for k in b if k != "rules"}
     ok = {
@@ -144,11 +155,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="finish a partition past the table's late horizon at once (the default, as the service)")
     ap.add_argument("--price", type=int, default=DEFAULT_PRICE,
                     help=f"the priced live rule's price (default {DEFAULT_PRICE}, the service's; 0: the tiers)")
+    ap.add_argument("--latency", type=float, default=LATENCY_SECONDS,
+                    help=f"seconds from a merge's decision to its commit (default {LATENCY_SECONDS:g})")
+    ap.add_argument("--start-delay", type=float,
+                    help="seconds from a merge's decision to its plan (default: it plans as it lands)")
     ap.add_argument("--suggest", action="store_true", help="also the tuning suggested per member (AutoAnalyze)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.price < 0:
         ap.error(f"--price must be a whole number ≥ 0 (0: the tiers), got {args.price}")
+    if not args.latency >= 0:
+        ap.error(f"--latency must be seconds ≥ 0, got {args.latency}")
+    if args.start_delay is not None and not 0 <= args.start_delay <= args.latency:
+        ap.error(f"--start-delay must be seconds within [0, --latency ({args.latency:g})], got {args.start_delay}")
     if args.trace == "family":
         members = [m for m in FAMILY if not args.member or any(m.name.startswith(x) for x in args.member)]
         if not members:
@@ -163,22 +182,26 @@ def main(argv: list[str] | None = None) -> int:
         target = parse_size(args.target) if args.target else target
         tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after, quiet_merge=args.quiet_merge,
                               cold_gap_factor=args.cold_gap_factor, late_horizon=args.late_horizon, price=args.price)
-        rows.append(compare(name, writes, tuning, args.every))
+        rows.append(compare(name, writes, tuning, args.every, latency=args.latency, start_delay=args.start_delay))
         if args.suggest:
             leave = sorted({0, min(target // 8, 1 << 20)})
-            s = suggest_tuning(writes, tuning, candidate_tunings(tuning, leave_alone=leave), args.every)
+            s = suggest_tuning(writes, tuning, candidate_tunings(tuning, leave_alone=leave), args.every,
+                               args.latency, start_delay=args.start_delay)
             row = compare(name, writes, s.tuning, args.every, s.predicted)
             row["member"] = f"  {name[:3]} suggested"
             suggested.append(row)
     if args.json:
-        print(json.dumps({"hour_seconds": HOUR_SECONDS, "every": args.every, "rows": rows, "suggested": suggested},
+        print(json.dumps({"hour_seconds": HOUR_SECONDS, "every": args.every, "latency": args.latency,
+                          "start_delay": args.start_delay, "rows": rows, "suggested": suggested},
                          indent=2))
     else:
         print(f"policy ({f'price {args.price}' if args.price else 'the tiers'}, fan_in {args.fan_in}, "
               f"settle {args.settle:g} s, cold after {args.cold_after:g} s "
               f"or {args.cold_gap_factor:g} × a partition's recent gaps, "
               f"quiet merge {'on' if args.quiet_merge else 'off'}"
-              f"{'' if args.late_horizon else ', no late-horizon finish'}) "
+              f"{'' if args.late_horizon else ', no late-horizon finish'}; merges land {args.latency:g} s after "
+              f"they are decided"
+              f"{'' if args.start_delay is None else f', planned {args.start_delay:g} s after'}) "
               f"beside a blocking bin-pack every {args.every} writes; one partition-hour = {HOUR_SECONDS:g} s")
         print_table(rows)
         held = sum(all(r["ok"].values()) for r in rows)

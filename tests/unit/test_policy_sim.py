@@ -26,3 +26,25 @@ def test_a_negative_price_is_refused(capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit) as e:
         policy_sim.main(["--member", "m00", "--price", "-1"])
     assert e.value.code == 2 and "--price must be a whole number ≥ 0 (0: the tiers), got -1" in capsys.readouterr().err
+
+
+def test_latency_and_start_delay_reach_the_simulated_service(capsys: pytest.CaptureFixture[str]) -> None:
+    def run(*argv: str) -> dict:
+        assert policy_sim.main(["--member", "m02", "--commits", "120", "--json", *argv]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    slow, fast = run(), run("--latency", "0.35", "--start-delay", "0.18")
+    assert (slow["latency"], slow["start_delay"]) == (2.0, None)
+    assert (fast["latency"], fast["start_delay"]) == (0.35, 0.18)
+    # merges that land sooner at 5 commits/s keep fewer files live, and read more often
+    assert fast["rows"][0]["policy"]["mean_live_files"] < slow["rows"][0]["policy"]["mean_live_files"]
+    assert fast["rows"][0]["policy"]["actions"] > slow["rows"][0]["policy"]["actions"]
+    assert fast["rows"][0]["baseline"] == slow["rows"][0]["baseline"]  # the bin-pack blocks: no latency
+
+
+def test_a_start_delay_outside_the_latency_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, said in ((["--latency", "-1"], "--latency must be seconds ≥ 0, got -1.0"),
+                       (["--latency", "0.3", "--start-delay", "0.5"], "--start-delay must be seconds within [0, --latency (0.3)]")):
+        with pytest.raises(SystemExit) as e:
+            policy_sim.main(["--member", "m00", *argv])
+        assert e.value.code == 2 and said in capsys.readouterr().err
