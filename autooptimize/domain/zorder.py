@@ -120,7 +120,7 @@ def key_for(name: str, kind: str, low: Any, high: Any, bits: int) -> ZKey:
     if kind in ("string", "binary"):
         prefix = common_prefix(_as_bytes(kind, low), _as_bytes(kind, high))
     lo, hi = ordinal(kind, low, prefix), ordinal(kind, high, prefix)
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
+    if not math.isfinite(hi - lo) or hi < lo:  # unbounded, or a span a float cannot hold (−1.8e308 .. 1e299)
         return ZKey(name, kind, None, None, bits, prefix)
     return ZKey(name, kind, lo, hi, bits, prefix)
 
