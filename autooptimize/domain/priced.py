@@ -14,7 +14,8 @@ and once cold, the policy's own rules apply. The rules, as ``explain`` names the
                  ``(k − 1) · worth − bytes`` is merged (``k`` files). In the newest time partition of its
                  spec (and in a partition without a time field) a file saved is worth
                  ``(target − small bytes) / price``: the bytes still to come before the partition fills
-                 its next file, priced. Behind the newest only late data arrives, so a file saved is worth
+                 its next file, priced; that prefix merges only when it holds :data:`NEWEST_MIN_FILES`
+                 (6) files or more. Behind the newest only late data arrives, so a file saved is worth
                  any bytes: the whole prefix merges
 ``priced_wait``  no prefix is worth its bytes yet (a skip, judged again as ``live_wait`` is)
 
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["DEFAULT_PRICE", "FILL", "FILL_CAP", "PRICE_RATIO", "PRICED_RULES", "priced_group"]
+__all__ = ["DEFAULT_PRICE", "FILL", "FILL_CAP", "NEWEST_MIN_FILES", "PRICE_RATIO", "PRICED_RULES", "priced_group"]
 
 #: The price the service runs with unless a table or AO_MERGE_PRICE says otherwise (0: the tiers).
 DEFAULT_PRICE = 23
@@ -44,6 +45,11 @@ FILL = (15, 16)
 #: (numerator, denominator) of a target: a filled file holds at most this much (Iceberg's own rewrite
 #: writes files up to 1.8 targets; 9/8 left a remainder beside nearly full files once a partition went cold).
 FILL_CAP = (5, 4)
+#: In the newest partition the best prefix merges only once it holds this many files. A merge that lands
+#: at once (0.35 s today) would otherwise merge the writer's files two or three at a time, and its output
+#: again with the next two: each byte read about log₂ of its file's growth times, where a schedule with
+#: foresight lets them gather (docs/policy.md, "The family with foresight, and merges as fast as today's").
+NEWEST_MIN_FILES = 6
 #: The rules of this module: two merge, one waits.
 PRICED_RULES = ("filled", "priced", "priced_wait")
 
@@ -83,4 +89,6 @@ def priced_group(sizes: Sequence[int], by_size: Sequence[int], target: int, pric
         value = (k - 1) * room - price * run  # (k − 1) · room / price − run, times price
         if value > best:
             best, best_k = value, k
+    if newest and best_k < NEWEST_MIN_FILES:
+        best_k = 0
     return (small[:best_k], "priced") if best_k >= 2 else ([], "priced_wait")

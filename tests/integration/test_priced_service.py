@@ -91,9 +91,15 @@ def test_a_priced_table_fills_the_hour_behind_and_waits_in_the_newest(settings, 
             PartitionStats.table_id == table_id, PartitionStats.partition_key == encode_key([BASE_HOUR]))).one()
         assert row.n_files == 10 - action.files_in + 1
 
-    # a price of 1 makes the newest hour's three small files worth merging; 0 is the tiers again
+    # a price of 1 makes the newest hour's small files worth merging, once six of them have gathered
+    # (NEWEST_MIN_FILES); 0 is the tiers again
     tracking.track(live, ident, merge_price=1)
-    assert _rules(live, ident)[1] == "priced"
+    assert _rules(live, ident)[1] == "priced_wait"  # three
+    table = catalog.load_table(ident)
+    for i in range(3):
+        _append(table, 100 + i, 1, 16 * 1024)
+    observe_table(live, ident)
+    assert _rules(live, ident)[1] == "priced"  # six
     tracking.track(live, ident, merge_price=0)
     assert set(_rules(live, ident).values()) <= {"tiered", "live_wait", "below_excess"}
 

@@ -40,19 +40,20 @@ def test_small_files_weighing_the_fill_share_are_packed_largest_first_into_one_f
 
 
 def test_in_the_newest_partition_a_prefix_merges_only_while_the_files_it_saves_are_worth_its_bytes():
-    sizes = [100 * KiB] * 4  # life = (8 MiB − 400 KiB) / κ per file saved
+    sizes = [100 * KiB] * 6  # life = (8 MiB − 600 KiB) / κ per file saved; six: NEWEST_MIN_FILES
     rule, groups = _merged(priced_planner(32, 2)(_state(sizes)))
-    assert rule == "priced" and groups == [["w0", "w1", "w2", "w3"]]  # 3 × 243 KiB > 400 KiB
-    plan, rule = priced_planner(1000, 2)(_state(sizes))  # 3 × 7.8 KiB < 400 KiB: wait
+    assert rule == "priced" and groups == [[f"w{i}" for i in range(6)]]  # 5 × 237 KiB > 600 KiB
+    plan, rule = priced_planner(1000, 2)(_state(sizes))  # 5 × 7.6 KiB < 600 KiB: wait
     assert rule == "priced_wait" and plan.is_empty
 
 
 def test_a_file_more_than_ratio_times_the_bytes_before_it_ends_the_prefix():
-    sizes = [100 * KiB, 100 * KiB, 500 * KiB]  # 500 > 2 × 200: the third stays
-    assert _merged(priced_planner(8, 2)(_state(sizes))) == ("priced", [["w0", "w1"]])
-    assert _merged(priced_planner(8, 2.5)(_state(sizes))) == ("priced", [["w0", "w1", "w2"]])
-    # allowed by the ratio but not worth it: 2 × 234 KiB saved < 700 KiB read, 234 KiB > 200 KiB
-    assert _merged(priced_planner(32, 2.5)(_state(sizes))) == ("priced", [["w0", "w1"]])
+    six = [f"w{i}" for i in range(6)]
+    sizes = [100 * KiB] * 6 + [1500 * KiB]  # 1,500 > 2 × 600: the seventh stays
+    assert _merged(priced_planner(2, 2)(_state(sizes))) == ("priced", [six])
+    assert _merged(priced_planner(2, 2.5)(_state(sizes))) == ("priced", [[*six, "w6"]])
+    # allowed by the ratio but not worth it: one more file saved (761 KiB at κ8) for 1,500 KiB more read
+    assert _merged(priced_planner(8, 2.5)(_state(sizes))) == ("priced", [six])
 
 
 def test_a_partition_behind_the_newest_merges_its_whole_prefix_at_once():
