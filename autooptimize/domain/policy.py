@@ -21,10 +21,6 @@ show which one applied:
 ``cold_finish``       cold: every file under ¾ of the target merges once into the best layout its
                       bytes allow (an even split of ``round(B / target)`` files); the plan reports
                       the bytes that costs
-``cold_rest``, ``cold_wait``
-                      cold early (by its own gaps only) in a partition under the target: one file holding
-                      ⅘ of the small bytes waits for the table's cold-after time, the rest merge
-                      (:mod:`autooptimize.domain.cold`)
 ``nothing_to_merge``  cold and over the excess rule, but fewer than ``min_input_files`` files can merge
 ``filled``, ``priced``, ``priced_wait``
                       written to, at a ``price`` > 0 (the default; 0: the tiers), in a partition whose scale is
@@ -50,8 +46,6 @@ with the cold finish after it); AutoAnalyze turns it on where the table's histor
 
 **Cold.** One merge of everything small, once: a late file after that makes the partition live again,
 and it is finished again when it next goes cold. Files at or above ¾ of the target are never rewritten.
-A partition under the target that went cold early (by its own gaps) and holds one dominant file merges
-only the rest until the table's cold-after time (``cold_rest``): a late trickle does not re-read it whole.
 
 The constants were chosen with ``python -m benchmarks.policy_sim`` over the whole trace family of
 ``benchmarks.trace_family`` (targets 8–512 MiB, hourly and daily partitions, 1 MB–2 GB per
@@ -63,12 +57,12 @@ Pure code: the standard library and :mod:`autooptimize.domain` only; exact integ
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from autooptimize.domain.checks import non_negative_int
-from autooptimize.domain.cold import COLD_DONE_DENOMINATOR, COLD_DONE_NUMERATOR, COLD_RULES, cold_group
 from autooptimize.domain.entropy import excess_needs_attention
 from autooptimize.domain.planning.binpack import BIN_SLACK_DIVISOR, first_fit_decreasing
 from autooptimize.domain.planning.essential import MeasuredFiles, check_min_input
@@ -85,7 +79,6 @@ from autooptimize.domain.policy_clock import (
     past_late_horizon,
 )
 from autooptimize.domain.priced import DEFAULT_PRICE, PRICED_RULES, priced_group
-from autooptimize.domain.scale import capped_bytes, expected_partition_bytes, partition_scale, sorted_median
 from autooptimize.errors import InvalidArgument
 
 __all__ = [
@@ -142,13 +135,16 @@ DONE_NUMERATOR, DONE_DENOMINATOR = 1, 2
 #: Whether a partition that is quiet (no write for ``settle_seconds``) but not yet cold merges its small
 #: files (the rules of the policy before issue 25): fewer live files between late writes, more bytes.
 DEFAULT_QUIET_MERGE = False
-RULES = ("below_excess", "left_alone", "tiered", "live_wait", "quiet_full", "quiet_partial", *COLD_RULES,
-         *PRICED_RULES)
+#: Cold, files under this share of the target are merged into the best layout (Iceberg's bin-pack rule,
+#: so the end layout is the bin-pack's).
+COLD_DONE_NUMERATOR, COLD_DONE_DENOMINATOR = 3, 4
+
+RULES = ("below_excess", "left_alone", "tiered", "live_wait", "quiet_full", "quiet_partial", "cold_finish",
+         "nothing_to_merge", *PRICED_RULES)
 #: The rules that leave a partition alone: each is the reason it was skipped.
-SKIP_RULES = ("below_excess", "left_alone", "live_wait", "nothing_to_merge", "priced_wait", "cold_wait")
-#: The rules that leave a partition alone only for a while: judged again once quiet or cold (``cold_wait``:
-#: once cold by the table's cold-after time).
-WAIT_RULES = ("live_wait", "priced_wait", "cold_wait")
+SKIP_RULES = ("below_excess", "left_alone", "live_wait", "nothing_to_merge", "priced_wait")
+#: The rules that leave a partition alone only while it is written to: judged again once quiet or cold.
+WAIT_RULES = ("live_wait", "priced_wait")
 #: The rules that merge a partition while it is written to (not cold, not quiet).
 LIVE_MERGE_RULES = ("tiered", "filled", "priced")
 
@@ -167,6 +163,11 @@ class PolicyPlan:
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise InvalidArgument(f"PolicyPlan.rule must be one of {', '.join(RULES)}; got {self.rule!r}")
+
+
+def capped_bytes(sizes: Iterable[int], target: int) -> int:
+    """``Σ min(s, target)``: the partition bytes the excess rule takes (see :func:`plan_partition`)."""
+    return sum(min(non_negative_int("file size", s), target) for s in sizes)
 
 
 def _tiers(idxs: Sequence[int], sizes: Sequence[int], fan_in: int) -> list[list[int]]:
@@ -273,13 +274,44 @@ class PolicyTuning:
                 "cold_gap_factor": self.cold_gap_factor, "late_horizon": self.late_horizon, "price": self.price}
 
 
+def expected_partition_bytes(others: Sequence[int], target: int) -> int | None:
+    """What a partition of a table is expected to hold, from the bytes of the table's other partitions: the
+    median of those that hold a target's bytes or more when any do, else the median of all (None: no other
+    partition). Hours that only late data reached (older than the writer's first hour) and a table's young
+    hours are not what its partitions grow to; counting them put the first hours of a stream under the
+    tiers and their late-only neighbours under the tiers' slower merges (docs/policy.md, "The expected
+    bytes of a partition"). The median is PostgreSQL's ``percentile_cont(0.5)``: the mean of the two middle
+    values, as an integer."""
+    full = sorted(b for b in others if b >= target)
+    return sorted_median(full) if full else sorted_median(sorted(others))
+
+
+def sorted_median(ordered: Sequence[int], skip: int | None = None) -> int | None:
+    """PostgreSQL's ``percentile_cont(0.5)`` of sorted ``ordered`` less one occurrence of ``skip`` (which it
+    holds; None: none), without copying: the middle one, or the mean of the two middle ones, as an integer;
+    None when nothing is left."""
+    i = len(ordered) if skip is None else bisect.bisect_left(ordered, skip)
+    rest = len(ordered) - (skip is not None)
+    if rest <= 0:
+        return None
+
+    def at(j: int) -> int:  # the j-th of the rest
+        return ordered[j if j < i else j + 1]
+    return at(rest // 2) if rest % 2 else int((at(rest // 2 - 1) + at(rest // 2)) / 2)
+
+
+def partition_scale(target: int, received_bytes: int | None, expected_bytes: int | None) -> int:
+    """The bytes a partition's layout is judged against: what it holds or is expected to hold, at most
+    the target (a partition of 10 MB at a 128 MiB target ends as one 10 MB file, not a 128 MiB one)."""
+    return max(1, min(target, max(received_bytes or 0, expected_bytes or 0) or target))
+
+
 def plan_partition(
     files: Iterable[PlanFile],
     target: int,
     tolerance: int,
     *,
     cold: bool,
-    early_cold: bool = False,
     quiet: bool = False,
     fan_in: int = DEFAULT_FAN_IN,
     min_input_files: int = 2,
@@ -291,10 +323,8 @@ def plan_partition(
 ) -> PolicyPlan:
     """The policy's plan for one partition's live data files (see the module doc for the rules).
 
-    ``cold``: no file arrived for the partition's cold-after time, or it is past its table's late
-    horizon; ``early_cold``: cold by its own recent gaps only, not yet by the table's ``cold_after_seconds``
-    nor the horizon (ignored unless ``cold``); ``quiet``: no file for the table's ``settle_seconds`` and
-    the table merges quiet partitions (``quiet_merge``; ignored when cold).
+    ``cold``: no file arrived for the table's ``cold_after_seconds``; ``quiet``: none for its
+    ``settle_seconds`` and the table merges quiet partitions (``quiet_merge``; ignored when cold).
     ``received_bytes`` / ``expected_bytes``: the bytes the partition has received in all and the bytes
     the table's history says it will hold (None: unknown); they set the partition's scale
     (:func:`partition_scale`). Judged by :func:`~autooptimize.domain.entropy.excess_needs_attention`
@@ -307,7 +337,7 @@ def plan_partition(
     tiers, no group holds a file of ``scale // LIVE_LARGE_DIVISOR`` bytes or more, nor a file larger than
     the rest of its group (under the priced rule, none of ¾ of the target or more);
     a ``cold_finish`` plan leaves at most one file under ¾ of the target (under the output model), the
-    layout Iceberg's bin-pack ends with; a ``cold_rest`` plan leaves two.
+    layout Iceberg's bin-pack ends with.
     Raises :class:`InvalidArgument` naming the first argument that is not valid.
     """
     measured = MeasuredFiles.checked(files, target, tolerance)
@@ -318,9 +348,8 @@ def plan_partition(
         fan_in = 0
     if fan_in < min_input_files:
         raise InvalidArgument(f"fan_in must be an integer ≥ min_input_files ({min_input_files}), got {fan_in!r}")
-    for name, flag in (("cold", cold), ("early_cold", early_cold)):
-        if not isinstance(flag, bool):
-            raise InvalidArgument(f"{name} must be True or False, got {flag!r}")
+    if not isinstance(cold, bool):
+        raise InvalidArgument(f"cold must be True or False, got {cold!r}")
     if not isinstance(quiet, bool):
         raise InvalidArgument(f"quiet must be True or False, got {quiet!r}")
     for name, value in (("received_bytes", received_bytes), ("expected_bytes", expected_bytes)):
@@ -339,10 +368,12 @@ def plan_partition(
     if bytes_capped < leave_alone_below:
         return PolicyPlan(measured.plan(()), "left_alone", True)
     by_size = sorted(range(len(sizes)), key=lambda i: (sizes[i], measured.files[i].path))
-    scale = partition_scale(target, received_bytes, expected_bytes)
     if cold:
-        group, rule = cold_group(sizes, by_size, target, min_input_files, early=early_cold, whole=scale < target)
-        return PolicyPlan(measured.plan([group] if group else ()), rule, True)
+        group = [i for i in by_size if sizes[i] < target * COLD_DONE_NUMERATOR // COLD_DONE_DENOMINATOR]
+        if len(group) < min_input_files:
+            return PolicyPlan(measured.plan(()), "nothing_to_merge", True)
+        return PolicyPlan(measured.plan([group]), "cold_finish", True)
+    scale = partition_scale(target, received_bytes, expected_bytes)
     if price and scale >= target:
         group, rule = priced_group(sizes, by_size, target, price, newest,
                                    out_sizes=[f.rewritten_size for f in measured.files])

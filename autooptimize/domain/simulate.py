@@ -13,8 +13,7 @@ keeping the table:
 * :func:`simulate_policy`: the live-partition policy (:func:`~autooptimize.domain.policy.plan_partition`)
   judges a partition when a write touches it, when a merge of it lands, when it settles and when it
   goes cold (the service's timers; each partition's cold-after time from its own recent gaps between
-  writes, :meth:`~autooptimize.domain.policy.PolicyTuning.cold_after`, and once more at the table's
-  cold-after time when that is later). A merge lands ``latency`` seconds
+  writes, :meth:`~autooptimize.domain.policy.PolicyTuning.cold_after`). A merge lands ``latency`` seconds
   after its decision; it plans as it lands, or ``start_delay`` seconds after the decision as the service's
   action plans when it starts. One merge in flight per partition. After the last write the clock runs on
   until every partition is cold and judged.
@@ -235,16 +234,13 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     def plan(part: Hashable, now: float) -> tuple[RewriteGroup, ...]:
         # the same sum the cold timer was set at (``now - newest`` may round just under cold_after)
         cold = now >= t.newest[part] + cold_after(part) or past(part)
-        # cold by its own gaps only: the table's cold-after time has not passed (the cold_rest rule)
-        early = cold and not past(part) and now < t.newest[part] + tuning.cold_after_seconds
         quiet = tuning.quiet_merge and not cold and now >= t.newest[part] + tuning.settle_seconds
         files = t.files(part)
         expected = expected_bytes(t.received, part, tuning.target)
         got = None if planner is None else planner(
             PartitionState(part, files, tuning, cold, spans.is_newest(part), t.received[part], expected))
         if got is None:
-            result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, early_cold=early, quiet=quiet,
-                                    fan_in=tuning.fan_in,
+            result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, quiet=quiet, fan_in=tuning.fan_in,
                                     received_bytes=t.received[part], expected_bytes=expected,
                                     leave_alone_below=tuning.leave_alone_below, price=tuning.price,
                                     newest=spans.is_newest(part))
@@ -271,8 +267,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             if kind == "land":
                 pending.discard(part)
                 t.apply(part, planned.pop(part) if part in planned else plan(part, at))
-            elif at < t.newest[part] + {"settle": tuning.settle_seconds, "cold": cold_after(part),
-                                        "table_cold": tuning.cold_after_seconds}[kind]:
+            elif at < t.newest[part] + (tuning.settle_seconds if kind == "settle" else cold_after(part)):
                 continue  # written again since the timer was set
             judge(part, at)
 
@@ -290,8 +285,6 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             t.add(part, size, w.at)
             heapq.heappush(events, (w.at + tuning.settle_seconds, next(seq), "settle", part))
             heapq.heappush(events, (w.at + cold_after(part), next(seq), "cold", part))
-            if cold_after(part) < tuning.cold_after_seconds:  # cold early: judged again at the table's time
-                heapq.heappush(events, (w.at + tuning.cold_after_seconds, next(seq), "table_cold", part))
         for part, _ in w.files:
             judge(part, w.at)
         if advanced:  # a newer partition started: those now past the horizon are finished

@@ -135,8 +135,7 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     waited for may have changed meanwhile: the table's other partitions grew, a newer partition started;
     the simulator judges every partition then too), and once its cold-after time after it (its table's, AO_COLD_AFTER_SECONDS
     unless the table sets its own, or sooner from its recent gaps between writes, as
-    :func:`~autooptimize.domain.policy.partition_cold_after` computes it; then once more at the table's
-    time, for what waited for it: :mod:`autooptimize.domain.cold`); each moment hands a partition
+    :func:`~autooptimize.domain.policy.partition_cold_after` computes it); each moment hands a partition
     over at most once, however long it then stays quiet. A partition with no recorded write time is handed over once its cold-after time has passed
     since it was last judged. With AO_LATE_HORIZON_FINISH, a partition left alone as written to is handed
     over once it is past its table's late horizon (:func:`~autooptimize.domain.policy.past_late_horizon`,
@@ -151,12 +150,9 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
         COLD_FLOOR_SECONDS, settings.settle_seconds, func.coalesce(factor * longest, cold_after)))
     settle_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, settings.settle_seconds)
     cold_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, partition_cold)
-    # cold early by its gaps, a partition may wait for its table's time (domain.cold: cold_rest, cold_wait)
-    table_cold_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, cold_after)
     due = or_(
         and_(p.last_decision_at < settle_at, settle_at <= func.now()),
         and_(p.last_decision_at < cold_at, cold_at <= func.now()),
-        and_(p.last_decision_at < table_cold_at, table_cold_at <= func.now()),
         and_(p.last_write_at.is_(None),
              p.last_decision_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, cold_after)))
     query = select(p.table_id, p.spec_id, p.partition_key).join(t, t.id == p.table_id)

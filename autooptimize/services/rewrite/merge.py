@@ -182,12 +182,9 @@ def plan_merge_with_rule(table: Table, pf: PartitionFiles, request: ActionReques
                                           request.settle_seconds)
         # no known write time (only our own outputs): nothing is being written there, so it is cold
         cold = past or newest is None or not is_live((now_ms - newest) / 1000, cold_after)
-        # cold by its own gaps only, before the table's cold-after time (domain.cold: cold_rest, cold_wait)
-        early = cold and not past and newest is not None and is_live((now_ms - newest) / 1000,
-                                                                     request.cold_after_seconds)
         quiet = request.quiet_merge and not cold and not is_live((now_ms - newest) / 1000, request.settle_seconds)
-        chosen = plan_by_policy(files, request.target_file_size, request.tolerance, cold=cold, early_cold=early,
-                                quiet=quiet, fan_in=request.fan_in, min_input_files=request.min_input_files,
+        chosen = plan_by_policy(files, request.target_file_size, request.tolerance, cold=cold, quiet=quiet,
+                                fan_in=request.fan_in, min_input_files=request.min_input_files,
                                 received_bytes=pf.bytes, expected_bytes=request.expected_partition_bytes,
                                 leave_alone_below=request.leave_alone_below, price=request.price,
                                 newest=request.newest_partition or request.partition_key != pf.key)
