@@ -96,9 +96,10 @@ def floor_ratio(writes: Sequence[Write], target: int, base: Figures) -> float:
 
 def compare(name: str, writes: Sequence[Write], tuning: PolicyTuning, every: int,
             ours: Figures | None = None, latency: float = LATENCY_SECONDS,
-            start_delay: float | None = None) -> dict[str, Any]:
+            start_delay: float | None = None, timer_lag: float = 0.0) -> dict[str, Any]:
     base = simulate_baseline(writes, tuning.target, every)
-    ours = ours if ours is not None else simulate_policy(writes, tuning, latency, start_delay=start_delay)
+    ours = ours if ours is not None else simulate_policy(writes, tuning, latency, start_delay=start_delay,
+                                                         timer_lag=timer_lag)
     b, p = base.as_dict(), ours.as_dict()
     ratio = {k: (p[k] / b[k] if b[k] else (1.0 if not p[k] else float("inf"))) for k in b if k != "rules"}
     ok = {
@@ -159,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"seconds from a merge's decision to its commit (default {LATENCY_SECONDS:g})")
     ap.add_argument("--start-delay", type=float,
                     help="seconds from a merge's decision to its plan (default: it plans as it lands)")
+    ap.add_argument("--timer-lag", type=float, default=0.0,
+                    help="seconds from a partition's settle or cold-after moment to its judgement (default 0: at "
+                         "once; the service's listener judges them 0.35-1.8 s late)")
     ap.add_argument("--suggest", action="store_true", help="also the tuning suggested per member (AutoAnalyze)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -168,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--latency must be seconds ≥ 0, got {args.latency}")
     if args.start_delay is not None and not 0 <= args.start_delay <= args.latency:
         ap.error(f"--start-delay must be seconds within [0, --latency ({args.latency:g})], got {args.start_delay}")
+    if not args.timer_lag >= 0:
+        ap.error(f"--timer-lag must be seconds ≥ 0, got {args.timer_lag}")
     if args.trace == "family":
         members = [m for m in FAMILY if not args.member or any(m.name.startswith(x) for x in args.member)]
         if not members:
@@ -182,17 +188,19 @@ def main(argv: list[str] | None = None) -> int:
         target = parse_size(args.target) if args.target else target
         tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after, quiet_merge=args.quiet_merge,
                               cold_gap_factor=args.cold_gap_factor, late_horizon=args.late_horizon, price=args.price)
-        rows.append(compare(name, writes, tuning, args.every, latency=args.latency, start_delay=args.start_delay))
+        rows.append(compare(name, writes, tuning, args.every, latency=args.latency, start_delay=args.start_delay,
+                            timer_lag=args.timer_lag))
         if args.suggest:
             leave = sorted({0, min(target // 8, 1 << 20)})
             s = suggest_tuning(writes, tuning, candidate_tunings(tuning, leave_alone=leave), args.every,
-                               args.latency, start_delay=args.start_delay)
+                               args.latency, start_delay=args.start_delay, timer_lag=args.timer_lag)
             row = compare(name, writes, s.tuning, args.every, s.predicted)
             row["member"] = f"  {name[:3]} suggested"
             suggested.append(row)
     if args.json:
         print(json.dumps({"hour_seconds": HOUR_SECONDS, "every": args.every, "latency": args.latency,
-                          "start_delay": args.start_delay, "rows": rows, "suggested": suggested},
+                          "start_delay": args.start_delay, "timer_lag": args.timer_lag, "rows": rows,
+                          "suggested": suggested},
                          indent=2))
     else:
         print(f"policy ({f'price {args.price}' if args.price else 'the tiers'}, fan_in {args.fan_in}, "
@@ -201,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
               f"quiet merge {'on' if args.quiet_merge else 'off'}"
               f"{'' if args.late_horizon else ', no late-horizon finish'}; merges land {args.latency:g} s after "
               f"they are decided"
-              f"{'' if args.start_delay is None else f', planned {args.start_delay:g} s after'}) "
+              f"{'' if args.start_delay is None else f', planned {args.start_delay:g} s after'}"
+              f"{f'; timers judged {args.timer_lag:g} s late' if args.timer_lag else ''}) "
               f"beside a blocking bin-pack every {args.every} writes; one partition-hour = {HOUR_SECONDS:g} s")
         print_table(rows)
         held = sum(all(r["ok"].values()) for r in rows)

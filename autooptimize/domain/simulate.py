@@ -200,14 +200,18 @@ Planner = Callable[[PartitionState], "tuple[Plan, str] | None"]
 
 def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS,
                     measure_from: float | None = None, output_ratio: float = 1.0,
-                    planner: Planner | None = None, start_delay: float | None = None) -> Figures:
+                    planner: Planner | None = None, start_delay: float | None = None,
+                    timer_lag: float = 0.0) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``start_delay``:
     seconds from a decision to the moment its merge plans (reads the partition's files), as the service's
     action does when it starts; it lands ``latency`` after the decision (None: it plans as it lands, so
     it takes in the files written meanwhile). ``measure_from``
     (seconds, as ``Write.at``): the whole history is replayed, but the figures count only the writes at
     or after it and what happens from then on (AutoAnalyze compares them with what the table did since
-    a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same).
+    a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same). ``timer_lag``:
+    seconds from a partition's settle or cold-after moment to its judgement (0: at that moment). The
+    service's listener hands such partitions over at most once a second, so it judges them 0.35–1.8 s
+    late (docs/policy.md, "A late file re-reading a small partition"); a write meanwhile cancels it.
 
     With ``tuning.late_horizon`` (time partitions: integer ordinals such as hours, or :class:`TimePartition`,
     each spec on its own): a partition further behind its spec's newest than any write has reached back is cold
@@ -215,6 +219,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     partition gets its first file, as the service's listener hands them over."""
     if start_delay is not None and not 0 <= start_delay <= latency:
         raise ValueError(f"start_delay must be None or within [0, latency ({latency})], got {start_delay!r}")
+    if not timer_lag >= 0:
+        raise ValueError(f"timer_lag must be seconds ≥ 0, got {timer_lag!r}")
     t = _Table(tuning.target, output_ratio)
     spans = Spans()
     planned: dict[Hashable, tuple[RewriteGroup, ...]] = {}  # with start_delay: each started merge's plan
@@ -267,7 +273,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             if kind == "land":
                 pending.discard(part)
                 t.apply(part, planned.pop(part) if part in planned else plan(part, at))
-            elif at < t.newest[part] + (tuning.settle_seconds if kind == "settle" else cold_after(part)):
+            elif at - timer_lag < t.newest[part] + (tuning.settle_seconds if kind == "settle" else cold_after(part)):
                 continue  # written again since the timer was set
             judge(part, at)
 
@@ -283,8 +289,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             if part in t.newest and w.at > t.newest[part]:  # as the listener keeps them (one per commit)
                 gaps[part] = [w.at - t.newest[part], *gaps.get(part, ())][:COLD_GAPS_KEPT]
             t.add(part, size, w.at)
-            heapq.heappush(events, (w.at + tuning.settle_seconds, next(seq), "settle", part))
-            heapq.heappush(events, (w.at + cold_after(part), next(seq), "cold", part))
+            heapq.heappush(events, (w.at + tuning.settle_seconds + timer_lag, next(seq), "settle", part))
+            heapq.heappush(events, (w.at + cold_after(part) + timer_lag, next(seq), "cold", part))
         for part, _ in w.files:
             judge(part, w.at)
         if advanced:  # a newer partition started: those now past the horizon are finished

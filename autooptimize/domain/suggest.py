@@ -101,20 +101,22 @@ def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FA
 def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    candidates: Sequence[PolicyTuning] | None = None,
                    every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS,
-                   output_ratio: float = 1.0, start_delay: float | None = None) -> Suggestion:
+                   output_ratio: float = 1.0, start_delay: float | None = None,
+                   timer_lag: float = 0.0) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
     so an unreachable file goal does not buy live files at any price in bytes). Ties go to the earlier
     candidate (``default`` first), so the defaults are kept unless a tuning does strictly better.
-    ``latency``, ``output_ratio`` and ``start_delay`` as :func:`simulate_policy`'s."""
+    ``latency``, ``output_ratio``, ``start_delay`` and ``timer_lag`` as :func:`simulate_policy`'s."""
     if not writes:
         raise ValueError("suggest_tuning needs at least one write in the history")
     cands = list(candidates) if candidates is not None else candidate_tunings(default)
     if default not in cands:
         cands.insert(0, default)
     base = simulate_baseline(writes, default.target, every, output_ratio)
-    results = [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay))
+    results = [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
+                                   timer_lag=timer_lag))
                for t in cands]
     defaults = next(f for t, f in results if t == default)
     good = [(t, f) for t, f in results if _meets(f, base)]

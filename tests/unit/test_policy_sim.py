@@ -42,8 +42,25 @@ def test_latency_and_start_delay_reach_the_simulated_service(capsys: pytest.Capt
     assert fast["rows"][0]["baseline"] == slow["rows"][0]["baseline"]  # the bin-pack blocks: no latency
 
 
+def test_a_timer_lag_reaches_the_simulated_service(capsys: pytest.CaptureFixture[str]) -> None:
+    """m01's hours reached by late data go cold by their gaps mid-stream; judged 0.85 s late, a late write
+    has often come meanwhile, so fewer of them are finished early (read whole) and finished again."""
+    def run(*argv: str) -> dict:
+        assert policy_sim.main(["--member", "m01", "--commits", "300", "--latency", "0.35", "--start-delay", "0.18",
+                                "--json", *argv]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    at_once, lagged = run(), run("--timer-lag", "0.85")
+    assert (at_once["timer_lag"], lagged["timer_lag"]) == (0.0, 0.85)
+    now, late = at_once["rows"][0]["policy"], lagged["rows"][0]["policy"]
+    assert late["bytes_rewritten"] < 0.95 * now["bytes_rewritten"]
+    assert late["mean_live_files"] > now["mean_live_files"]  # the same hours keep their files a little longer
+    assert lagged["rows"][0]["baseline"] == at_once["rows"][0]["baseline"]
+
+
 def test_a_start_delay_outside_the_latency_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     for argv, said in ((["--latency", "-1"], "--latency must be seconds ≥ 0, got -1.0"),
+                       (["--timer-lag", "-0.5"], "--timer-lag must be seconds ≥ 0, got -0.5"),
                        (["--latency", "0.3", "--start-delay", "0.5"], "--start-delay must be seconds within [0, --latency (0.3)]")):
         with pytest.raises(SystemExit) as e:
             policy_sim.main(["--member", "m00", *argv])

@@ -173,3 +173,18 @@ def test_the_suggestion_tries_each_partitions_own_cold_after_time_on_and_off() -
     assert len(priced) == len(set(priced)) == 6 * 4 * 2 and {t.quiet_merge for t in priced} == {False}
     assert PolicyTuning(TARGET) in priced  # the default is not tried twice
     assert {t.cold_gap_factor for t in candidate_tunings(PolicyTuning(TARGET, cold_gap_factor=0.0))} == {0.0}
+
+
+def test_a_write_before_a_lagged_timer_judges_the_partition_cancels_its_early_finish() -> None:
+    """The service judges a partition's cold-after moment up to a second or two late (its listener hands
+    partitions over at most once a second): a write meanwhile makes it live again, so the finish that a
+    judgement at the very moment would have made, and made again after the write, happens once."""
+    writes = [Write(at, (("a", 100),)) for at in (0.0, 0.5, 1.0, 6.5, 7.0, 7.5)]
+    tuning = PolicyTuning(TARGET, fan_in=12, price=0)  # cold 5 s after the third write (4 × 0.5 s, the floor)
+    at_once = simulate_policy(writes, tuning, latency=0.35)
+    lagged = simulate_policy(writes, tuning, latency=0.35, timer_lag=1.0)
+    assert at_once.bytes_rewritten == 300 + 600  # finished at 6 s, and again with the three later files
+    assert lagged.bytes_rewritten == 600  # the judgement at 7 s came after the write at 6.5 s: one finish
+    assert at_once.end_files == lagged.end_files == 1
+    with pytest.raises(ValueError, match="timer_lag must be seconds ≥ 0, got -1"):
+        simulate_policy(writes, tuning, timer_lag=-1)
