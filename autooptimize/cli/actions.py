@@ -206,6 +206,11 @@ def _suggest(args: argparse.Namespace) -> int:
         print(f"a merge lands {out['latency_seconds']:.2f} s after the write that prompted it"
               + ("" if start is None else f" and plans {start:.2f} s after it")
               + f" (median of the table's last {out['latency_merges']} merges)")
+    if out.get("timer_lag_seconds") is not None:
+        n = out.get("timer_lag_merges", 0)
+        print(f"a settled or cold partition is judged {out['timer_lag_seconds']:.2f} s after its moment"
+              + (f" (median of the table's last {n} merges a timer prompted)" if out.get("timer_lag_learned")
+                 else f" (the service's measured lag; the table has {n} merge(s) a timer prompted)"))
     print(f"{'':24}{'suggested':>12}{'current':>12}{'bin-pack':>12}")
     rows = (("mean live files", "mean_live_files", "{:.1f}"), ("files replaced", "files_replaced", "{:.0f}"),
             ("bytes rewritten", "bytes_rewritten", "{:.0f}"), ("write amplification", "write_amplification", "{:.2f}"),

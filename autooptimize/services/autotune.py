@@ -6,8 +6,9 @@ commits: what each added to each partition, and when) are replayed by
 very small partitions, leaving them alone; the table's target and settle time stay). The suggestion is
 the one that rewrites the fewest bytes while keeping the file goal (mean live files within 1.05× and end
 files within 1.1× of a blocking bin-pack every 20 commits of the same history). Merged files weigh what
-the table's own REPLACE commits say they do (:func:`learned_output_ratio`), and a merge lands as long
-after the write that prompted it as the table's own recent merges did (:func:`learned_latency`). It is
+the table's own REPLACE commits say they do (:func:`learned_output_ratio`); a merge lands as long after
+the write that prompted it as the table's own recent merges did, and a settle or cold-after moment is
+judged as late as the table's own timer merges were (:mod:`autooptimize.services.learned_timings`). It is
 recorded on the tracked table with its predicted figures (``suggested_tuning``), shown by ``whatif
 --suggest`` and the console, and applied only when the owner allowed it (``track --auto-tune``). Beat re-evaluates the
 tracked tables every AO_AUTOTUNE_SECONDS, in rotation and within AO_AUTOTUNE_PASS_SECONDS a pass
@@ -24,20 +25,16 @@ and the console.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import logging
-import statistics
 import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from pyiceberg.table import Table
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from autooptimize.config import Settings
-from autooptimize.domain.policy import DEFAULT_SETTLE_SECONDS, PolicyTuning
+from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write, simulate_policy
 from autooptimize.domain.suggest import SUGGEST_COLD_AFTER, Suggestion, candidate_tunings, suggest_tuning
 from autooptimize.errors import InvalidArgument
@@ -46,8 +43,9 @@ from autooptimize.iceberg.partitions import time_ordinal
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff
 from autooptimize.services.choose import policy_tuning
 from autooptimize.services.choose import table_target as tracked_target
+from autooptimize.services.learned_timings import ASSUMED, MIN_LATENCY_ACTIONS, learn_timings
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import Action, ActionState, TrackedTable
+from autooptimize.storage.models import TrackedTable
 from autooptimize.storage.repositories import audit, now, tracked_table, tracked_tables
 
 log = logging.getLogger(__name__)
@@ -56,11 +54,6 @@ log = logging.getLogger(__name__)
 MAX_COMMITS = 5000
 #: A suggestion needs at least this many writer commits of history.
 MIN_COMMITS = 20
-#: The table's most recent merges :func:`learned_latency` reads, and how many it needs to replace
-#: the simulator's assumed latency.
-LATENCY_ACTIONS, MIN_LATENCY_ACTIONS = 200, 10
-
-
 def _writer_snapshots(table: Table) -> list[Any]:
     """The main branch's snapshots still in the metadata, oldest first, back to the first missing parent."""
     chain = []
@@ -127,75 +120,6 @@ def learned_output_ratio(table: Table) -> float:
     return min(high, max(low, added / removed))
 
 
-def learned_latency(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None = None,
-                    settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> tuple[float, int]:
-    """Seconds from what prompted a merge to its commit on this table (the median over its most recent
-    succeeded merges), and how many merges that is; :data:`~autooptimize.domain.simulate.LATENCY_SECONDS`
-    while fewer than :data:`MIN_LATENCY_ACTIONS`. The simulator lands each merge that long after the
-    write (or the settle or cold timer) at which it decided.
-
-    A merge counts from its ``created_at`` (queueing, the Spark job and the commit) to its
-    ``finished_at``. With ``history`` (the table's writes and the time of the first, as
-    :func:`table_writes` gives them), a merge created within ``settle_seconds`` of a write to its partition
-    was prompted by that write. It then counts from the write: the listener noticing the commit and the
-    decision come first, and the simulator decides at the write itself. A merge prompted by a timer
-    counts from its ``created_at``."""
-    latency, merges, _ = learned_timings(session, table_id, history, settle_seconds)
-    return latency, merges
-
-
-def learned_start_delay(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None = None,
-                        settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> float | None:
-    """Seconds from what prompted a merge to its start on this table, where the action reads the
-    partition's files and plans (the median over the merges :func:`learned_latency` reads that recorded
-    their start, counted the same way, at most that latency): ``simulate_policy``'s ``start_delay``. None
-    while fewer than :data:`MIN_LATENCY_ACTIONS` (the simulator then plans each merge as it lands)."""
-    return learned_timings(session, table_id, history, settle_seconds)[2]
-
-
-def learned_timings(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None = None,
-                    settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> tuple[float, int, float | None]:
-    """:func:`learned_latency` (latency, merges) and :func:`learned_start_delay` from one read of the
-    table's merges."""
-    timings = _merge_timings(session, table_id, history, settle_seconds)
-    if len(timings) < MIN_LATENCY_ACTIONS:
-        return LATENCY_SECONDS, len(timings), None
-    latency = min(max(statistics.median(done for _, done in timings), 0.1), 600.0)
-    starts = [start for start, _ in timings if start is not None]
-    start_delay = min(max(statistics.median(starts), 0.0), latency) if len(starts) >= MIN_LATENCY_ACTIONS else None
-    return latency, len(timings), start_delay
-
-
-def _merge_timings(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None,
-                   settle_seconds: float) -> list[tuple[float | None, float]]:
-    """(seconds to the start, or None where the start was not recorded; seconds to the commit) of the
-    table's most recent succeeded merges, each from what prompted it (see :func:`learned_latency`)."""
-    rows = session.execute(
-        select(Action.created_at, Action.started_at, Action.finished_at, Action.spec_id, Action.partition_key)
-        .where(Action.table_id == table_id, Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value,
-               Action.finished_at.is_not(None))
-        .order_by(Action.finished_at.desc()).limit(LATENCY_ACTIONS)).all()
-    written: dict[Hashable, list[float]] = collections.defaultdict(list)  # partition → write times
-    start = 0.0
-    if history is not None:
-        writes, start_ms = history
-        start = start_ms / 1000
-        for w in writes:  # in time order
-            for part, _ in w.files:
-                written[(part.spec_id, part.key) if isinstance(part, TimePartition) else part].append(w.at)
-    out: list[tuple[float | None, float]] = []
-    for created, started, done, spec_id, key in rows:
-        if done is None:  # the query asks for finished merges only
-            continue
-        at = created.timestamp() - start
-        times = written.get((spec_id, key), []) if spec_id is not None and key is not None else []
-        prompted = times[bisect.bisect_right(times, at) - 1] if times and times[0] <= at else None
-        since = at - prompted if prompted is not None and at - prompted <= settle_seconds else 0.0
-        began = None if started is None else (started - created).total_seconds() + since
-        out.append((began, (done - created).total_seconds() + since))
-    return out
-
-
 def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
     """The tuning the table runs with now: its own where set, else the service's defaults."""
     target = table_target or tracked_target(settings, row)
@@ -218,8 +142,9 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     current-tuning figures. ``record``: store it on the tracked table. ``apply``: set it as the table's
     tuning (None: only when the table allows auto-tuning). ``cold_after``: the cold-after times tried;
     ``latency``: seconds from a decision to its commit in the replay (None: the table's own,
-    :func:`learned_latency`, with each merge planned when the table's own merges started,
-    :func:`learned_start_delay`); ``table``: ``identifier`` already loaded (None: loaded here). Raises
+    :func:`~autooptimize.services.learned_timings.learn_timings`, with each merge planned when the table's
+    own merges started); each timer is judged as late as the table's own timer merges were (the service's
+    measured lag until it has enough of them); ``table``: ``identifier`` already loaded (None: loaded here). Raises
     InvalidArgument when the history is shorter than ``min_commits`` writer commits."""
     table = table if table is not None else load_table(settings, identifier)
     writes, start_ms = table_writes(table)
@@ -231,22 +156,24 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         current = default_tuning(settings, row)
         auto = bool(row is not None and row.auto_tune)
         last_at = row.suggested_at if row is not None else None
-        merges, start_delay = 0, None
-        if latency is None and row is not None:
-            latency, merges, start_delay = learned_timings(session, row.id, (writes, start_ms), settings.settle_seconds)
-        latency = LATENCY_SECONDS if latency is None else latency
+        learned = learn_timings(session, row.id, (writes, start_ms), current) if row is not None else ASSUMED
+        merges, start_delay = (learned.merges, learned.start_delay) if latency is None else (0, None)
+        latency = learned.latency if latency is None else latency
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
     # simulator's prediction for the same commits
     ratio = learned_output_ratio(table)
+    lag = learned.timer_lag
     check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio,
-                              history=(writes, start_ms), start_delay=start_delay) if last_at else None)
+                              history=(writes, start_ms), start_delay=start_delay, timer_lag=lag) if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
-                            latency=latency, output_ratio=ratio, start_delay=start_delay)
+                            latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"] = ratio
     out["latency_seconds"], out["latency_merges"], out["start_delay_seconds"] = latency, merges, start_delay
+    out["timer_lag_seconds"], out["timer_lag_merges"] = lag, learned.timer_merges
+    out["timer_lag_learned"] = learned.timer_merges >= MIN_LATENCY_ACTIONS
     out["check"] = check
     applied = False
     if record or apply:
@@ -306,20 +233,20 @@ MIN_CHECK_COMMITS = 10
 def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency: float = LATENCY_SECONDS,
                      min_commits: int = MIN_CHECK_COMMITS, output_ratio: float = 1.0,
                      history: tuple[list[Write], int] | None = None,
-                     start_delay: float | None = None) -> dict[str, Any] | None:
+                     start_delay: float | None = None, timer_lag: float = 0.0) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
     the time of its first (as :func:`table_writes` returns them), when the caller has read them already;
-    ``start_delay`` as ``simulate_policy``'s."""
+    ``start_delay`` and ``timer_lag`` as ``simulate_policy``'s."""
     writes, start_ms = history if history is not None else table_writes(table)
     measure_from = (since_ms - start_ms) / 1000
     commits = sum(1 for w in writes if w.at >= measure_from)
     if commits < min_commits:
         return None
     predicted = simulate_policy(writes, tuning, latency, measure_from=measure_from,
-                                output_ratio=output_ratio, start_delay=start_delay).as_dict()
+                                output_ratio=output_ratio, start_delay=start_delay, timer_lag=timer_lag).as_dict()
     realised = realised_since(table, since_ms)
     error = {}
     for key in ("write_amplification", "mean_live_files"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from autooptimize.services.learned_timings import TIMER_LAG_SECONDS
 from benchmarks.streaming_predict import report_lines, simulate_this_run
 from tests.integration.tables import DAY1, DAY2, identifier, make_table
 
@@ -23,6 +24,7 @@ def test_the_simulator_replays_the_tables_own_commits_with_the_services_settings
     assert sim["tuning"]["fan_in"] == 6 and sim["tuning"]["cold_after_seconds"] == 30.0
     assert sim["latency_merges"] == 0 and sim["latency_seconds"] == 2.0  # no merge of its own yet
     assert sim["start_delay_seconds"] is None  # so each merge plans as it lands
+    assert (sim["timer_lag_seconds"], sim["timer_lag_merges"]) == (TIMER_LAG_SECONDS, 0)  # the service's measured lag
     policy = sim["policy"]
     assert 0 < policy["mean_live_files"] <= 13.5  # 1, 2, … 26 files after the commits, with no merge
     assert policy["actions"] > 0 and policy["end_files"] < 26 and policy["write_amplification"] > 0
@@ -30,5 +32,5 @@ def test_the_simulator_replays_the_tables_own_commits_with_the_services_settings
     assert sim["live_over_simulated"]["write_amplification"] == 0.0
     lines = report_lines(sim, {"live_files_mean": 20.0, "write_amplification": 1.2})
     assert "26 writer commits" in lines[0] and "the live bin-pack run: 20.0, 1.2" in lines[1]
-    assert "planned as it lands" in lines[0]
+    assert "planned as it lands" in lines[0] and f"timers judged {TIMER_LAG_SECONDS} s late from 0 timer merges" in lines[0]
     assert "planned 0.3 s after the write" in report_lines({**sim, "start_delay_seconds": 0.3}, None)[0]

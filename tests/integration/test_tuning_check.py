@@ -79,7 +79,7 @@ def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, 
     from datetime import UTC, datetime, timedelta
 
     from autooptimize.domain.simulate import LATENCY_SECONDS
-    from autooptimize.services.autotune import MIN_LATENCY_ACTIONS
+    from autooptimize.services.learned_timings import MIN_LATENCY_ACTIONS
     from autooptimize.storage.models import Action
 
     table = make_table(catalog, {DAY1: 20}, rows=20, name="latency")
@@ -117,7 +117,9 @@ def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings
     import uuid
     from datetime import UTC, datetime, timedelta
 
-    from autooptimize.services.autotune import learned_latency, learned_start_delay, table_writes
+    from autooptimize.domain.policy import PolicyTuning
+    from autooptimize.services.autotune import table_writes
+    from autooptimize.services.learned_timings import learn_timings
     from autooptimize.storage.models import Action
 
     table = make_table(catalog, {DAY1: 12}, rows=20, name="prompted")
@@ -125,6 +127,7 @@ def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings
     writes, start_ms = table_writes(table)
     (spec_id, key), _ = writes[-1].files[0]
     last_write = datetime.fromtimestamp(start_ms / 1000 + writes[-1].at, UTC)
+    tuning = PolicyTuning(1 << 20, settle_seconds=3.0)
     with session_scope(settings) as session:
         for i in range(11):
             # six merges created 0.3 s after the partition's last write (the listener noticed it, decide ran),
@@ -135,13 +138,69 @@ def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings
                                created_at=created, started_at=created + timedelta(seconds=0.1),
                                finished_at=created + timedelta(seconds=0.5)))
             if i == 8:  # nine merges so far
-                few = learned_start_delay(session, table_id, (writes, start_ms), settle_seconds=3.0)
-        with_writes = learned_latency(session, table_id, (writes, start_ms), settle_seconds=3.0)
-        without = learned_latency(session, table_id)
-        start_with = learned_start_delay(session, table_id, (writes, start_ms), settle_seconds=3.0)
-        start_without = learned_start_delay(session, table_id)
-    assert few is None  # fewer than MIN_LATENCY_ACTIONS merges: the replay plans each as it lands
-    assert abs(start_with - 0.4) < 0.01 and abs(start_without - 0.1) < 1e-6  # planned when it started
-    assert with_writes[1] == without[1] == 11
-    assert abs(with_writes[0] - 0.8) < 0.01  # 0.3 s to be noticed and decided, 0.5 s to run and commit
-    assert abs(without[0] - 0.5) < 1e-9  # from creation only
+                few = learn_timings(session, table_id, (writes, start_ms), tuning)
+        with_writes = learn_timings(session, table_id, (writes, start_ms), tuning)
+        without = learn_timings(session, table_id)
+    assert few.start_delay is None  # fewer than MIN_LATENCY_ACTIONS merges: the replay plans each as it lands
+    assert abs(with_writes.start_delay - 0.4) < 0.01 and abs(without.start_delay - 0.1) < 1e-6  # as it started
+    assert with_writes.merges == without.merges == 11
+    assert abs(with_writes.latency - 0.8) < 0.01  # 0.3 s to be noticed and decided, 0.5 s to run and commit
+    assert abs(without.latency - 0.5) < 1e-9  # from creation only
+
+
+def test_the_timer_lag_is_learned_from_the_merges_a_settle_or_cold_moment_prompted(settings, catalog):
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from autooptimize.domain.policy import COLD_FLOOR_SECONDS
+    from autooptimize.services.autotune import default_tuning, table_writes
+    from autooptimize.services.learned_timings import MIN_LATENCY_ACTIONS, TIMER_LAG_SECONDS, learn_timings
+    from autooptimize.storage.models import Action
+
+    table = make_table(catalog, {DAY1: 20}, rows=20, name="timerlag")
+    name = identifier(table)
+    tracking.track(settings, name, target_file_size="1MiB")
+    table_id = tracking.ensure_tracked(settings, name)
+    writes, start_ms = table_writes(table)
+    (spec_id, key), _ = writes[-1].files[0]
+    last_write = datetime.fromtimestamp(start_ms / 1000 + writes[-1].at, UTC)
+    # the service's clocks (as suggest reads them): settled after 3 s, and cold at the floor, 5 s, as the
+    # table's writes came well under a second apart
+    tuning = default_tuning(settings, None)
+    assert (tuning.settle_seconds, tuning.cold_after([writes[-1].at - writes[-2].at])) == (3.0, COLD_FLOOR_SECONDS)
+
+    def record(seconds: float, n: int) -> None:
+        with session_scope(settings) as session:
+            for _ in range(n):
+                created = last_write + timedelta(seconds=seconds)
+                session.add(Action(id=str(uuid.uuid4()), table_id=table_id, kind="merge", trigger="event",
+                                   priority_class="interactive", state="succeeded", spec_id=spec_id,
+                                   partition_key=key, created_at=created, finished_at=created + timedelta(seconds=0.5)))
+
+    def learned():  # noqa: ANN202
+        with session_scope(settings) as session:
+            return learn_timings(session, table_id, (writes, start_ms), tuning)
+
+    record(0.3, 4)  # prompted by the write: no timer lag
+    record(3.0 + 0.4, 5)  # the settle moment's handover, 0.4 s late
+    record(30.0, 3)  # long after both moments: not a handover (a scan, a retry), left out
+    record(COLD_FLOOR_SECONDS + 1.2, 4)  # the cold moment's handover, 1.2 s late
+    few = learned()
+    assert few.timer_merges == MIN_LATENCY_ACTIONS - 1 and few.timer_lag == TIMER_LAG_SECONDS  # the assumed lag
+    assert few.merges == 16
+    shown = suggest(settings, name, min_commits=10, record=False)
+    assert (shown["timer_lag_seconds"], shown["timer_lag_merges"], shown["timer_lag_learned"]) == (
+        TIMER_LAG_SECONDS, MIN_LATENCY_ACTIONS - 1, False)
+    record(COLD_FLOOR_SECONDS + 1.2, 2)  # 11 timer merges: five at 0.4 s, six at 1.2 s
+    enough = learned()
+    assert enough.timer_merges == MIN_LATENCY_ACTIONS + 1
+    assert abs(enough.timer_lag - 1.2) < 0.01
+    with session_scope(settings) as session:
+        assert learn_timings(session, table_id, (writes, start_ms)).timer_merges == 0  # no tuning: no moments
+    shown = suggest(settings, name, min_commits=10, record=False)
+    assert shown["timer_lag_learned"] and abs(shown["timer_lag_seconds"] - 1.2) < 0.01
+    printed = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
+                             capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert printed.returncode == 0, printed.stderr
+    assert ("a settled or cold partition is judged 1.20 s after its moment (median of the table's last 11 merges "
+            "a timer prompted)") in printed.stdout

@@ -233,7 +233,10 @@ async function tablePage(main) {
       s.latency_seconds === undefined ? null : el("p", {class: "muted", "data-testid": "suggestion-replay"},
         `replayed with merges landing ${s.latency_seconds.toFixed(2)} s after the write that prompted them (` +
         (s.latency_merges ? `median of the table's last ${num(s.latency_merges)} merges` : "assumed: too few merges yet") +
-        `), merged bytes weighing ${s.output_ratio.toFixed(2)}× their inputs`),
+        `), merged bytes weighing ${s.output_ratio.toFixed(2)}× their inputs` +
+        (s.timer_lag_seconds === undefined ? "" : `, settled and cold partitions judged ${s.timer_lag_seconds.toFixed(2)} s ` +
+          `after their moment (` + (s.timer_lag_learned ? `median of ${num(s.timer_lag_merges)} merges a timer prompted`
+            : "the service's measured lag") + ")")),
       s.check ? el("p", {"data-testid": "suggestion-check"}, `since the previous suggestion (${num(s.check.commits)} commits): ` +
         `predicted ${fig(s.check.predicted)}; realised ` +
         `${s.check.realised.mean_live_files === null ? "–" : s.check.realised.mean_live_files.toFixed(1)} live files, ` +

@@ -1,0 +1,128 @@
+"""How fast a table's own merges were, for AutoAnalyze's replay (:mod:`autooptimize.services.autotune`).
+
+From the table's most recent succeeded merges (``ao_actions``) and its writer commits (``table_writes``):
+
+- the latency: seconds from what prompted a merge to its commit (``simulate_policy``'s ``latency``);
+- the start delay: seconds from what prompted it to its start, where the action reads the partition's
+  files and plans (``start_delay``);
+- the timer lag: seconds from a partition's settle or cold-after moment to the merge that the listener's
+  handover of it prompted (``timer_lag``). The listener hands settled and cold partitions over at most once
+  a second, so the service judges a timer later than the moment; a write meanwhile cancels it, and a
+  replay that judged every timer at once re-finished small hours the service did not (docs/policy.md, "A
+  late file re-reading a small partition").
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import statistics
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from autooptimize.domain.policy import COLD_GAPS_KEPT, DEFAULT_SETTLE_SECONDS, PolicyTuning
+from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write
+from autooptimize.storage.models import Action, ActionState
+
+#: The table's most recent merges read, and how many are needed to replace the simulator's assumed latency
+#: (and its start delay, and its timer lag: each from as many merges that show it).
+LATENCY_ACTIONS, MIN_LATENCY_ACTIONS = 200, 10
+#: A merge created longer than this after its partition's last settle or cold-after moment was not prompted
+#: by that moment's handover (a scan, the late-horizon finish, a retry): it is left out of the timer lag.
+MAX_TIMER_LAG = 5.0
+#: The timer lag a replay assumes until the table has :data:`MIN_LATENCY_ACTIONS` merges prompted by a
+#: timer: the mean of six cold handovers of a live run (0.35–1.8 s; docs/policy.md).
+TIMER_LAG_SECONDS = 0.85
+
+
+@dataclass(frozen=True)
+class LearnedTimings:
+    """What :func:`learn_timings` read. ``merges``: the merges the latency is the median of (0 when the
+    latency is the simulator's assumed one); ``start_delay``: None while too few merges recorded their
+    start (the replay then plans each merge as it lands); ``timer_merges``: the merges prompted by a timer
+    the lag is the median of (fewer than :data:`MIN_LATENCY_ACTIONS`: the lag is :data:`TIMER_LAG_SECONDS`)."""
+
+    latency: float
+    merges: int
+    start_delay: float | None
+    timer_lag: float
+    timer_merges: int
+
+
+#: A table with no merges of its own: the simulator's assumed latency, each merge planned as it lands.
+ASSUMED = LearnedTimings(LATENCY_SECONDS, 0, None, TIMER_LAG_SECONDS, 0)
+
+
+def learn_timings(session: Session, table_id: int, history: tuple[Sequence[Write], int] | None = None,
+                  tuning: PolicyTuning | None = None) -> LearnedTimings:
+    """The table's latency, start delay and timer lag from one read of its most recent succeeded merges.
+
+    A merge counts from its ``created_at`` (queueing, the Spark job and the commit) to its
+    ``finished_at``. With ``history`` (the table's writes and the time of the first, as ``table_writes``
+    gives them), a merge created within the settle time (``tuning``'s; the default without one) of a write to
+    its partition was prompted by that write. It then counts from the write: the listener noticing the
+    commit and the decision come first, and the simulator decides at the write itself. A merge created later
+    was prompted by a timer and counts from its ``created_at``; with ``tuning`` too, its timer lag is the
+    time from the latest of its partition's settle and cold-after moments (the last write plus the settle
+    time, and plus ``tuning.cold_after`` of the gaps between the partition's writes before it) to its
+    ``created_at``, when at most :data:`MAX_TIMER_LAG`."""
+    settle = tuning.settle_seconds if tuning is not None else DEFAULT_SETTLE_SECONDS
+    rows = session.execute(
+        select(Action.created_at, Action.started_at, Action.finished_at, Action.spec_id, Action.partition_key)
+        .where(Action.table_id == table_id, Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value,
+               Action.finished_at.is_not(None))
+        .order_by(Action.finished_at.desc()).limit(LATENCY_ACTIONS)).all()
+    written: dict[Hashable, list[float]] = collections.defaultdict(list)  # partition → its commits' times
+    start = 0.0
+    if history is not None:
+        writes, start_ms = history
+        start = start_ms / 1000
+        for w in writes:  # in time order
+            for part, _ in w.files:
+                times = written[(part.spec_id, part.key) if isinstance(part, TimePartition) else part]
+                if not times or times[-1] < w.at:  # one per commit, as the listener keeps them
+                    times.append(w.at)
+    dones: list[float] = []
+    starts: list[float] = []
+    lags: list[float] = []
+    for created, started, done, spec_id, key in rows:
+        if done is None:  # the query asks for finished merges only
+            continue
+        at = created.timestamp() - start
+        times = written.get((spec_id, key), []) if spec_id is not None and key is not None else []
+        i = bisect.bisect_right(times, at) - 1
+        since = 0.0
+        if i >= 0 and at - times[i] <= settle:
+            since = at - times[i]
+        elif i >= 0 and tuning is not None:
+            lag = _timer_lag(times, i, at, tuning)
+            if lag is not None:
+                lags.append(lag)
+        dones.append((done - created).total_seconds() + since)
+        if started is not None:
+            starts.append((started - created).total_seconds() + since)
+    if len(dones) < MIN_LATENCY_ACTIONS:
+        return LearnedTimings(LATENCY_SECONDS, len(dones), None, _lag(lags), len(lags))
+    latency = min(max(statistics.median(dones), 0.1), 600.0)
+    start_delay = min(max(statistics.median(starts), 0.0), latency) if len(starts) >= MIN_LATENCY_ACTIONS else None
+    return LearnedTimings(latency, len(dones), start_delay, _lag(lags), len(lags))
+
+
+def _timer_lag(times: Sequence[float], i: int, at: float, tuning: PolicyTuning) -> float | None:
+    """Seconds from the latest settle or cold-after moment of a partition last written at ``times[i]`` (its
+    commits' times, oldest first) that had passed at ``at``, to ``at``; None when more than
+    :data:`MAX_TIMER_LAG` (or none had passed)."""
+    gaps = [times[j] - times[j - 1] for j in range(i, max(i - COLD_GAPS_KEPT, 0), -1)]  # newest first
+    moments = (times[i] + tuning.settle_seconds, times[i] + tuning.cold_after(gaps))
+    passed = [m for m in moments if m <= at]
+    if not passed:
+        return None
+    lag = at - max(passed)
+    return lag if lag <= MAX_TIMER_LAG else None
+
+
+def _lag(lags: Sequence[float]) -> float:
+    return statistics.median(lags) if len(lags) >= MIN_LATENCY_ACTIONS else TIMER_LAG_SECONDS
