@@ -172,6 +172,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out["table"] = identifier
     out["output_ratio"] = ratio
     out["latency_seconds"], out["latency_merges"], out["start_delay_seconds"] = latency, merges, start_delay
+    out["latency_learned"] = merges >= MIN_LATENCY_ACTIONS  # else the simulator's assumed latency (or the given)
     out["timer_lag_seconds"], out["timer_lag_merges"] = lag, learned.timer_merges
     out["timer_lag_learned"] = learned.timer_merges >= MIN_LATENCY_ACTIONS
     out["check"] = check

@@ -101,9 +101,14 @@ def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, 
     record(5, state="failed", first=200)
     few = suggest(settings, name, min_commits=10, record=False)
     assert (few["latency_seconds"], few["latency_merges"]) == (LATENCY_SECONDS, MIN_LATENCY_ACTIONS - 1)
+    assert few["latency_learned"] is False  # nine merges: the assumed latency, not their median
+    printed = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
+                             capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert (f"a merge lands {LATENCY_SECONDS:.2f} s after the write that prompted it (assumed: the table has "
+            f"{MIN_LATENCY_ACTIONS - 1} merge(s), too few to learn it from)") in printed.stdout, printed.stdout
     record(2, first=MIN_LATENCY_ACTIONS - 1)  # 11 merges: 0.5 … 1.5 s, median 1.0 s
     learned = suggest(settings, name, min_commits=10, record=False)
-    assert learned["latency_merges"] == MIN_LATENCY_ACTIONS + 1
+    assert learned["latency_merges"] == MIN_LATENCY_ACTIONS + 1 and learned["latency_learned"] is True
     assert abs(learned["latency_seconds"] - 1.0) < 1e-9
     given = suggest(settings, name, min_commits=10, record=False, latency=3.0)
     assert (given["latency_seconds"], given["latency_merges"]) == (3.0, 0)

@@ -232,7 +232,7 @@ async function tablePage(main) {
       el("p", {class: "muted"}, `predicted ${fig(s.predicted)}; current tuning ${fig(s.defaults)}; bin-pack ${fig(s.baseline)}`),
       s.latency_seconds === undefined ? null : el("p", {class: "muted", "data-testid": "suggestion-replay"},
         `replayed with merges landing ${s.latency_seconds.toFixed(2)} s after the write that prompted them (` +
-        (s.latency_merges ? `median of the table's last ${num(s.latency_merges)} merges` : "assumed: too few merges yet") +
+        ((s.latency_learned ?? s.latency_merges >= 10) ? `median of the table's last ${num(s.latency_merges)} merges` : "assumed: too few merges yet") +
         `), merged bytes weighing ${s.output_ratio.toFixed(2)}× their inputs` +
         (s.timer_lag_seconds === undefined ? "" : `, settled and cold partitions judged ${s.timer_lag_seconds.toFixed(2)} s ` +
           `after their moment (` + (s.timer_lag_learned ? `median of ${num(s.timer_lag_merges)} merges a timer prompted`
