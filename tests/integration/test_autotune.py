@@ -24,7 +24,8 @@ from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.simulate import LATENCY_SECONDS, simulate_policy
 from autooptimize.engines.digest import arrow_digest
 from autooptimize.services import actions, tracking
-from autooptimize.services.autotune import realised_since, table_history
+from autooptimize.services.autotune import realised_since, table_history, table_writes
+from autooptimize.services.learned_timings import learn_timings
 from autooptimize.services.observe.roll import observe_table
 from autooptimize.services.submit_decided import on_attention_handler
 from autooptimize.storage.db import session_scope
@@ -194,8 +195,15 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
     realised["rules"] = rules
     realised["end_files"] = len(replay.inspect.files())
     # the same tuning over the replay's own write times (the writer shares the machine with the merges)
-    again = simulate_policy(table_history(replay), PolicyTuning(**tuning), LATENCY_SECONDS).as_dict()
-    why = f"realised {realised}, predicted {predicted}, on the replay's own timing {again}, tuning {tuning}"
+    # and with the timings the replay's own merges show (as AutoAnalyze learns them from a table's merges)
+    writes, start_ms = table_writes(replay.refresh())
+    with session_scope(live) as session:
+        own = learn_timings(session, table_id, (writes, start_ms), PolicyTuning(**tuning))
+    again = simulate_policy(writes, PolicyTuning(**tuning), LATENCY_SECONDS, timer_lag=own.timer_lag).as_dict()
+    learned = simulate_policy(writes, PolicyTuning(**tuning), own.latency, start_delay=own.start_delay,
+                              timer_lag=own.timer_lag).as_dict()
+    why = (f"realised {realised}, predicted {predicted}, on the replay's own timing {again}, and with its own "
+           f"timings {own} {learned}, tuning {tuning}")
     assert realised["end_files"] == predicted["end_files"], why
     for key in ("write_amplification", "mean_live_files"):
         assert abs(realised[key] - predicted[key]) <= 0.15 * predicted[key], f"{key}: {why}"
