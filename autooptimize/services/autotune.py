@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 MAX_COMMITS = 5000
 #: A suggestion needs at least this many writer commits of history.
 MIN_COMMITS = 20
+
+
 def _writer_snapshots(table: Table) -> list[Any]:
     """The main branch's snapshots still in the metadata, oldest first, back to the first missing parent."""
     chain = []
