@@ -169,10 +169,12 @@ def test_the_timer_lag_is_learned_from_the_merges_a_settle_or_cold_moment_prompt
     writes, start_ms = table_writes(table)
     (spec_id, key), _ = writes[-1].files[0]
     last_write = datetime.fromtimestamp(start_ms / 1000 + writes[-1].at, UTC)
-    # the service's clocks (as suggest reads them): settled after 3 s, and cold at the floor, 5 s, as the
-    # table's writes came well under a second apart
+    # the service's clocks (as suggest reads them): settled after 3 s, cold after 4 × the longest of the
+    # partition's last three gaps between writes, at least 5 s (the floor, when the writes came quickly)
     tuning = default_tuning(settings, None)
-    assert (tuning.settle_seconds, tuning.cold_after([writes[-1].at - writes[-2].at])) == (3.0, COLD_FLOOR_SECONDS)
+    cold = tuning.cold_after([writes[-1].at - writes[-2].at, writes[-2].at - writes[-3].at,
+                              writes[-3].at - writes[-4].at])
+    assert tuning.settle_seconds == 3.0 and cold >= COLD_FLOOR_SECONDS
 
     def record(seconds: float, n: int) -> None:
         with session_scope(settings) as session:
@@ -188,15 +190,15 @@ def test_the_timer_lag_is_learned_from_the_merges_a_settle_or_cold_moment_prompt
 
     record(0.3, 4)  # prompted by the write: no timer lag
     record(3.0 + 0.4, 5)  # the settle moment's handover, 0.4 s late
-    record(30.0, 3)  # long after both moments: not a handover (a scan, a retry), left out
-    record(COLD_FLOOR_SECONDS + 1.2, 4)  # the cold moment's handover, 1.2 s late
+    record(cold + 20.0, 3)  # long after both moments: not a handover (a scan, a retry), left out
+    record(cold + 1.2, 4)  # the cold moment's handover, 1.2 s late
     few = learned()
     assert few.timer_merges == MIN_LATENCY_ACTIONS - 1 and few.timer_lag == TIMER_LAG_SECONDS  # the assumed lag
     assert few.merges == 16
     shown = suggest(settings, name, min_commits=10, record=False)
     assert (shown["timer_lag_seconds"], shown["timer_lag_merges"], shown["timer_lag_learned"]) == (
         TIMER_LAG_SECONDS, MIN_LATENCY_ACTIONS - 1, False)
-    record(COLD_FLOOR_SECONDS + 1.2, 2)  # 11 timer merges: five at 0.4 s, six at 1.2 s
+    record(cold + 1.2, 2)  # 11 timer merges: five at 0.4 s, six at 1.2 s
     enough = learned()
     assert enough.timer_merges == MIN_LATENCY_ACTIONS + 1
     assert abs(enough.timer_lag - 1.2) < 0.01
