@@ -49,6 +49,7 @@ from autooptimize.domain.policy import (
     PolicyTuning,
 )
 from autooptimize.domain.priced import DEFAULT_PRICE
+from autooptimize.domain.replay_clock import LISTENER_PASS_SECONDS, simulate_on_clock
 from autooptimize.domain.simulate import (
     BASELINE_EVERY,
     LATENCY_SECONDS,
@@ -96,10 +97,12 @@ def floor_ratio(writes: Sequence[Write], target: int, base: Figures) -> float:
 
 def compare(name: str, writes: Sequence[Write], tuning: PolicyTuning, every: int,
             ours: Figures | None = None, latency: float = LATENCY_SECONDS,
-            start_delay: float | None = None, timer_lag: float = 0.0) -> dict[str, Any]:
+            start_delay: float | None = None, timer_lag: float = 0.0, clock: bool = False) -> dict[str, Any]:
     base = simulate_baseline(writes, tuning.target, every)
-    ours = ours if ours is not None else simulate_policy(writes, tuning, latency, start_delay=start_delay,
-                                                         timer_lag=timer_lag)
+    if ours is None:
+        replay = {"start_delay": start_delay, "timer_lag": timer_lag}
+        ours = (simulate_on_clock(writes, tuning, latency, **replay) if clock
+                else simulate_policy(writes, tuning, latency, **replay))
     b, p = base.as_dict(), ours.as_dict()
     ratio = {k: (p[k] / b[k] if b[k] else (1.0 if not p[k] else float("inf"))) for k in b if k != "rules"}
     ok = {
@@ -163,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timer-lag", type=float, default=0.0,
                     help="seconds from a partition's settle or cold-after moment to its judgement (default 0: at "
                          "once; the service's listener judges them 0.35-1.8 s late)")
+    ap.add_argument("--clock", action="store_true",
+                    help=f"judge timers on the service listener's passes ({LISTENER_PASS_SECONDS:g} s apart; a "
+                         "partition just left alone waits the settle time), the mean over the clock's phases, "
+                         "as AutoAnalyze predicts")
     ap.add_argument("--suggest", action="store_true", help="also the tuning suggested per member (AutoAnalyze)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -189,17 +196,19 @@ def main(argv: list[str] | None = None) -> int:
         tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after, quiet_merge=args.quiet_merge,
                               cold_gap_factor=args.cold_gap_factor, late_horizon=args.late_horizon, price=args.price)
         rows.append(compare(name, writes, tuning, args.every, latency=args.latency, start_delay=args.start_delay,
-                            timer_lag=args.timer_lag))
+                            timer_lag=args.timer_lag, clock=args.clock))
         if args.suggest:
             leave = sorted({0, min(target // 8, 1 << 20)})
             s = suggest_tuning(writes, tuning, candidate_tunings(tuning, leave_alone=leave), args.every,
-                               args.latency, start_delay=args.start_delay, timer_lag=args.timer_lag)
+                               args.latency, start_delay=args.start_delay, timer_lag=args.timer_lag,
+                               timer_every=LISTENER_PASS_SECONDS if args.clock else 0.0)
             row = compare(name, writes, s.tuning, args.every, s.predicted)
             row["member"] = f"  {name[:3]} suggested"
             suggested.append(row)
     if args.json:
         print(json.dumps({"hour_seconds": HOUR_SECONDS, "every": args.every, "latency": args.latency,
-                          "start_delay": args.start_delay, "timer_lag": args.timer_lag, "rows": rows,
+                          "start_delay": args.start_delay, "timer_lag": args.timer_lag, "clock": args.clock,
+                          "rows": rows,
                           "suggested": suggested},
                          indent=2))
     else:
@@ -210,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{'' if args.late_horizon else ', no late-horizon finish'}; merges land {args.latency:g} s after "
               f"they are decided"
               f"{'' if args.start_delay is None else f', planned {args.start_delay:g} s after'}"
-              f"{f'; timers judged {args.timer_lag:g} s late' if args.timer_lag else ''}) "
+              f"{f'; timers judged {args.timer_lag:g} s late' if args.timer_lag else ''}"
+              f"{'; on the listener clock, the mean of its phases' if args.clock else ''}) "
               f"beside a blocking bin-pack every {args.every} writes; one partition-hour = {HOUR_SECONDS:g} s")
         print_table(rows)
         held = sum(all(r["ok"].values()) for r in rows)

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from autooptimize.config import Settings
+from autooptimize.domain.replay_clock import LISTENER_PASS_SECONDS
 from autooptimize.errors import AutoOptimizeError, InvalidArgument, LeaseLost
 from autooptimize.services.observe.changes import (
     CatalogWatch,
@@ -270,7 +271,8 @@ class SettledRecheck:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._every = _Every(min(1.0, max(settings.settle_seconds, 0.1)))
+        # AutoAnalyze's replay judges timers on a clock of this period (domain.simulate.simulate_on_clock)
+        self._every = _Every(min(LISTENER_PASS_SECONDS, max(settings.settle_seconds, 0.1)))
 
     def run_due(self, on_attention: OnAttention | None, now: float | None = None) -> int:
         if on_attention is None or self._settings.merge_policy != "tiered" or not self._every.due(now):

@@ -214,6 +214,9 @@ def _suggest(args: argparse.Namespace) -> int:
         print(f"a settled or cold partition is judged {out['timer_lag_seconds']:.2f} s after its moment"
               + (f" (median of the table's last {n} merges a timer prompted)" if out.get("timer_lag_learned")
                  else f" (the service's measured lag; the table has {n} merge(s) a timer prompted)"))
+    if out.get("clock_phases"):
+        print(f"the figures are the mean of {out['clock_phases']} replays, each with the listener's passes "
+              f"{out['listener_pass_seconds']:g} s apart at another phase")
     print(f"{'':24}{'suggested':>12}{'current':>12}{'bin-pack':>12}")
     rows = (("mean live files", "mean_live_files", "{:.1f}"), ("files replaced", "files_replaced", "{:.0f}"),
             ("bytes rewritten", "bytes_rewritten", "{:.0f}"), ("write amplification", "write_amplification", "{:.2f}"),

@@ -31,13 +31,20 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from autooptimize.domain.entropy import best_layout
 from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
-from autooptimize.domain.policy import COLD_GAPS_KEPT, PolicyTuning, expected_partition_bytes, plan_partition
+from autooptimize.domain.policy import (
+    COLD_GAPS_KEPT,
+    WAIT_RULES,
+    PolicyTuning,
+    expected_partition_bytes,
+    plan_partition,
+)
 from autooptimize.domain.time_spans import Spans, TimePartition
 
 __all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
@@ -201,7 +208,7 @@ Planner = Callable[[PartitionState], "tuple[Plan, str] | None"]
 def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS,
                     measure_from: float | None = None, output_ratio: float = 1.0,
                     planner: Planner | None = None, start_delay: float | None = None,
-                    timer_lag: float = 0.0) -> Figures:
+                    timer_lag: float = 0.0, timer_every: float = 0.0, timer_phase: float = 0.0) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``start_delay``:
     seconds from a decision to the moment its merge plans (reads the partition's files), as the service's
     action does when it starts; it lands ``latency`` after the decision (None: it plans as it lands, so
@@ -212,6 +219,14 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     seconds from a partition's settle or cold-after moment to its judgement (0: at that moment). The
     service's listener hands such partitions over at most once a second, so it judges them 0.35–1.8 s
     late (docs/policy.md, "A late file re-reading a small partition"); a write meanwhile cancels it.
+    ``timer_every`` (0: no clock) models the service's listener: the judgements come on its passes, that
+    many seconds apart from ``timer_phase``; each moment is judged on the first pass at or after it, plus
+    what is left of ``timer_lag`` once half a period is taken out, so the lag still averages ``timer_lag``
+    over moments but a moment just after a pass waits longer than one just before it. And a partition
+    left alone as written to (a wait rule) is judged on a timer only once that verdict is the settle time
+    old, as ``services.submit_decided`` does: a cold moment soon after the settle judgement waits, and a
+    late write meanwhile cancels it (``replay_clock.simulate_on_clock``; docs/policy.md, "The listener's clock in
+    the replay").
 
     With ``tuning.late_horizon`` (time partitions: integer ordinals such as hours, or :class:`TimePartition`,
     each spec on its own): a partition further behind its spec's newest than any write has reached back is cold
@@ -221,6 +236,14 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         raise ValueError(f"start_delay must be None or within [0, latency ({latency})], got {start_delay!r}")
     if not timer_lag >= 0:
         raise ValueError(f"timer_lag must be seconds ≥ 0, got {timer_lag!r}")
+    if not timer_every >= 0:
+        raise ValueError(f"timer_every must be seconds ≥ 0 (0: no clock), got {timer_every!r}")
+    after_pass = max(0.0, timer_lag - timer_every / 2)  # the rest of the lag, once the pass has come
+
+    def judged_at(moment: float) -> float:  # the listener's first pass at or after the moment, then the rest
+        if not timer_every:
+            return moment + timer_lag
+        return math.ceil((moment - timer_phase) / timer_every) * timer_every + timer_phase + after_pass
     t = _Table(tuning.target, output_ratio)
     spans = Spans()
     planned: dict[Hashable, tuple[RewriteGroup, ...]] = {}  # with start_delay: each started merge's plan
@@ -229,10 +252,12 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         return tuning.late_horizon and spans.past_horizon(part)
     rules: dict[str, int] = {}
     pending: set[Hashable] = set()
-    events: list[tuple[float, int, str, Hashable]] = []  # (at, seq, kind, partition)
+    events: list[tuple[float, int, str, Hashable, float]] = []  # (at, seq, kind, partition, the write a timer is for)
     seq = itertools.count()
 
     gaps: dict[Hashable, list[float]] = {}  # each partition's recent gaps between writes, newest first
+    ruled: dict[Hashable, str] = {}  # the rule of each partition's last plan
+    waited: dict[Hashable, float] = {}  # when a partition was last judged and left alone as written to
 
     def cold_after(part: Hashable) -> float:
         return tuning.cold_after(gaps.get(part))
@@ -252,6 +277,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
                                     newest=spans.is_newest(part))
             got = result.plan, result.rule
         rules[got[1]] = rules.get(got[1], 0) + 1
+        ruled[part] = got[1]
         return balance_outputs(got[0], files, grow=False).groups
 
     def judge(part: Hashable, now: float) -> None:
@@ -260,21 +286,33 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             return
         if plan(part, now):
             pending.add(part)
+            waited.pop(part, None)
             kind, delay = ("land", latency) if start_delay is None else ("start", start_delay)
-            heapq.heappush(events, (now + delay, next(seq), kind, part))
+            heapq.heappush(events, (now + delay, next(seq), kind, part, now))
+        elif ruled[part] in WAIT_RULES:
+            waited[part] = now
+        else:
+            waited.pop(part, None)
 
     def run_until(until: float) -> None:
         while events and events[0][0] <= until:
-            at, _, kind, part = heapq.heappop(events)
+            at, _, kind, part, set_by = heapq.heappop(events)
             if kind == "start":  # the action plans on the files as they are when it starts
                 planned[part] = plan(part, at)
-                heapq.heappush(events, (at + latency - (start_delay or 0.0), next(seq), "land", part))
+                heapq.heappush(events, (at + latency - (start_delay or 0.0), next(seq), "land", part, at))
                 continue
             if kind == "land":
                 pending.discard(part)
                 t.apply(part, planned.pop(part) if part in planned else plan(part, at))
-            elif at - timer_lag < t.newest[part] + (tuning.settle_seconds if kind == "settle" else cold_after(part)):
+            elif t.newest[part] > set_by:
                 continue  # written again since the timer was set
+            elif timer_every and part in waited and at < waited[part] + tuning.settle_seconds:
+                # the service judges a partition it left alone as written to again only once that verdict
+                # is the settle time old (services.submit_decided): the listener hands it over on each pass
+                # until then, and the first pass after it is judged
+                heapq.heappush(events, (judged_at(waited[part] + tuning.settle_seconds), next(seq), kind, part,
+                                        set_by))
+                continue
             judge(part, at)
 
     measuring = measure_from is None
@@ -289,8 +327,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             if part in t.newest and w.at > t.newest[part]:  # as the listener keeps them (one per commit)
                 gaps[part] = [w.at - t.newest[part], *gaps.get(part, ())][:COLD_GAPS_KEPT]
             t.add(part, size, w.at)
-            heapq.heappush(events, (w.at + tuning.settle_seconds + timer_lag, next(seq), "settle", part))
-            heapq.heappush(events, (w.at + cold_after(part) + timer_lag, next(seq), "cold", part))
+            heapq.heappush(events, (judged_at(w.at + tuning.settle_seconds), next(seq), "settle", part, w.at))
+            heapq.heappush(events, (judged_at(w.at + cold_after(part)), next(seq), "cold", part, w.at))
         for part, _ in w.files:
             judge(part, w.at)
         if advanced:  # a newer partition started: those now past the horizon are finished

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autooptimize.domain.policy import PolicyTuning
+from autooptimize.domain.replay_clock import simulate_on_clock
 from autooptimize.domain.simulate import (
     BASELINE_EVERY,
     LATENCY_SECONDS,
@@ -102,13 +103,17 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    candidates: Sequence[PolicyTuning] | None = None,
                    every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS,
                    output_ratio: float = 1.0, start_delay: float | None = None,
-                   timer_lag: float = 0.0) -> Suggestion:
+                   timer_lag: float = 0.0, timer_every: float = 0.0) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
     so an unreachable file goal does not buy live files at any price in bytes). Ties go to the earlier
     candidate (``default`` first), so the defaults are kept unless a tuning does strictly better.
-    ``latency``, ``output_ratio``, ``start_delay`` and ``timer_lag`` as :func:`simulate_policy`'s."""
+    ``latency``, ``output_ratio``, ``start_delay``, ``timer_lag`` and ``timer_every`` as
+    :func:`simulate_policy`'s. With ``timer_every`` (the listener's clock) the search runs on one phase of
+    the clock, and the figures of the tuning found and of the defaults are their means over
+    :data:`~autooptimize.domain.simulate.CLOCK_PHASES` phases (:func:`simulate_on_clock`): that mean is the
+    prediction, and the goal is judged on it."""
     if not writes:
         raise ValueError("suggest_tuning needs at least one write in the history")
     cands = list(candidates) if candidates is not None else candidate_tunings(default)
@@ -116,12 +121,19 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
         cands.insert(0, default)
     base = simulate_baseline(writes, default.target, every, output_ratio)
     results = [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
-                                   timer_lag=timer_lag))
-               for t in cands]
+                                   timer_lag=timer_lag, timer_every=timer_every)) for t in cands]
     defaults = next(f for t, f in results if t == default)
     good = [(t, f) for t, f in results if _meets(f, base)]
     if good:
         tuning, fig = min(good, key=lambda tf: tf[1].bytes_rewritten)
     else:
         tuning, fig = min(results, key=lambda tf: (round(shortfall(tf[1], base), 6), tf[1].bytes_rewritten))
-    return Suggestion(tuning, fig, base, defaults, bool(good), len(results))
+    if not timer_every:
+        return Suggestion(tuning, fig, base, defaults, bool(good), len(results))
+
+    def on_clock(t: PolicyTuning) -> Figures:
+        return simulate_on_clock(writes, t, latency, timer_lag=timer_lag, every=timer_every,
+                                 output_ratio=output_ratio, start_delay=start_delay)
+    fig = on_clock(tuning)
+    defaults = fig if tuning == default else on_clock(default)
+    return Suggestion(tuning, fig, base, defaults, _meets(fig, base), len(results))

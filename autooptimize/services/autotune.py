@@ -35,6 +35,7 @@ from pyiceberg.table import Table
 
 from autooptimize.config import Settings
 from autooptimize.domain.policy import PolicyTuning
+from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
 from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write, simulate_policy
 from autooptimize.domain.suggest import SUGGEST_COLD_AFTER, Suggestion, candidate_tunings, suggest_tuning
 from autooptimize.errors import InvalidArgument
@@ -166,10 +167,12 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     ratio = learned_output_ratio(table)
     lag = learned.timer_lag
     check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio,
-                              history=(writes, start_ms), start_delay=start_delay, timer_lag=lag) if last_at else None)
+                              history=(writes, start_ms), start_delay=start_delay, timer_lag=lag,
+                              timer_every=LISTENER_PASS_SECONDS) if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
-                            latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag)
+                            latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
+                            timer_every=LISTENER_PASS_SECONDS)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"] = ratio
@@ -177,6 +180,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out["latency_learned"] = merges >= MIN_LATENCY_ACTIONS  # else the simulator's assumed latency (or the given)
     out["timer_lag_seconds"], out["timer_lag_merges"] = lag, learned.timer_merges
     out["timer_lag_learned"] = learned.timer_merges >= MIN_LATENCY_ACTIONS
+    out["listener_pass_seconds"], out["clock_phases"] = LISTENER_PASS_SECONDS, CLOCK_PHASES
     out["check"] = check
     applied = False
     if record or apply:
@@ -236,20 +240,25 @@ MIN_CHECK_COMMITS = 10
 def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency: float = LATENCY_SECONDS,
                      min_commits: int = MIN_CHECK_COMMITS, output_ratio: float = 1.0,
                      history: tuple[list[Write], int] | None = None,
-                     start_delay: float | None = None, timer_lag: float = 0.0) -> dict[str, Any] | None:
+                     start_delay: float | None = None, timer_lag: float = 0.0,
+                     timer_every: float = 0.0) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
     the time of its first (as :func:`table_writes` returns them), when the caller has read them already;
-    ``start_delay`` and ``timer_lag`` as ``simulate_policy``'s."""
+    ``start_delay``, ``timer_lag`` and ``timer_every`` as ``simulate_policy``'s; with ``timer_every`` the
+    prediction is the mean over the listener clock's phases (``simulate_on_clock``)."""
     writes, start_ms = history if history is not None else table_writes(table)
     measure_from = (since_ms - start_ms) / 1000
     commits = sum(1 for w in writes if w.at >= measure_from)
     if commits < min_commits:
         return None
-    predicted = simulate_policy(writes, tuning, latency, measure_from=measure_from,
-                                output_ratio=output_ratio, start_delay=start_delay, timer_lag=timer_lag).as_dict()
+    predicted = (simulate_on_clock(writes, tuning, latency, timer_lag=timer_lag, every=timer_every,
+                                   measure_from=measure_from, output_ratio=output_ratio, start_delay=start_delay)
+                 if timer_every else
+                 simulate_policy(writes, tuning, latency, measure_from=measure_from, output_ratio=output_ratio,
+                                 start_delay=start_delay, timer_lag=timer_lag)).as_dict()
     realised = realised_since(table, since_ms)
     error = {}
     for key in ("write_amplification", "mean_live_files"):

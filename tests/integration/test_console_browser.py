@@ -217,7 +217,9 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
         assert _card(driver, "suggestion-replay") == (
             f"replayed with merges landing {suggestion['latency_seconds']:.2f} s after the write that prompted them (assumed: too "
             f"few merges yet), merged bytes weighing {suggestion['output_ratio']:.2f}× their inputs, settled and cold "
-            f"partitions judged {suggestion['timer_lag_seconds']:.2f} s after their moment (the service's measured lag)")
+            f"partitions judged {suggestion['timer_lag_seconds']:.2f} s after their moment (the service's measured lag); "
+            f"the mean of {suggestion['clock_phases']} replays on the listener's {suggestion['listener_pass_seconds']:g} s "
+            f"passes at other phases")
         edges = power_of_two_edges(every, 1024 * 1024)
         assert _histogram(driver, "hist-table") == {"table": list(size_histogram(every, edges).counts)}
         assert len(_cells(driver, "partitions", "partition")) == len(DAYS)

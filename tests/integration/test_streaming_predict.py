@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS
 from autooptimize.services.learned_timings import TIMER_LAG_SECONDS
 from benchmarks.streaming_predict import report_lines, simulate_this_run
 from tests.integration.tables import DAY1, DAY2, identifier, make_table
@@ -33,4 +34,7 @@ def test_the_simulator_replays_the_tables_own_commits_with_the_services_settings
     lines = report_lines(sim, {"live_files_mean": 20.0, "write_amplification": 1.2})
     assert "26 writer commits" in lines[0] and "the live bin-pack run: 20.0, 1.2" in lines[1]
     assert "planned as it lands" in lines[0] and f"timers judged {TIMER_LAG_SECONDS} s late from 0 timer merges" in lines[0]
+    # the figures are the mean over the listener clock's phases, as AutoAnalyze predicts
+    assert (sim["listener_pass_seconds"], sim["clock_phases"]) == (LISTENER_PASS_SECONDS, CLOCK_PHASES)
+    assert f"on the listener's 1 s passes, the mean of {CLOCK_PHASES} phases" in lines[0]
     assert "planned 0.3 s after the write" in report_lines({**sim, "start_delay_seconds": 0.3}, None)[0]

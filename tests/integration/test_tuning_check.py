@@ -11,6 +11,7 @@ import time
 
 from sqlalchemy import select
 
+from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS
 from autooptimize.services import tracking
 from autooptimize.services.autotune import suggest
 from autooptimize.storage.db import session_scope
@@ -211,3 +212,6 @@ def test_the_timer_lag_is_learned_from_the_merges_a_settle_or_cold_moment_prompt
     assert printed.returncode == 0, printed.stderr
     assert ("a settled or cold partition is judged 1.20 s after its moment (median of the table's last 11 merges "
             "a timer prompted)") in printed.stdout
+    assert (shown["listener_pass_seconds"], shown["clock_phases"]) == (LISTENER_PASS_SECONDS, CLOCK_PHASES)
+    assert (f"the figures are the mean of {CLOCK_PHASES} replays, each with the listener's passes 1 s apart at "
+            "another phase") in printed.stdout

@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 from autooptimize.domain.entropy import EntropyStats, excess_needs_attention
 from autooptimize.domain.policy import PolicyTuning, capped_bytes
 from autooptimize.domain.priced import DEFAULT_PRICE
-from autooptimize.domain.simulate import Write, _Table, simulate_baseline, simulate_policy
+from autooptimize.domain.replay_clock import mean_figures, simulate_on_clock
+from autooptimize.domain.simulate import (
+    Figures,
+    Write,
+    _Table,
+    end_layout_holds,
+    simulate_baseline,
+    simulate_policy,
+)
 from autooptimize.domain.suggest import SUGGEST_PRICES, candidate_tunings, shortfall, suggest_tuning
 from benchmarks.trace_family import FAMILY, LATE_P, MiB, make_commits, member
 
@@ -32,8 +40,8 @@ def _writes(raw: list[tuple[float, list[tuple[int, int]]]]) -> list[Write]:
 
 
 @FAST
-@given(writes_st, st.integers(2, 16), st.sampled_from([0.0, 1.0, 5.0]))
-def test_the_policy_loses_no_byte_and_ends_every_partition_at_the_bin_packs_layout(raw, fan_in, cold):
+@given(writes_st, st.integers(2, 16), st.sampled_from([0.0, 1.0, 5.0]), st.sampled_from([0.0, 0.3]))
+def test_the_policy_loses_no_byte_and_ends_every_partition_at_the_bin_packs_layout(raw, fan_in, cold, phase):
     writes = _writes(raw)
     tuning = PolicyTuning(TARGET, fan_in, min(1.0, cold), cold)
     captured: list[_Table] = []
@@ -45,7 +53,9 @@ def test_the_policy_loses_no_byte_and_ends_every_partition_at_the_bin_packs_layo
 
     _Table.figures = keep  # type: ignore[method-assign]
     try:
-        fig = simulate_policy(writes, tuning, latency=0.5)
+        # with the listener's clock at a phase, or without it (every timer judged at its moment)
+        fig = simulate_policy(writes, tuning, latency=0.5, timer_lag=0.8 if phase else 0.0,
+                              timer_every=1.0 if phase else 0.0, timer_phase=phase)
     finally:
         _Table.figures = original  # type: ignore[method-assign]
     table = captured[-1]
@@ -93,6 +103,21 @@ def test_the_suggestion_keeps_the_defaults_unless_a_tuning_does_better():
         assert shortfall(wider.predicted, wider.baseline) <= shortfall(wider.defaults, wider.baseline)
     with pytest.raises(ValueError, match="at least one write"):
         suggest_tuning([], default)
+
+
+def test_on_the_listeners_clock_the_suggestion_predicts_the_mean_over_its_phases():
+    """The search runs on one phase of the clock; the tuning found and the defaults are predicted by their
+    mean over the phases, and the goal is judged on that mean."""
+    writes = [Write(i * 0.7, ((i // 30 - (i % 7 == 3), 9_000 + 37 * (i % 13)),)) for i in range(150)]
+    default = PolicyTuning(8 * MiB)
+    replay = {"latency": 0.4, "start_delay": 0.2, "timer_lag": 0.85}
+    s = suggest_tuning(writes, default, timer_every=1.0, **replay)
+    assert s.predicted == simulate_on_clock(writes, s.tuning, **replay)
+    assert s.defaults == simulate_on_clock(writes, default, **replay)
+    assert s.meets_goal == (s.predicted.mean_live_files <= 1.05 * s.baseline.mean_live_files
+                            and end_layout_holds(s.predicted, s.baseline))
+    at_once = suggest_tuning(writes, default, **replay)  # without the clock: one replay, as before
+    assert at_once.defaults == simulate_policy(writes, default, **replay)
 
 
 def test_the_family_covers_the_axes_and_is_seeded():
@@ -188,3 +213,62 @@ def test_a_write_before_a_lagged_timer_judges_the_partition_cancels_its_early_fi
     assert at_once.end_files == lagged.end_files == 1
     with pytest.raises(ValueError, match="timer_lag must be seconds ≥ 0, got -1"):
         simulate_policy(writes, tuning, timer_lag=-1)
+
+
+def test_on_the_listeners_clock_a_cold_moment_waits_for_the_next_pass_and_a_write_first_cancels_it() -> None:
+    """The listener hands a cold partition over on its next pass (once a second), so whether the write that
+    follows a pause comes first depends on where the moment falls between passes: the same writes are
+    finished once or twice by phase, and :func:`simulate_on_clock` gives the mean over the phases."""
+    writes = [Write(at, (("a", 100),)) for at in (0.0, 0.5, 1.0, 6.5, 7.0, 7.5)]
+    # cold at 6.0 s (5 s after the third write); judged at its settle moment by 3.0 s, long enough before
+    tuning = PolicyTuning(TARGET, fan_in=12, settle_seconds=1.0, price=0)
+    run = {"latency": 0.35, "start_delay": 0.0}  # a merge plans when it is decided
+
+    def on_clock(phase: float) -> Figures:  # a mean lag of half a pass: nothing after the pass itself
+        return simulate_policy(writes, tuning, timer_lag=0.5, timer_every=1.0, timer_phase=phase, **run)
+    assert on_clock(0.0).bytes_rewritten == 300 + 600  # a pass at 6.0: finished before the write at 6.5
+    assert on_clock(0.25).bytes_rewritten == 300 + 600  # the pass at 6.25
+    assert on_clock(0.75).bytes_rewritten == 600  # the next pass is at 6.75: the write at 6.5 came first
+    # a lag of 0.7 s on average: 0.2 s after the pass; the pass at 6.0 then judges at 6.2, the one at 6.25 at 6.45
+    assert simulate_policy(writes, tuning, timer_lag=0.7, timer_every=1.0, timer_phase=0.25, **run).bytes_rewritten == 900
+    assert simulate_policy(writes, tuning, timer_lag=0.8, timer_every=1.0, timer_phase=0.25,
+                           **run).bytes_rewritten == 600  # 6.25 + 0.3 = 6.55: after the write
+    mean = simulate_on_clock(writes, tuning, timer_lag=0.5, **run)  # phases 0, 0.25, 0.5 and 0.75
+    assert mean.bytes_rewritten == round((900 * 3 + 600) / 4)  # at 0.5 the pass is at 6.5, before the write
+    assert mean.end_files == 1 and mean.bytes_written == 600
+    with pytest.raises(ValueError, match="timer_every must be seconds ≥ 0 \\(0: no clock\\), got -1"):
+        simulate_policy(writes, tuning, timer_every=-1)
+    with pytest.raises(ValueError, match="phases must be an integer ≥ 1, got 0"):
+        simulate_on_clock(writes, tuning, phases=0)
+    with pytest.raises(ValueError, match="every must be seconds > 0, got 0"):
+        simulate_on_clock(writes, tuning, every=0)
+
+
+def test_the_mean_of_replays_averages_their_figures_and_keeps_the_worst_peak() -> None:
+    a = Figures(10.0, 20, 30, 1000, 500, 3, 4.0, 7, (("tiered", 5), ("cold_finish", 2)))
+    b = Figures(12.0, 25, 31, 1100, 500, 4, 6.0, 8, (("tiered", 7),))
+    m = mean_figures([a, b])
+    assert (m.mean_live_files, m.max_live_files, m.files_replaced, m.bytes_rewritten) == (11.0, 25, 30, 1050)
+    assert (m.bytes_written, m.end_files, m.end_excess_mse, m.actions) == (500, 4, 5.0, 8)  # halves to even
+    assert dict(m.rules) == {"tiered": 6, "cold_finish": 1}
+    assert m.write_amplification == 1050 / 500
+    with pytest.raises(ValueError, match="at least one run"):
+        mean_figures([])
+
+
+def test_on_the_listeners_clock_a_partition_just_left_alone_is_judged_again_only_after_the_settle_time() -> None:
+    """The service judges a partition it left alone as written to again only once that verdict is the
+    settle time old (``services.submit_decided``): the cold moment 2 s after the settle judgement waits
+    for the first pass after it, and a write before then cancels the finish. Without the clock every timer
+    is judged at its moment, as before."""
+    tuning = PolicyTuning(TARGET, fan_in=12, price=0)  # settle 3 s, cold 5 s after the third write
+    run = {"latency": 0.35, "start_delay": 0.0, "timer_lag": 0.5}
+
+    def rewritten(late: float, every: float) -> list[int]:
+        writes = [Write(at, (("a", 100),)) for at in (0.0, 0.5, 1.0, late, late + 0.5, late + 1.0)]
+        return [simulate_policy(writes, tuning, timer_every=every, timer_phase=k / 4, **run).bytes_rewritten
+                for k in range(4)]
+    # left alone at its settle moment (4.0–5.0 s), so the cold moment at 6.0 s is judged at 7.0–8.0 s
+    assert rewritten(6.5, every=1.0) == [600] * 4  # the late write at 6.5 s comes first at every phase
+    assert rewritten(8.5, every=1.0) == [900] * 4  # finished before a late write at 8.5 s, and again after it
+    assert rewritten(6.5, every=0.0) == [900] * 4  # no clock: judged at 6.5 s (the lag), before that write

@@ -236,7 +236,8 @@ async function tablePage(main) {
         `), merged bytes weighing ${s.output_ratio.toFixed(2)}× their inputs` +
         (s.timer_lag_seconds === undefined ? "" : `, settled and cold partitions judged ${s.timer_lag_seconds.toFixed(2)} s ` +
           `after their moment (` + (s.timer_lag_learned ? `median of ${num(s.timer_lag_merges)} merges a timer prompted`
-            : "the service's measured lag") + ")")),
+            : "the service's measured lag") + ")") +
+        (s.clock_phases ? `; the mean of ${num(s.clock_phases)} replays on the listener's ${s.listener_pass_seconds} s passes at other phases` : "")),
       s.check ? el("p", {"data-testid": "suggestion-check"}, `since the previous suggestion (${num(s.check.commits)} commits): ` +
         `predicted ${fig(s.check.predicted)}; realised ` +
         `${s.check.realised.mean_live_files === null ? "–" : s.check.realised.mean_live_files.toFixed(1)} live files, ` +
