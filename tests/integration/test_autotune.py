@@ -21,7 +21,8 @@ import pytest
 from sqlalchemy import func, select
 
 from autooptimize.domain.policy import PolicyTuning
-from autooptimize.domain.simulate import LATENCY_SECONDS, simulate_policy
+from autooptimize.domain.replay_clock import simulate_on_clock
+from autooptimize.domain.simulate import LATENCY_SECONDS
 from autooptimize.engines.digest import arrow_digest
 from autooptimize.services import actions, tracking
 from autooptimize.services.autotune import realised_since, table_history, table_writes
@@ -199,9 +200,10 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
     writes, start_ms = table_writes(replay.refresh())
     with session_scope(live) as session:
         own = learn_timings(session, table_id, (writes, start_ms), PolicyTuning(**tuning))
-    again = simulate_policy(writes, PolicyTuning(**tuning), LATENCY_SECONDS, timer_lag=own.timer_lag).as_dict()
-    learned = simulate_policy(writes, PolicyTuning(**tuning), own.latency, start_delay=own.start_delay,
-                              timer_lag=own.timer_lag).as_dict()
+    # on the listener's clock, the mean over its phases, as the prediction
+    again = simulate_on_clock(writes, PolicyTuning(**tuning), LATENCY_SECONDS, timer_lag=own.timer_lag).as_dict()
+    learned = simulate_on_clock(writes, PolicyTuning(**tuning), own.latency, start_delay=own.start_delay,
+                                timer_lag=own.timer_lag).as_dict()
     why = (f"realised {realised}, predicted {predicted}, on the replay's own timing {again}, and with its own "
            f"timings {own} {learned}, tuning {tuning}")
     assert realised["end_files"] == predicted["end_files"], why
