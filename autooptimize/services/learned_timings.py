@@ -33,6 +33,12 @@ LATENCY_ACTIONS, MIN_LATENCY_ACTIONS = 200, 10
 #: A merge created longer than this after its partition's last settle or cold-after moment was not prompted
 #: by that moment's handover (a scan, the late-horizon finish, a retry): it is left out of the timer lag.
 MAX_TIMER_LAG = 5.0
+#: The most a settle moment's judgement comes after it (0.35–1.8 s measured). The service judges a partition
+#: it left alone as written to again only once that verdict is the settle time old (services.submit_decided),
+#: so a cold moment sooner than this and twice the settle time after the partition's last write may have
+#: waited for it: its merge is left out of the timer lag, which would count that wait too (the replay on the
+#: listener's clock models the wait itself: domain.replay_clock).
+SETTLE_VERDICT_LAG = 2.0
 #: The timer lag a replay assumes until the table has :data:`MIN_LATENCY_ACTIONS` merges prompted by a
 #: timer: the mean of six cold handovers of a live run (0.35–1.8 s; docs/policy.md).
 TIMER_LAG_SECONDS = 0.85
@@ -68,7 +74,8 @@ def learn_timings(session: Session, table_id: int, history: tuple[Sequence[Write
     was prompted by a timer and counts from its ``created_at``; with ``tuning`` too, its timer lag is the
     time from the latest of its partition's settle and cold-after moments (the last write plus the settle
     time, and plus ``tuning.cold_after`` of the gaps between the partition's writes before it) to its
-    ``created_at``, when at most :data:`MAX_TIMER_LAG`."""
+    ``created_at``, when at most :data:`MAX_TIMER_LAG` and not a cold moment that may have waited for the
+    settle verdict (:data:`SETTLE_VERDICT_LAG`)."""
     settle = tuning.settle_seconds if tuning is not None else DEFAULT_SETTLE_SECONDS
     rows = session.execute(
         select(Action.created_at, Action.started_at, Action.finished_at, Action.spec_id, Action.partition_key)
@@ -114,13 +121,17 @@ def learn_timings(session: Session, table_id: int, history: tuple[Sequence[Write
 def _timer_lag(times: Sequence[float], i: int, at: float, tuning: PolicyTuning) -> float | None:
     """Seconds from the latest settle or cold-after moment of a partition last written at ``times[i]`` (its
     commits' times, oldest first) that had passed at ``at``, to ``at``; None when more than
-    :data:`MAX_TIMER_LAG` (or none had passed)."""
+    :data:`MAX_TIMER_LAG` (or none had passed), or when that is a cold moment that may have waited for the
+    settle verdict (:data:`SETTLE_VERDICT_LAG`)."""
     gaps = [times[j] - times[j - 1] for j in range(i, max(i - COLD_GAPS_KEPT, 0), -1)]  # newest first
-    moments = (times[i] + tuning.settle_seconds, times[i] + tuning.cold_after(gaps))
-    passed = [m for m in moments if m <= at]
+    settle_at, cold_at = times[i] + tuning.settle_seconds, times[i] + tuning.cold_after(gaps)
+    passed = [m for m in (settle_at, cold_at) if m <= at]
     if not passed:
         return None
-    lag = at - max(passed)
+    moment = max(passed)
+    if settle_at < moment == cold_at < settle_at + tuning.settle_seconds + SETTLE_VERDICT_LAG:
+        return None
+    lag = at - moment
     return lag if lag <= MAX_TIMER_LAG else None
 
 

@@ -158,24 +158,24 @@ def test_the_timer_lag_is_learned_from_the_merges_a_settle_or_cold_moment_prompt
     import uuid
     from datetime import UTC, datetime, timedelta
 
-    from autooptimize.domain.policy import COLD_FLOOR_SECONDS
     from autooptimize.services.autotune import default_tuning, table_writes
     from autooptimize.services.learned_timings import MIN_LATENCY_ACTIONS, TIMER_LAG_SECONDS, learn_timings
     from autooptimize.storage.models import Action
+    from autooptimize.storage.repositories import tracked_table
 
     table = make_table(catalog, {DAY1: 20}, rows=20, name="timerlag")
     name = identifier(table)
-    tracking.track(settings, name, target_file_size="1MiB")
+    # cold after the table's 30 s, not after its gaps: far enough after the settle moment that its
+    # handover cannot have waited for the settle verdict to be the settle time old
+    tracking.track(settings, name, target_file_size="1MiB", cold_after_seconds=30.0, cold_gap_factor=0.0)
     table_id = tracking.ensure_tracked(settings, name)
     writes, start_ms = table_writes(table)
     (spec_id, key), _ = writes[-1].files[0]
     last_write = datetime.fromtimestamp(start_ms / 1000 + writes[-1].at, UTC)
-    # the service's clocks (as suggest reads them): settled after 3 s, cold after 4 × the longest of the
-    # partition's last three gaps between writes, at least 5 s (the floor, when the writes came quickly)
-    tuning = default_tuning(settings, None)
-    cold = tuning.cold_after([writes[-1].at - writes[-2].at, writes[-2].at - writes[-3].at,
-                              writes[-3].at - writes[-4].at])
-    assert tuning.settle_seconds == 3.0 and cold >= COLD_FLOOR_SECONDS
+    with session_scope(settings) as session:  # the service's clocks, as suggest reads them
+        tuning = default_tuning(settings, tracked_table(session, settings.catalog, name))
+    cold = tuning.cold_after([writes[-1].at - writes[-2].at])
+    assert (tuning.settle_seconds, cold) == (3.0, 30.0)
 
     def record(seconds: float, n: int) -> None:
         with session_scope(settings) as session:
