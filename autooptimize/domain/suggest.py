@@ -112,8 +112,9 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     ``latency``, ``output_ratio``, ``start_delay``, ``timer_lag`` and ``timer_every`` as
     :func:`simulate_policy`'s. With ``timer_every`` (the listener's clock) the search runs on one phase of
     the clock, and the figures of the tuning found and of the defaults are their means over
-    :data:`~autooptimize.domain.simulate.CLOCK_PHASES` phases (:func:`simulate_on_clock`): that mean is the
-    prediction, and the goal is judged on it."""
+    :data:`~autooptimize.domain.replay_clock.CLOCK_PHASES` phases (:func:`simulate_on_clock`): that mean is
+    the prediction, the goal is judged on it, and the defaults stay unless the tuning found is better on it
+    too."""
     if not writes:
         raise ValueError("suggest_tuning needs at least one write in the history")
     cands = list(candidates) if candidates is not None else candidate_tunings(default)
@@ -123,17 +124,21 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     results = [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
                                    timer_lag=timer_lag, timer_every=timer_every)) for t in cands]
     defaults = next(f for t, f in results if t == default)
-    good = [(t, f) for t, f in results if _meets(f, base)]
-    if good:
-        tuning, fig = min(good, key=lambda tf: tf[1].bytes_rewritten)
-    else:
-        tuning, fig = min(results, key=lambda tf: (round(shortfall(tf[1], base), 6), tf[1].bytes_rewritten))
-    if not timer_every:
-        return Suggestion(tuning, fig, base, defaults, bool(good), len(results))
+    tuning, fig = min(results, key=lambda tf: _rank(tf[1], base))  # the first of equals: the defaults first
+    if timer_every:
 
-    def on_clock(t: PolicyTuning) -> Figures:
-        return simulate_on_clock(writes, t, latency, timer_lag=timer_lag, every=timer_every,
-                                 output_ratio=output_ratio, start_delay=start_delay)
-    fig = on_clock(tuning)
-    defaults = fig if tuning == default else on_clock(default)
+        def on_clock(t: PolicyTuning) -> Figures:
+            return simulate_on_clock(writes, t, latency, timer_lag=timer_lag, every=timer_every,
+                                     output_ratio=output_ratio, start_delay=start_delay)
+        fig, defaults = on_clock(tuning), on_clock(default)
+        if _rank(defaults, base) <= _rank(fig, base):  # found on one phase, no better over all of them
+            tuning, fig = default, defaults
     return Suggestion(tuning, fig, base, defaults, _meets(fig, base), len(results))
+
+
+def _rank(f: Figures, base: Figures) -> tuple[int, float, int]:
+    """The search's order: those that keep the file goal first, by bytes rewritten; then the rest by how far
+    they miss the goals (:func:`shortfall`), then by bytes rewritten."""
+    if _meets(f, base):
+        return 0, 0.0, f.bytes_rewritten
+    return 1, round(shortfall(f, base), 6), f.bytes_rewritten

@@ -19,7 +19,7 @@ from autooptimize.domain.simulate import (
     simulate_baseline,
     simulate_policy,
 )
-from autooptimize.domain.suggest import SUGGEST_PRICES, candidate_tunings, shortfall, suggest_tuning
+from autooptimize.domain.suggest import SUGGEST_PRICES, _rank, candidate_tunings, shortfall, suggest_tuning
 from benchmarks.trace_family import FAMILY, LATE_P, MiB, make_commits, member
 
 FAST = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
@@ -116,6 +116,8 @@ def test_on_the_listeners_clock_the_suggestion_predicts_the_mean_over_its_phases
     assert s.defaults == simulate_on_clock(writes, default, **replay)
     assert s.meets_goal == (s.predicted.mean_live_files <= 1.05 * s.baseline.mean_live_files
                             and end_layout_holds(s.predicted, s.baseline))
+    # a tuning found on one phase replaces the defaults only when it is better over all of them too
+    assert s.tuning == default or _rank(s.predicted, s.baseline) < _rank(s.defaults, s.baseline)
     at_once = suggest_tuning(writes, default, **replay)  # without the clock: one replay, as before
     assert at_once.defaults == simulate_policy(writes, default, **replay)
 
