@@ -200,6 +200,22 @@ class PartitionState:
     expected_bytes: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class Merge:
+    """One merge of a replay as it lands: when, after how many writes, which partition, the files and bytes
+    it read, and the rule that planned it."""
+
+    at: float
+    writes: int
+    partition: Hashable
+    files: int
+    bytes_in: int
+    rule: str
+
+
+MergeLog = Callable[[Merge], None]
+
+
 #: A rule tried in place of the policy in a what-if experiment (``benchmarks.policy_priced``): its plan for
 #: a partition and the rule's name, or None where the policy's own plan stands.
 Planner = Callable[[PartitionState], "tuple[Plan, str] | None"]
@@ -208,7 +224,8 @@ Planner = Callable[[PartitionState], "tuple[Plan, str] | None"]
 def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS,
                     measure_from: float | None = None, output_ratio: float = 1.0,
                     planner: Planner | None = None, start_delay: float | None = None,
-                    timer_lag: float = 0.0, timer_every: float = 0.0, timer_phase: float = 0.0) -> Figures:
+                    timer_lag: float = 0.0, timer_every: float = 0.0, timer_phase: float = 0.0,
+                    on_merge: MergeLog | None = None) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``start_delay``:
     seconds from a decision to the moment its merge plans (reads the partition's files), as the service's
     action does when it starts; it lands ``latency`` after the decision (None: it plans as it lands, so
@@ -226,7 +243,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     left alone as written to (a wait rule) is judged on a timer only once that verdict is the settle time
     old, as ``services.submit_decided`` does: a cold moment soon after the settle judgement waits, and a
     late write meanwhile cancels it (``replay_clock.simulate_on_clock``; docs/policy.md, "The listener's clock in
-    the replay").
+    the replay"). ``on_merge``: called with each merge as it lands (``benchmarks.replay_diff``).
 
     With ``tuning.late_horizon`` (time partitions: integer ordinals such as hours, or :class:`TimePartition`,
     each spec on its own): a partition further behind its spec's newest than any write has reached back is cold
@@ -303,7 +320,11 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
                 continue
             if kind == "land":
                 pending.discard(part)
-                t.apply(part, planned.pop(part) if part in planned else plan(part, at))
+                groups = planned.pop(part) if part in planned else plan(part, at)
+                if on_merge is not None and groups:
+                    on_merge(Merge(at, len(t.counts), part, sum(len(g.files) for g in groups),
+                                   sum(g.bytes_in for g in groups), ruled[part]))
+                t.apply(part, groups)
             elif t.newest[part] > set_by:
                 continue  # written again since the timer was set
             elif timer_every and part in waited and at < waited[part] + tuning.settle_seconds:

@@ -13,6 +13,7 @@ from autooptimize.domain.priced import DEFAULT_PRICE
 from autooptimize.domain.replay_clock import mean_figures, simulate_on_clock
 from autooptimize.domain.simulate import (
     Figures,
+    Merge,
     Write,
     _Table,
     end_layout_holds,
@@ -274,3 +275,14 @@ def test_on_the_listeners_clock_a_partition_just_left_alone_is_judged_again_only
     assert rewritten(6.5, every=1.0) == [600] * 4  # the late write at 6.5 s comes first at every phase
     assert rewritten(8.5, every=1.0) == [900] * 4  # finished before a late write at 8.5 s, and again after it
     assert rewritten(6.5, every=0.0) == [900] * 4  # no clock: judged at 6.5 s (the lag), before that write
+
+
+def test_each_merge_is_logged_as_it_lands_and_the_log_adds_up_to_the_figures() -> None:
+    writes = [Write(i * 0.5, ((i // 20, 9_000 + 37 * (i % 13)),)) for i in range(80)]
+    merges: list[Merge] = []
+    fig = simulate_policy(writes, PolicyTuning(8 * MiB), latency=0.4, start_delay=0.2, on_merge=merges.append)
+    assert len(merges) == fig.actions > 0
+    assert sum(m.bytes_in for m in merges) == fig.bytes_rewritten
+    assert sum(m.files for m in merges) == fig.files_replaced
+    assert [m.at for m in merges] == sorted(m.at for m in merges)
+    assert {m.rule for m in merges} <= {r for r, _ in fig.rules} and {m.partition for m in merges} <= {0, 1, 2, 3}
