@@ -6,7 +6,8 @@ After ``python -m benchmarks.streaming --keep-home …`` (which prints the datab
         [--target-size 128MiB] [--phase 0.5]
 
 The service table's writer commits are replayed as ``benchmarks.streaming_predict`` replays them (the
-tuning the service ran, the timings its own merges show, on the listener's clock at one phase), with every
+tuning the service ran, the timings its own merges show, what its merges wrote against what they read, on
+the listener's clock at one phase), with every
 merge logged as it lands. Beside them, the service's own merges (``ao_actions``: when each started, the
 files and bytes it read, the rule that planned it). Printed: per partition, the merges, files and MB each
 side read; and the first merge where the two differ, with a few merges either side, each placed by the
@@ -32,7 +33,7 @@ from autooptimize.domain.replay_clock import LISTENER_PASS_SECONDS
 from autooptimize.domain.simulate import Merge, TimePartition, simulate_policy
 from autooptimize.domain.sizes import parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
-from autooptimize.services.autotune import default_tuning, learned_output_ratio, table_writes
+from autooptimize.services.autotune import default_tuning, learned_output_model, table_writes
 from autooptimize.services.learned_timings import learn_timings
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action
@@ -130,9 +131,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def log(m: Merge) -> None:
         replay[key_of(m.partition)].append(Step(m.writes, m.files, m.bytes_in, m.rule))
-    figures = simulate_policy(writes, tuning, learned.latency, output_ratio=learned_output_ratio(table),
-                              start_delay=learned.start_delay, timer_lag=learned.timer_lag,
-                              timer_every=LISTENER_PASS_SECONDS, timer_phase=args.phase, on_merge=log)
+    model = learned_output_model(table)
+    figures = simulate_policy(writes, tuning, learned.latency, output_ratio=model.share,
+                              file_overhead=model.file_overhead, start_delay=learned.start_delay,
+                              timer_lag=learned.timer_lag, timer_every=LISTENER_PASS_SECONDS, timer_phase=args.phase,
+                              on_merge=log)
     start = "as it lands" if learned.start_delay is None else f"{learned.start_delay:.2f} s after the write"
     print(f"{len(writes)} writer commits; replay on the listener's clock at phase {args.phase:g} (latency "
           f"{learned.latency:.2f} s, planned {start}, timer lag {learned.timer_lag:.2f} s): "

@@ -3,7 +3,8 @@
 After ``benchmarks.streaming`` has run the service, the service table's writer commits (as they really
 landed: their times, partitions and file sizes, read back by AutoAnalyze's ``table_writes``) are
 replayed through ``domain.simulate`` with the tuning the service ran (its settings, read as the service
-read them) and the latency its own merges had (``learn_timings``: from the write that prompted a merge
+read them), what its merges wrote against what they read (``learned_output_model``), and the latency its
+own merges had (``learn_timings``: from the write that prompted a merge
 to its commit), judging each settle and cold-after moment on the listener's once-a-second passes, as late
 on average as its timer merges were (``learn_timings``'s timer lag), and averaging the figures over four
 phases of that clock (``simulate_on_clock``). Each merge plans when it started live (its start delay), not as it lands: a merge
@@ -25,7 +26,7 @@ from pyiceberg.catalog import Catalog
 from autooptimize.config import Settings, load_settings
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
 from autooptimize.domain.simulate import simulate_baseline
-from autooptimize.services.autotune import default_tuning, learned_output_ratio, table_writes
+from autooptimize.services.autotune import default_tuning, learned_output_model, table_writes
 from autooptimize.services.learned_timings import ASSUMED, learn_timings
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
@@ -62,13 +63,15 @@ def simulate_this_run(env: Mapping[str, str], catalog: Catalog, table_name: str,
         tuning = default_tuning(settings, row)
         learned = learn_timings(session, row.id, (writes, start_ms), tuning) if row is not None else ASSUMED
     latency, merges, start_delay, lag = learned.latency, learned.merges, learned.start_delay, learned.timer_lag
-    weight = learned_output_ratio(table)
-    policy = simulate_on_clock(writes, tuning, latency, output_ratio=weight, start_delay=start_delay, timer_lag=lag)
-    binpack = simulate_baseline(writes, tuning.target, every, weight)
+    model = learned_output_model(table)
+    weight = model.share
+    policy = simulate_on_clock(writes, tuning, latency, output_ratio=weight, start_delay=start_delay, timer_lag=lag,
+                               file_overhead=model.file_overhead)
+    binpack = simulate_baseline(writes, tuning.target, every, weight, model.file_overhead)
     live_files, live_wa = live.get("live_files_mean"), live.get("write_amplification")
     return {"writes": len(writes), "tuning": tuning.as_dict(), "latency_seconds": round(latency, 3),
             "start_delay_seconds": None if start_delay is None else round(start_delay, 3),
-            "latency_merges": merges, "output_ratio": round(weight, 4),
+            "latency_merges": merges, "output_ratio": round(weight, 4), "file_overhead": model.file_overhead,
             "timer_lag_seconds": round(lag, 3), "timer_lag_merges": learned.timer_merges,
             "listener_pass_seconds": LISTENER_PASS_SECONDS, "clock_phases": CLOCK_PHASES,
             "policy": {"mean_live_files": round(policy.mean_live_files, 2),
@@ -84,11 +87,13 @@ def report_lines(sim: Mapping[str, Any], live_binpack: Mapping[str, float | None
     """The report's lines for :func:`simulate_this_run`'s figures."""
     p, b, r = sim["policy"], sim["binpack"], sim["live_over_simulated"]
     start = sim.get("start_delay_seconds")
+    footer = sim.get("file_overhead")
+    footers = "" if footer is None else f" less {footer} bytes for each file a merge removes"
     lines = [f"simulator on this run's own {sim['writes']} writer commits (latency {sim['latency_seconds']} s, "
              f"{'planned as it lands' if start is None else f'planned {start} s after the write'}, "
              f"from {sim['latency_merges']} merges, timers judged {sim['timer_lag_seconds']} s late from "
              f"{sim['timer_lag_merges']} timer merges on the listener's {sim['listener_pass_seconds']:g} s passes, the mean "
-             f"of {sim['clock_phases']} phases, output ratio {sim['output_ratio']}): mean live files "
+             f"of {sim['clock_phases']} phases, output ratio {sim['output_ratio']}{footers}): mean live files "
              f"{p['mean_live_files']}, WA {p['write_amplification']}, {p['actions']} merges; live / simulated: "
              f"files {r['mean_live_files']}, WA {r['write_amplification']}"]
     if live_binpack:

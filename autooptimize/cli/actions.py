@@ -199,7 +199,10 @@ def _suggest(args: argparse.Namespace) -> int:
           f"{t['leave_alone_below']} bytes, quiet merge {'on' if t['quiet_merge'] else 'off'} "
           f"(target {t['target']} bytes, settle {t['settle_seconds']:g} s)"
           + ("" if out["meets_goal"] else "; no candidate keeps the file goal: the fewest live files shown"))
-    if out.get("output_ratio", 1.0) != 1.0:
+    if out.get("file_overhead") is not None:
+        print(f"a merge writes {out['output_ratio']:.3f}× the bytes it reads, less {out['file_overhead'] / 1024:.1f} KiB "
+              f"for each file it removes (fitted on the table's {out['output_commits']} REPLACE commits)")
+    elif out.get("output_ratio", 1.0) != 1.0:
         print(f"merged bytes weigh {out['output_ratio']:.2f}× their inputs (learned from the table's REPLACE commits)")
     if out.get("latency_learned"):
         start = out.get("start_delay_seconds")

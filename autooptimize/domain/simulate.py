@@ -38,6 +38,7 @@ from typing import Any
 
 from autooptimize.domain.entropy import best_layout
 from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
+from autooptimize.domain.planning.types import split_evenly
 from autooptimize.domain.policy import (
     COLD_GAPS_KEPT,
     WAIT_RULES,
@@ -95,6 +96,9 @@ class _Table:
     target: int
     #: what a writer's bytes weigh once merged (rows that compress better together make smaller files)
     output_ratio: float = 1.0
+    #: None: the ratio model above. Bytes: every merge writes ``output_ratio`` × what it read, less this
+    #: many bytes for each file it removed (a Parquet file's footer and metadata), as ``OutputModel`` fits it
+    file_overhead: int | None = None
     parts: dict[Hashable, dict[str, int]] = field(default_factory=dict)
     received: dict[Hashable, int] = field(default_factory=dict)
     newest: dict[Hashable, float] = field(default_factory=dict)
@@ -122,7 +126,7 @@ class _Table:
 
     def files(self, part: Hashable) -> list[PlanFile]:
         # a writer's file shrinks (or grows) by the ratio when first merged; a merged file keeps its size
-        scaled = self.output_ratio != 1.0
+        scaled = self.output_ratio != 1.0 and self.file_overhead is None
         return [PlanFile(p, s, out_size=round(s * self.output_ratio) if scaled and p[0] == "w" else None)
                 for p, s in self.parts[part].items()]
 
@@ -133,11 +137,15 @@ class _Table:
                 continue  # cannot happen with one merge in flight per partition; never count a lost merge
             for f in g.files:
                 del files[f.path]
-            for size in g.output_sizes():
+            outputs = g.output_sizes()
+            if self.file_overhead is not None:
+                weight = round(g.bytes_in * self.output_ratio) - self.file_overhead * (len(g.files) - len(outputs))
+                outputs = split_evenly(max(weight, len(outputs)), len(outputs))
+            for size in outputs:
                 files[f"m{next(self.names)}"] = size
             self.rewritten += g.bytes_in
             self.replaced += len(g.files)
-            self.live_files += len(g.output_sizes()) - len(g.files)
+            self.live_files += len(outputs) - len(g.files)
             self.actions += 1
 
     def figures(self, rules: dict[str, int] | None = None) -> Figures:
@@ -158,9 +166,9 @@ class _Table:
 
 
 def simulate_baseline(writes: Sequence[Write], target: int, every: int = BASELINE_EVERY,
-                      output_ratio: float = 1.0) -> Figures:
+                      output_ratio: float = 1.0, file_overhead: int | None = None) -> Figures:
     """A blocking Iceberg bin-pack of every partition after every ``every`` writes and after the last."""
-    t = _Table(target, output_ratio)
+    t = _Table(target, output_ratio, file_overhead)
 
     def binpack() -> None:
         for part in t.parts:
@@ -225,14 +233,16 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
                     measure_from: float | None = None, output_ratio: float = 1.0,
                     planner: Planner | None = None, start_delay: float | None = None,
                     timer_lag: float = 0.0, timer_every: float = 0.0, timer_phase: float = 0.0,
-                    on_merge: MergeLog | None = None) -> Figures:
+                    on_merge: MergeLog | None = None, file_overhead: int | None = None) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``start_delay``:
     seconds from a decision to the moment its merge plans (reads the partition's files), as the service's
     action does when it starts; it lands ``latency`` after the decision (None: it plans as it lands, so
     it takes in the files written meanwhile). ``measure_from``
     (seconds, as ``Write.at``): the whole history is replayed, but the figures count only the writes at
     or after it and what happens from then on (AutoAnalyze compares them with what the table did since
-    a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same). ``timer_lag``:
+    a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same); with
+    ``file_overhead`` (bytes), what every merge's output weighs against its input, less that many bytes for
+    each file it removes (the table's fitted ``OutputModel``). ``timer_lag``:
     seconds from a partition's settle or cold-after moment to its judgement (0: at that moment). The
     service's listener hands such partitions over at most once a second, so it judges them 0.35–1.8 s
     late (docs/policy.md, "A late file re-reading a small partition"); a write meanwhile cancels it.
@@ -261,7 +271,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         if not timer_every:
             return moment + timer_lag
         return math.ceil((moment - timer_phase) / timer_every) * timer_every + timer_phase + after_pass
-    t = _Table(tuning.target, output_ratio)
+    t = _Table(tuning.target, output_ratio, file_overhead)
     spans = Spans()
     planned: dict[Hashable, tuple[RewriteGroup, ...]] = {}  # with start_delay: each started merge's plan
 

@@ -103,13 +103,14 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    candidates: Sequence[PolicyTuning] | None = None,
                    every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS,
                    output_ratio: float = 1.0, start_delay: float | None = None,
-                   timer_lag: float = 0.0, timer_every: float = 0.0) -> Suggestion:
+                   timer_lag: float = 0.0, timer_every: float = 0.0,
+                   file_overhead: int | None = None) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
     so an unreachable file goal does not buy live files at any price in bytes). Ties go to the earlier
     candidate (``default`` first), so the defaults are kept unless a tuning does strictly better.
-    ``latency``, ``output_ratio``, ``start_delay``, ``timer_lag`` and ``timer_every`` as
+    ``latency``, ``output_ratio``, ``start_delay``, ``timer_lag``, ``timer_every`` and ``file_overhead`` as
     :func:`simulate_policy`'s. With ``timer_every`` (the listener's clock) the search runs on one phase of
     the clock, and the figures of the tuning found and of the defaults are their means over
     :data:`~autooptimize.domain.replay_clock.CLOCK_PHASES` phases (:func:`simulate_on_clock`): that mean is
@@ -120,16 +121,17 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     cands = list(candidates) if candidates is not None else candidate_tunings(default)
     if default not in cands:
         cands.insert(0, default)
-    base = simulate_baseline(writes, default.target, every, output_ratio)
+    base = simulate_baseline(writes, default.target, every, output_ratio, file_overhead)
     results = [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
-                                   timer_lag=timer_lag, timer_every=timer_every)) for t in cands]
+                                   timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead))
+               for t in cands]
     defaults = next(f for t, f in results if t == default)
     tuning, fig = min(results, key=lambda tf: _rank(tf[1], base))  # the first of equals: the defaults first
     if timer_every:
 
         def on_clock(t: PolicyTuning) -> Figures:
             return simulate_on_clock(writes, t, latency, timer_lag=timer_lag, every=timer_every,
-                                     output_ratio=output_ratio, start_delay=start_delay)
+                                     output_ratio=output_ratio, start_delay=start_delay, file_overhead=file_overhead)
         fig, defaults = on_clock(tuning), on_clock(default)
         if _rank(defaults, base) <= _rank(fig, base):  # found on one phase, no better over all of them
             tuning, fig = default, defaults

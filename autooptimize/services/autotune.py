@@ -34,6 +34,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from autooptimize.config import Settings
+from autooptimize.domain.output_model import OutputModel, fit_output_model
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
 from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write, simulate_policy
@@ -123,6 +124,23 @@ def learned_output_ratio(table: Table) -> float:
     return min(high, max(low, added / removed))
 
 
+def learned_output_model(table: Table) -> OutputModel:
+    """What the table's merges write against what they read (``domain.output_model``), fitted on its REPLACE
+    commits still in the metadata (``removed-files-size``, ``added-files-size``, and ``deleted-data-files``
+    less ``added-data-files``); the mean ratio alone (:func:`learned_output_ratio`) while the fit is not
+    possible or not believable."""
+    commits = []
+    for snapshot in _writer_snapshots(table):
+        summary = snapshot.summary
+        if _is_replace(snapshot) and summary is not None and summary.get("removed-files-size"):
+            commits.append((int(summary.get("removed-files-size") or 0), int(summary.get("added-files-size") or 0),
+                            int(summary.get("deleted-data-files") or 0) - int(summary.get("added-data-files") or 0)))
+    fit = fit_output_model(commits)
+    if fit is None:
+        return OutputModel(learned_output_ratio(table), None, len(commits))
+    return OutputModel(fit[0], fit[1], len(commits))
+
+
 def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
     """The tuning the table runs with now: its own where set, else the service's defaults."""
     target = table_target or tracked_target(settings, row)
@@ -164,18 +182,19 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         latency = learned.latency if latency is None else latency
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
     # simulator's prediction for the same commits
-    ratio = learned_output_ratio(table)
+    model = learned_output_model(table)
+    ratio, overhead = model.share, model.file_overhead
     lag = learned.timer_lag
     check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio,
                               history=(writes, start_ms), start_delay=start_delay, timer_lag=lag,
-                              timer_every=LISTENER_PASS_SECONDS) if last_at else None)
+                              timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead) if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
-                            timer_every=LISTENER_PASS_SECONDS)
+                            timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
-    out["output_ratio"] = ratio
+    out["output_ratio"], out["file_overhead"], out["output_commits"] = ratio, overhead, model.commits
     out["latency_seconds"], out["latency_merges"], out["start_delay_seconds"] = latency, merges, start_delay
     out["latency_learned"] = merges >= MIN_LATENCY_ACTIONS  # else the simulator's assumed latency (or the given)
     out["timer_lag_seconds"], out["timer_lag_merges"] = lag, learned.timer_merges
@@ -241,13 +260,13 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
                      min_commits: int = MIN_CHECK_COMMITS, output_ratio: float = 1.0,
                      history: tuple[list[Write], int] | None = None,
                      start_delay: float | None = None, timer_lag: float = 0.0,
-                     timer_every: float = 0.0) -> dict[str, Any] | None:
+                     timer_every: float = 0.0, file_overhead: int | None = None) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
     the time of its first (as :func:`table_writes` returns them), when the caller has read them already;
-    ``start_delay``, ``timer_lag`` and ``timer_every`` as ``simulate_policy``'s; with ``timer_every`` the
+    ``start_delay``, ``timer_lag``, ``timer_every`` and ``file_overhead`` as ``simulate_policy``'s; with ``timer_every`` the
     prediction is the mean over the listener clock's phases (``simulate_on_clock``)."""
     writes, start_ms = history if history is not None else table_writes(table)
     measure_from = (since_ms - start_ms) / 1000
@@ -255,10 +274,11 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
     if commits < min_commits:
         return None
     predicted = (simulate_on_clock(writes, tuning, latency, timer_lag=timer_lag, every=timer_every,
-                                   measure_from=measure_from, output_ratio=output_ratio, start_delay=start_delay)
+                                   measure_from=measure_from, output_ratio=output_ratio, start_delay=start_delay,
+                                   file_overhead=file_overhead)
                  if timer_every else
                  simulate_policy(writes, tuning, latency, measure_from=measure_from, output_ratio=output_ratio,
-                                 start_delay=start_delay, timer_lag=timer_lag)).as_dict()
+                                 start_delay=start_delay, timer_lag=timer_lag, file_overhead=file_overhead)).as_dict()
     realised = realised_since(table, since_ms)
     error = {}
     for key in ("write_amplification", "mean_live_files"):

@@ -25,7 +25,7 @@ from autooptimize.domain.replay_clock import simulate_on_clock
 from autooptimize.domain.simulate import LATENCY_SECONDS
 from autooptimize.engines.digest import arrow_digest
 from autooptimize.services import actions, tracking
-from autooptimize.services.autotune import realised_since, table_history, table_writes
+from autooptimize.services.autotune import learned_output_model, realised_since, table_history, table_writes
 from autooptimize.services.learned_timings import learn_timings
 from autooptimize.services.observe.roll import observe_table
 from autooptimize.services.submit_decided import on_attention_handler
@@ -202,10 +202,12 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, catal
         own = learn_timings(session, table_id, (writes, start_ms), PolicyTuning(**tuning))
     # on the listener's clock, the mean over its phases, as the prediction
     again = simulate_on_clock(writes, PolicyTuning(**tuning), LATENCY_SECONDS, timer_lag=own.timer_lag).as_dict()
+    model = learned_output_model(replay.refresh())  # and what its own merges wrote against what they read
     learned = simulate_on_clock(writes, PolicyTuning(**tuning), own.latency, start_delay=own.start_delay,
-                                timer_lag=own.timer_lag).as_dict()
+                                timer_lag=own.timer_lag, output_ratio=model.share,
+                                file_overhead=model.file_overhead).as_dict()
     why = (f"realised {realised}, predicted {predicted}, on the replay's own timing {again}, and with its own "
-           f"timings {own} {learned}, tuning {tuning}")
+           f"timings {own} and output {model} {learned}, tuning {tuning}")
     assert realised["end_files"] == predicted["end_files"], why
     for key in ("write_amplification", "mean_live_files"):
         assert abs(realised[key] - predicted[key]) <= 0.15 * predicted[key], f"{key}: {why}"

@@ -75,6 +75,54 @@ def test_the_replay_learns_what_merged_bytes_weigh_from_the_tables_replace_commi
     assert suggest(settings, name, min_commits=10)["output_ratio"] == expected
 
 
+def test_the_replay_fits_what_a_merge_writes_from_the_tables_replace_commits(settings, catalog):
+    """Real merges of 4 to 9 files, each with the output of the one before: the fitted share and weight per
+    file removed reproduce what each wrote closer than the mean ratio does, and AutoAnalyze replays with
+    them."""
+    from autooptimize.domain.output_model import MIN_FIT_COMMITS
+    from autooptimize.services import actions
+    from autooptimize.services.autotune import learned_output_model, learned_output_ratio
+
+    table = make_table(catalog, {DAY1: 4}, rows=200, name="output_model")
+    name = identifier(table)
+    tracking.track(settings, name, target_file_size="1MiB")
+    local = settings.model_copy(update={"rewrite_engine": "local"})
+    first = 10_000
+    for cycle in range(MIN_FIT_COMMITS + 1):
+        if cycle:
+            for _ in range(3 + cycle % 6):
+                table.append(batch(first, 200, DAY1))
+                first += 200
+        action_id = actions.submit(local, name, dispatch=False)
+        assert actions.execute(local, action_id, spark=None)["state"] == "succeeded"
+        table = table.refresh()
+        if cycle == MIN_FIT_COMMITS - 2:
+            assert learned_output_model(table).file_overhead is None  # 9 REPLACE commits: the mean ratio
+    model = learned_output_model(table)
+    assert model.commits == MIN_FIT_COMMITS + 1 and model.file_overhead is not None and model.file_overhead > 0
+    mean = learned_output_ratio(table)
+    fit_error = mean_error = 0.0
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary
+        if summary is None or summary.operation.value != "replace":
+            continue
+        read, wrote = int(summary["removed-files-size"]), int(summary["added-files-size"])
+        removed = int(summary["deleted-data-files"]) - int(summary["added-data-files"])
+        fit_error += abs(model.share * read - model.file_overhead * removed - wrote)
+        mean_error += abs(mean * read - wrote)
+    assert fit_error < mean_error / 2, (model, mean, fit_error, mean_error)
+    for i in range(12):  # writer commits enough for a suggestion's history
+        table.append(batch(first + 20 * i, 20, DAY1))
+    shown = suggest(settings, name, min_commits=10, record=False)
+    assert (shown["output_ratio"], shown["file_overhead"], shown["output_commits"]) == (
+        model.share, model.file_overhead, model.commits)
+    printed = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
+                             capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert printed.returncode == 0, printed.stderr
+    assert (f"a merge writes {model.share:.3f}× the bytes it reads, less {model.file_overhead / 1024:.1f} KiB for each "
+            f"file it removes (fitted on the table's {model.commits} REPLACE commits)") in printed.stdout
+
+
 def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, catalog):
     import uuid
     from datetime import UTC, datetime, timedelta
