@@ -22,8 +22,10 @@ Figures (:class:`Figures`): live data files after each write (mean, max), files 
 rewritten, write amplification (bytes rewritten / bytes written), files and excess MSE at the end
 (``Σ (SSE − SSE_best) / N`` over the partitions, in bytes², SSE_best from
 :func:`~autooptimize.domain.entropy.best_layout` of each partition's bytes capped at the target).
-Output model: a writer's file weighs ``output_ratio`` times its bytes once first merged (1 by default;
-AutoAnalyze learns a table's own from its REPLACE commits); a merged file keeps its size when merged again.
+Output model: a writer's file weighs ``output_ratio`` times its bytes once first merged (1 by default);
+a merged file keeps its size when merged again. With ``file_overhead`` instead, every merge writes
+``output_ratio`` × what it read less ``file_overhead`` bytes for each file it removed
+(:mod:`~autooptimize.domain.output_model`; AutoAnalyze fits both on the table's REPLACE commits).
 Pure: the standard library and :mod:`autooptimize.domain` only.
 """
 
