@@ -51,8 +51,8 @@ from autooptimize.domain.policy import (
 from autooptimize.domain.time_spans import Spans, TimePartition
 
 __all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
-           "PartitionState", "Planner", "TimePartition", "Write", "end_excess_limit", "end_layout_holds",
-           "simulate_baseline", "simulate_policy"]
+           "Merge", "MergeLog", "PartitionState", "Planner", "TimePartition", "Write", "end_excess_limit",
+           "end_layout_holds", "simulate_baseline", "simulate_policy"]
 
 #: The baseline bin-packs after this many writes (benchmarks.streaming's ``--compact-every``).
 BASELINE_EVERY = 20
