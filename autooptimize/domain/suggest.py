@@ -132,7 +132,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
         def on_clock(t: PolicyTuning) -> Figures:
             return simulate_on_clock(writes, t, latency, timer_lag=timer_lag, every=timer_every,
                                      output_ratio=output_ratio, start_delay=start_delay, file_overhead=file_overhead)
-        fig, defaults = on_clock(tuning), on_clock(default)
+        fig = on_clock(tuning)
+        defaults = fig if tuning == default else on_clock(default)
         if _rank(defaults, base) <= _rank(fig, base):  # found on one phase, no better over all of them
             tuning, fig = default, defaults
     return Suggestion(tuning, fig, base, defaults, _meets(fig, base), len(results))
