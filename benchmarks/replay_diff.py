@@ -40,7 +40,7 @@ from autooptimize.storage.models import Action
 from autooptimize.storage.repositories import tracked_table
 
 #: Merges that read as many files, and bytes within this share of each other, are the same merge: a replay
-#: weighs merged files at the table's mean output ratio, so the same files weigh a few per cent apart.
+#: weighs merged files by the table's fitted output model, so the same files weigh a little apart.
 SAME_SHARE = 0.05
 
 

@@ -37,7 +37,7 @@ from autooptimize.config import Settings
 from autooptimize.domain.output_model import OutputModel, fit_output_model
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
-from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write, simulate_policy
+from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write
 from autooptimize.domain.suggest import SUGGEST_COLD_AFTER, Suggestion, candidate_tunings, suggest_tuning
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import load_table
@@ -113,15 +113,7 @@ def learned_output_ratio(table: Table) -> float:
     """What the table's merged bytes weigh against their inputs, from its REPLACE commits still in the
     metadata (``added-files-size`` over ``removed-files-size``; ours or any compaction's); 1.0 when none.
     The simulator applies it to a writer's file the first time it is merged."""
-    added = removed = 0
-    for snapshot in _writer_snapshots(table):
-        if _is_replace(snapshot) and snapshot.summary is not None:
-            added += int(snapshot.summary.get("added-files-size") or 0)
-            removed += int(snapshot.summary.get("removed-files-size") or 0)
-    if not removed or not added:
-        return 1.0
-    low, high = OUTPUT_RATIO_BOUNDS
-    return min(high, max(low, added / removed))
+    return _mean_ratio(_replace_commits(table))
 
 
 def learned_output_model(table: Table) -> OutputModel:
@@ -129,16 +121,32 @@ def learned_output_model(table: Table) -> OutputModel:
     commits still in the metadata (``removed-files-size``, ``added-files-size``, and ``deleted-data-files``
     less ``added-data-files``); the mean ratio alone (:func:`learned_output_ratio`) while the fit is not
     possible or not believable."""
-    commits = []
+    commits = _replace_commits(table)
+    read = [c for c in commits if c[0]]
+    fit = fit_output_model(read)
+    if fit is None:
+        return OutputModel(_mean_ratio(commits), None, len(read))
+    return OutputModel(fit[0], fit[1], len(read))
+
+
+def _replace_commits(table: Table) -> list[tuple[int, int, int]]:
+    """(bytes removed, bytes added, data files removed net) of each REPLACE commit still in the metadata."""
+    out = []
     for snapshot in _writer_snapshots(table):
         summary = snapshot.summary
-        if _is_replace(snapshot) and summary is not None and summary.get("removed-files-size"):
-            commits.append((int(summary.get("removed-files-size") or 0), int(summary.get("added-files-size") or 0),
-                            int(summary.get("deleted-data-files") or 0) - int(summary.get("added-data-files") or 0)))
-    fit = fit_output_model(commits)
-    if fit is None:
-        return OutputModel(learned_output_ratio(table), None, len(commits))
-    return OutputModel(fit[0], fit[1], len(commits))
+        if _is_replace(snapshot) and summary is not None:
+            out.append((int(summary.get("removed-files-size") or 0), int(summary.get("added-files-size") or 0),
+                        int(summary.get("deleted-data-files") or 0) - int(summary.get("added-data-files") or 0)))
+    return out
+
+
+def _mean_ratio(commits: Sequence[tuple[int, int, int]]) -> float:
+    """Bytes added over bytes removed by ``commits``, within :data:`OUTPUT_RATIO_BOUNDS`; 1.0 without either."""
+    removed, added = sum(c[0] for c in commits), sum(c[1] for c in commits)
+    if not removed or not added:
+        return 1.0
+    low, high = OUTPUT_RATIO_BOUNDS
+    return min(high, max(low, added / removed))
 
 
 def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
@@ -187,7 +195,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     lag = learned.timer_lag
     check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio,
                               history=(writes, start_ms), start_delay=start_delay, timer_lag=lag,
-                              timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead) if last_at else None)
+                              file_overhead=overhead) if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
@@ -260,25 +268,22 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
                      min_commits: int = MIN_CHECK_COMMITS, output_ratio: float = 1.0,
                      history: tuple[list[Write], int] | None = None,
                      start_delay: float | None = None, timer_lag: float = 0.0,
-                     timer_every: float = 0.0, file_overhead: int | None = None) -> dict[str, Any] | None:
+                     file_overhead: int | None = None) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
     the time of its first (as :func:`table_writes` returns them), when the caller has read them already;
-    ``start_delay``, ``timer_lag``, ``timer_every`` and ``file_overhead`` as ``simulate_policy``'s; with ``timer_every`` the
-    prediction is the mean over the listener clock's phases (``simulate_on_clock``)."""
+    ``start_delay``, ``timer_lag`` and ``file_overhead`` as ``simulate_policy``'s. The prediction is the mean
+    over the listener clock's phases (``simulate_on_clock``), as the suggestion's."""
     writes, start_ms = history if history is not None else table_writes(table)
     measure_from = (since_ms - start_ms) / 1000
     commits = sum(1 for w in writes if w.at >= measure_from)
     if commits < min_commits:
         return None
-    predicted = (simulate_on_clock(writes, tuning, latency, timer_lag=timer_lag, every=timer_every,
-                                   measure_from=measure_from, output_ratio=output_ratio, start_delay=start_delay,
-                                   file_overhead=file_overhead)
-                 if timer_every else
-                 simulate_policy(writes, tuning, latency, measure_from=measure_from, output_ratio=output_ratio,
-                                 start_delay=start_delay, timer_lag=timer_lag, file_overhead=file_overhead)).as_dict()
+    predicted = simulate_on_clock(writes, tuning, latency, timer_lag=timer_lag, measure_from=measure_from,
+                                  output_ratio=output_ratio, start_delay=start_delay,
+                                  file_overhead=file_overhead).as_dict()
     realised = realised_since(table, since_ms)
     error = {}
     for key in ("write_amplification", "mean_live_files"):
