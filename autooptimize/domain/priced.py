@@ -9,14 +9,15 @@ and once cold, the policy's own rules apply. The rules, as ``explain`` names the
 
 ``filled``       the files under ¾ of the target weigh :data:`FILL` (15/16) of a target: they are packed,
                  largest first, into one file of at most :data:`FILL_CAP` (5/4) targets
-``priced``       among the ascending prefixes of the small files in which no file is more than
-                 :data:`PRICE_RATIO` times the bytes before it, the one with the most
-                 ``(k − 1) · worth − bytes`` is merged (``k`` files). In the newest time partition of its
-                 spec (and in a partition without a time field) a file saved is worth
-                 ``(target − small bytes) / price``: the bytes still to come before the partition fills
-                 its next file, priced; that prefix merges only when it holds :data:`NEWEST_MIN_FILES`
-                 (6) files or more. Behind the newest only late data arrives, so a file saved is worth
-                 any bytes: the whole prefix merges
+``priced``       the small files, ascending, fall into runs: a file more than :data:`PRICE_RATIO`
+                 times the bytes before it in its run starts a new run. Among the prefixes of the runs,
+                 the one with the most ``(k − 1) · worth − bytes`` is merged (``k`` files). In the newest
+                 time partition of its spec (and in a partition without a time field) a file saved is
+                 worth ``(target − small bytes) / price``: the bytes still to come before the partition
+                 fills its next file, priced; that prefix merges only when it holds
+                 :data:`NEWEST_MIN_FILES` (6) files or more. Behind the newest only late data arrives, so
+                 a file saved is worth any bytes: the longest prefix merges (of a run after the first,
+                 only one of :data:`RUN_MIN_FILES` files or more)
 ``priced_wait``  no prefix is worth its bytes yet (a skip, judged again as ``live_wait`` is)
 
 Why: a schedule that knows every write (``benchmarks.policy_foresight``) lets the hour being written
@@ -34,7 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["DEFAULT_PRICE", "FILL", "FILL_CAP", "NEWEST_MIN_FILES", "PRICE_RATIO", "PRICED_RULES", "priced_group"]
+__all__ = ["DEFAULT_PRICE", "FILL", "FILL_CAP", "NEWEST_MIN_FILES", "PRICE_RATIO", "PRICED_RULES", "RUN_MIN_FILES",
+           "priced_group"]
 
 #: The price the service runs with unless a table or AO_MERGE_PRICE says otherwise (0: the tiers).
 DEFAULT_PRICE = 23
@@ -50,6 +52,13 @@ FILL_CAP = (5, 4)
 #: again with the next two: each byte read about log₂ of its file's growth times, where a schedule with
 #: foresight lets them gather (docs/policy.md, "The family with foresight, and merges as fast as today's").
 NEWEST_MIN_FILES = 6
+#: Behind the newest partition, a run of small files that does not start at the partition's smallest (each
+#: file of a run is at most :data:`PRICE_RATIO` times the bytes before it in the run) merges only once it
+#: holds this many files. With one run only, a file much smaller than the rest stopped every merge of its
+#: partition until it went cold: on unseen seeds of the family a partition held 80 files for hours, and the
+#: table 2.9× the bin-pack's (docs/policy.md, "One small file held a partition back"). Runs of 6 rewrote
+#: more bytes: a late file re-read the few merged files beside it.
+RUN_MIN_FILES = 8
 #: The rules of this module: two merge, one waits.
 PRICED_RULES = ("filled", "priced", "priced_wait")
 
@@ -76,19 +85,22 @@ def priced_group(sizes: Sequence[int], by_size: Sequence[int], target: int, pric
             return group, "filled"
     room = max(0, target - total)
     best: float = 0
-    best_k = run = 0
-    for k, i in enumerate(small, 1):
-        if k > 1 and sizes[i] > ratio * run:
-            break
+    window = (0, 0)  # small[window[0]:window[1]] is merged
+    start = run = 0
+    for k, i in enumerate(small):
+        if k > start and sizes[i] > ratio * run:
+            start, run = k, 0  # too big to join the files before it: a run of its own starts here
         run += sizes[i]
-        if k < 2:
+        n = k + 1 - start
+        if n < 2:
             continue
         if not newest:
-            best_k = k  # a file saved is worth any bytes: the longest prefix
+            if (not start or n >= RUN_MIN_FILES) and n > window[1] - window[0]:
+                window = (start, k + 1)  # a file saved is worth any bytes: the longest run
             continue
-        value = (k - 1) * room - price * run  # (k − 1) · room / price − run, times price
+        value = (n - 1) * room - price * run  # (n − 1) · room / price − run, times price
         if value > best:
-            best, best_k = value, k
-    if newest and best_k < NEWEST_MIN_FILES:
-        best_k = 0
-    return (small[:best_k], "priced") if best_k >= 2 else ([], "priced_wait")
+            best, window = value, (start, k + 1)
+    if newest and window[1] - window[0] < NEWEST_MIN_FILES:
+        window = (0, 0)
+    return (small[window[0]:window[1]], "priced") if window[1] > window[0] else ([], "priced_wait")

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from autooptimize.domain.planning import PlanFile
 from autooptimize.domain.policy import SKIP_RULES, PolicyTuning, plan_partition
-from autooptimize.domain.priced import DEFAULT_PRICE, FILL, FILL_CAP, NEWEST_MIN_FILES, PRICE_RATIO
+from autooptimize.domain.priced import DEFAULT_PRICE, FILL, FILL_CAP, NEWEST_MIN_FILES, PRICE_RATIO, RUN_MIN_FILES
 from autooptimize.domain.simulate import simulate_baseline, simulate_policy
 from autooptimize.errors import InvalidArgument
 from benchmarks.policy_sim import streaming_writes
@@ -56,6 +56,30 @@ def test_behind_the_newest_the_whole_prefix_merges_and_the_ratio_ends_it():
     assert PRICE_RATIO == 2
     assert _plan(sizes, price=1000, newest=False) == ("priced", [["f000", "f001", "f002"]])
     assert _plan(sizes, price=1000) == ("priced_wait", [])  # the same files in the newest hour: not worth it
+
+
+def test_one_much_smaller_file_does_not_hold_its_partition_back():
+    # the shape found on an unseen seed of the family: one 8.8 KB file, then files of 23 KB and more; with
+    # one prefix only, 23 KB > 2 × 8.8 KB ended it at one file, and the partition waited until cold
+    sizes = [9 * KiB] + [23 * KiB + i * KiB for i in range(RUN_MIN_FILES)]
+    assert RUN_MIN_FILES == 8
+    behind = _plan(sizes, price=DEFAULT_PRICE, newest=False)
+    assert behind == ("priced", [[f"f{i:03d}" for i in range(1, RUN_MIN_FILES + 1)]])  # the small one stays
+    # the newest partition judges every run's prefixes by what their files saved are worth
+    assert _plan(sizes, price=DEFAULT_PRICE) == behind
+    assert _plan(sizes, price=100_000) == ("priced_wait", [])
+
+
+def test_behind_the_newest_a_run_after_the_first_waits_for_its_files_to_gather():
+    # a late file beside a few merged files: re-reading them to save one file each time is what the ratio
+    # is for; they merge once RUN_MIN_FILES files of that size have gathered (or the partition is cold)
+    few = [30 * KiB] + [3 * MiB, 3 * MiB + 512 * KiB]
+    assert _plan(few, price=DEFAULT_PRICE, newest=False) == ("priced_wait", [])
+    run = [1 * KiB] + [200 * KiB] * (RUN_MIN_FILES - 1)
+    assert _plan(run, price=DEFAULT_PRICE, newest=False) == ("priced_wait", [])
+    assert _plan(run + [200 * KiB], price=DEFAULT_PRICE, newest=False) == (
+        "priced", [[f"f{i:03d}" for i in range(1, RUN_MIN_FILES + 1)]])
+    assert _plan(few, price=DEFAULT_PRICE, newest=False, cold=True)[0] == "cold_finish"
 
 
 def test_small_files_weighing_fifteen_sixteenths_of_a_target_are_filled_into_one_file():
