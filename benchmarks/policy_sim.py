@@ -3,7 +3,7 @@
     python -m benchmarks.policy_sim [--member NAME ...] [--json] [--fan-in N] [--settle S] [--cold-after S]
                                     [--target SIZE] [--every N] [--trace family|streaming] [--suggest]
                                     [--quiet-merge] [--cold-gap-factor K] [--commits N] [--no-late-horizon]
-                                    [--price K] [--latency S] [--start-delay S]
+                                    [--price K] [--latency S] [--start-delay S] [--variant K]
 
 For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streaming``: the trace of
 ``benchmarks.streaming`` at 8 and 128 MiB), the same writes are replayed twice by
@@ -60,7 +60,7 @@ from autooptimize.domain.simulate import (
 )
 from autooptimize.domain.sizes import parse_size
 from autooptimize.domain.suggest import candidate_tunings, shortfall, suggest_tuning
-from benchmarks.trace_family import FAMILY, HOUR_SECONDS, Member, make_commits
+from benchmarks.trace_family import FAMILY, HOUR_SECONDS, Member, make_commits, variant
 
 MiB = 1 << 20
 GOALS = {"write_amplification": 1.5, "files_replaced": 0.5, "mean_live_files": 1.05, "end_files": 1.10,
@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", help="override every member's target (e.g. 128MiB)")
     ap.add_argument("--every", type=int, default=BASELINE_EVERY, help="bin-pack after this many writes")
     ap.add_argument("--commits", type=int, help="keep each member's first N commits (as streaming --member)")
+    ap.add_argument("--variant", type=int, default=0,
+                    help="each member's commits drawn from another seed (as streaming --variant; 0: the member)")
     ap.add_argument("--quiet-merge", action=argparse.BooleanOptionalAction, default=DEFAULT_QUIET_MERGE,
                     help="merge quiet partitions (no write for the settle time) before they go cold")
     ap.add_argument("--late-horizon", action=argparse.BooleanOptionalAction, default=True,
@@ -185,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         members = [m for m in FAMILY if not args.member or any(m.name.startswith(x) for x in args.member)]
         if not members:
             ap.error(f"no member matches {args.member}; members: {', '.join(m.name for m in FAMILY)}")
+        try:
+            members = [variant(m, args.variant) for m in members]
+        except ValueError as e:
+            ap.error(f"--variant: {e}")
         work = [(m.name, m.target, family_writes(m)[:args.commits]) for m in members]
     else:
         work = streaming_members()

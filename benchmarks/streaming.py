@@ -2,10 +2,11 @@
 
     python -m benchmarks.streaming [--commits 300] [--rate 1.6] [--seed 7] [--json]
                                    [--target-size 8MiB] [--compact-every 20] [--baseline-rule iceberg|all]
-                                   [--member m00]
+                                   [--member m00 [--variant K]]
 
 ``--member`` replays an hourly member of ``benchmarks.trace_family`` (its sizes, late data, rate and target)
-instead of the trace below; ``--commits`` keeps its first commits. ``python -m benchmarks.policy_sim
+instead of the trace below; ``--commits`` keeps its first commits; ``--variant K`` draws its commits from
+another seed (``benchmarks.trace_family.variant``). ``python -m benchmarks.policy_sim
 --member m00 --commits N`` simulates the same commits.
 
 One seeded trace (benchmarks/trace.py) goes into two tables of a table partitioned by ``hour(ts)``: every
@@ -1114,7 +1115,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     engine: Engine | None = None
     catalog: Catalog | None = None
     result: dict[str, Any] = {"trace": trace_summary(shape, trace, args.rate), "target_size": args.target_size,
-                              "member": args.member,
+                              "member": args.family_member.name if args.family_member else None,
                               "compact_every": args.compact_every, "baseline_rule": args.baseline_rule}
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -1208,12 +1209,18 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m benchma
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
     parser.add_argument("--member", help="replay an hourly member of benchmarks.trace_family instead (its rate and "
                                          "target; --commits keeps its first commits only)")
+    parser.add_argument("--variant", type=int, default=0,
+                        help="with --member: its commits drawn from another seed (benchmarks.trace_family.variant; "
+                             "0: the member itself)")
     args = parser.parse_args(argv)
     args.family_member = None
     if args.member:
-        from benchmarks.trace_family import member
+        from benchmarks.trace_family import member, variant
 
-        args.family_member = member(args.member)
+        try:
+            args.family_member = variant(member(args.member), args.variant)
+        except ValueError as e:
+            parser.error(f"--member/--variant: {e}")
         from benchmarks.trace_family import HOUR_SECONDS
 
         args.rate = args.family_member.rate

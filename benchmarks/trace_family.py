@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MiB = 1 << 20
 MB = 1_000_000
@@ -132,6 +132,18 @@ FAMILY: tuple[Member, ...] = tuple(_member(i, *spec) for i, spec in enumerate((
     (512, "day", 20 * MB, 0.0, 1.0, 0.02, 30),
     (32, "day", 2 * GB, 0.35, 0.3, 0.02, 30),
 )))
+
+
+#: Seeds apart between a member's variants (:func:`variant`).
+VARIANT_STRIDE = 1000
+
+
+def variant(m: Member, k: int) -> Member:
+    """Member ``m`` with its commits drawn from another seed (``k`` = 0: ``m`` itself): the same shape, a
+    workload no constant was tuned on (``benchmarks.policy_seeds``)."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+        raise ValueError(f"a variant is a whole number ≥ 0 (0: the member itself), got {k!r}")
+    return m if k == 0 else replace(m, name=f"{m.name}~{k}", seed=m.seed + VARIANT_STRIDE * k)
 
 
 def member(name: str) -> Member:

@@ -65,3 +65,16 @@ def test_a_start_delay_outside_the_latency_is_refused(capsys: pytest.CaptureFixt
         with pytest.raises(SystemExit) as e:
             policy_sim.main(["--member", "m00", *argv])
         assert e.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_variant_replays_the_member_from_another_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    def run(*argv: str) -> dict:
+        assert policy_sim.main(["--member", "m05", "--json", *argv]) == 0
+        (row,) = json.loads(capsys.readouterr().out)["rows"]
+        return row
+    own, other = run(), run("--variant", "3")
+    assert other["member"] == own["member"] + "~3"
+    assert other["baseline"]["bytes_written"] != own["baseline"]["bytes_written"]
+    with pytest.raises(SystemExit) as e:
+        policy_sim.main(["--member", "m05", "--variant", "-2"])
+    assert e.value.code == 2 and "--variant: a variant is a whole number ≥ 0" in capsys.readouterr().err
