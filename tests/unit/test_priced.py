@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 
 from autooptimize.domain.planning import PlanFile
 from autooptimize.domain.policy import SKIP_RULES, PolicyTuning, plan_partition
-from autooptimize.domain.priced import DEFAULT_PRICE, FILL, FILL_CAP, NEWEST_MIN_FILES, PRICE_RATIO, RUN_MIN_FILES
+from autooptimize.domain.priced import (
+    DEFAULT_PRICE,
+    FILL,
+    FILL_CAP,
+    NEWEST_MIN_FILES,
+    PRICE_RATIO,
+    RUN_MIN_FILES,
+)
 from autooptimize.domain.simulate import simulate_baseline, simulate_policy
 from autooptimize.errors import InvalidArgument
 from benchmarks.policy_sim import streaming_writes
