@@ -1215,14 +1215,12 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m benchma
     args = parser.parse_args(argv)
     args.family_member = None
     if args.member:
-        from benchmarks.trace_family import member, variant
+        from benchmarks.trace_family import HOUR_SECONDS, member, variant
 
         try:
             args.family_member = variant(member(args.member), args.variant)
         except ValueError as e:
             parser.error(f"--member/--variant: {e}")
-        from benchmarks.trace_family import HOUR_SECONDS
-
         args.rate = args.family_member.rate
         args.target_size = str(args.family_member.target)
         args.commits_per_hour = max(1, round(HOUR_SECONDS * args.rate))
