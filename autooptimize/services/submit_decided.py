@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import TIMESTAMP, and_, func, literal, or_, select, update
 
 from autooptimize.config import Settings
 from autooptimize.domain.partitions import PartitionRef
@@ -80,6 +80,11 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
                 and (now() - last.finished_at).total_seconds() < tracked.min_interval_seconds):
             audit(session, "decision.deferred", table_id=table_id, reason="min_interval", partition=partition_key,
                   last_action=last.id, min_interval_seconds=tracked.min_interval_seconds)
+            # judged now (not a change): the settle and cold hand-overs do not ask again on every pass
+            session.execute(update(PartitionStats).where(
+                PartitionStats.table_id == table_id, PartitionStats.spec_id == spec_id,
+                PartitionStats.partition_key == partition_key,
+            ).values(last_decision_at=func.now(), updated_at=PartitionStats.updated_at))
             return None
         # read here, in the same transaction, rather than in sessions of their own while planning
         known = planning_facts(session, settings.catalog, identifier, table_id, spec_id, partition_key,
@@ -136,7 +141,10 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     the simulator judges every partition then too), and once its cold-after time after it (its table's, AO_COLD_AFTER_SECONDS
     unless the table sets its own, or sooner from its recent gaps between writes, as
     :func:`~autooptimize.domain.policy.partition_cold_after` computes it); each moment hands a partition
-    over at most once, however long it then stays quiet. A partition with no recorded write time is handed over once its cold-after time has passed
+    over at most once, however long it then stays quiet. Besides the verdicts that depend on time, a
+    partition changed since it was last judged (or never judged) with more than one file is handed over at
+    those moments too: observe hands over only a partition that needs attention and has nothing queued.
+    A partition with no recorded write time is handed over once its cold-after time has passed
     since it was last judged. With AO_LATE_HORIZON_FINISH, a partition left alone as written to is handed
     over once it is past its table's late horizon (:func:`~autooptimize.domain.policy.past_late_horizon`,
     from the ordinals and late lags the listener keeps): a newer partition started, and no write has ever
@@ -150,11 +158,21 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
         COLD_FLOOR_SECONDS, settings.settle_seconds, func.coalesce(factor * longest, cold_after)))
     settle_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, settings.settle_seconds)
     cold_at = p.last_write_at + func.make_interval(0, 0, 0, 0, 0, 0, partition_cold)
+    judged = func.coalesce(p.last_decision_at, literal("-infinity", TIMESTAMP(timezone=True)))
     due = or_(
-        and_(p.last_decision_at < settle_at, settle_at <= func.now()),
-        and_(p.last_decision_at < cold_at, cold_at <= func.now()),
+        and_(judged < settle_at, settle_at <= func.now()),
+        and_(judged < cold_at, cold_at <= func.now()),
         and_(p.last_write_at.is_(None),
              p.last_decision_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, cold_after)))
+    # judged and unchanged since, on a verdict that depends on time (left alone as written to, or a merge
+    # that committed nothing); or changed since it was last judged (or never judged) and not handed over
+    # for it: observe hands over only a partition that needs attention and has nothing queued, so a write
+    # that lands while its merge is queued, or leaves a partition below the attention threshold, would
+    # otherwise never be judged at its settle and cold moments (the simulator judges every written
+    # partition then). One file has nothing to merge.
+    unjudged = or_(p.last_decision_at.is_(None), p.updated_at > p.last_decision_at)
+    candidates = or_(and_(p.last_decision.in_(LIVE_VERDICTS + ("merge",)), p.updated_at <= p.last_decision_at),
+                     and_(unjudged, p.n_files > 1))
     query = select(p.table_id, p.spec_id, p.partition_key).join(t, t.id == p.table_id)
     if settings.late_horizon_finish:
         # each spec's span as the listener keeps it (migration 0016): aggregating every partition of the
@@ -164,8 +182,7 @@ def settled_partitions(settings: Settings) -> list[tuple[int, int, str]]:
     busy = (select(a.id).where(a.table_id == p.table_id, a.spec_id == p.spec_id, a.partition_key == p.partition_key,
                                a.state.in_([ActionState.QUEUED.value, ActionState.RUNNING.value])).exists())
     with session_scope(settings) as session:
-        rows = session.execute(query.where(p.last_decision.in_(LIVE_VERDICTS + ("merge",)), due,
-                                           p.updated_at <= p.last_decision_at, ~busy)).all()
+        rows = session.execute(query.where(candidates, due, ~busy)).all()
     return [(int(ti), int(sp), str(k)) for ti, sp, k in rows]
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from autooptimize.domain.policy import COLD_FLOOR_SECONDS
 from autooptimize.errors import InvalidArgument
-from autooptimize.services import tracking
+from autooptimize.services import actions, tracking
 from autooptimize.services.explain import explain
 from autooptimize.services.observe.roll import observe_table
 from autooptimize.services.submit_decided import on_attention_handler, settled_partitions
@@ -138,3 +138,45 @@ def test_a_partition_written_in_quick_succession_is_cold_after_its_own_gaps_not_
         handler(t, spec, key)
     assert len(port.tickets) == 1  # judged cold and submitted: the merge finishes it
     assert mine(live) == []
+
+
+def test_a_partition_written_while_its_merge_was_queued_is_still_finished_once_cold(settings, catalog):
+    """A cold finish is queued; a late write lands before it runs (the listener does not hand a partition
+    with a queued action over again), so the merge plans on a live partition and is skipped. The write
+    changed the partition after its verdict: once cold again it is handed over and finished, as the
+    simulator judges every written partition at its settle and cold moments (it was never handed over
+    again, and kept its files: the AutoAnalyze live test ended with 14 files against 5 predicted)."""
+    live = settings.model_copy(update={"merge_policy": "tiered", "settle_seconds": 1.0,
+                                     "cold_after_seconds": 3.0, "merge_fan_in": 8, "cold_gap_factor": 0.0,
+                                     "rewrite_engine": "local"})
+    table = make_table(catalog, {DAY1: 3}, rows=10, name="settle_late")
+    ident = identifier(table)
+    tracking.track(live, ident, target_file_size="1MiB")
+    table_id = tracking.ensure_tracked(live, ident)
+    port = RecordingDispatch()
+    handler = on_attention_handler(live, port)
+    observe_table(live, ident, on_attention=handler)
+
+    def mine() -> list[tuple[int, int, str]]:
+        return [p for p in settled_partitions(live) if p[0] == table_id]
+
+    time.sleep(live.cold_after_seconds + 0.5)
+    for t, spec, key in mine():  # the settle and cold moments have both passed: one hand-over, cold
+        handler(t, spec, key)
+    [ticket] = port.tickets
+    table.append(batch(5000, 10))  # a late write while the cold finish is queued
+    observe_table(live, ident, on_attention=handler)
+    assert len(port.tickets) == 1  # not handed over: its merge is queued
+    assert actions.execute(live, ticket.action_id, spark=None)["state"] == "skipped"  # live again: it waits
+    assert len(table.refresh().inspect.files()) == 4
+    assert mine() == []  # written a moment ago: neither settled nor cold yet
+    time.sleep(live.cold_after_seconds + 0.5)
+    due = mine()
+    assert due == [(table_id, 0, key_of(DAY1))]  # cold again: handed over once more
+    for t, spec, key in due:
+        handler(t, spec, key)
+    assert len(port.tickets) == 2
+    assert actions.execute(live, port.tickets[1].action_id, spark=None)["state"] == "succeeded"
+    assert len(table.refresh().inspect.files()) == 1
+    observe_table(live, ident, on_attention=handler)
+    assert mine() == []  # finished: not handed over again
