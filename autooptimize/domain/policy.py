@@ -113,14 +113,12 @@ __all__ = [
 ]
 
 #: Files of similar size that gather before a merge while the partition is written to. Bigger trades
-#: live files for bytes rewritten. Over the 12 members of benchmarks.trace_family (policy_sim, against the
-#: bin-pack every 20 writes): fan-in 8 gave mean write amplification 1.99 at a mean 0.92× the bin-pack's
-#: live files, 12 gave 1.75 at 0.98×, 16 gave 1.63 at 1.12×; 12 had the least summed shortfall from the
-#: goals (domain.suggest.shortfall: 7.0; 8: 8.5; 6, 16 and 20 leave one member's end layout far off).
-#: A search of 120 combinations with TINY_FAN_IN, TINY_DIVISOR and LIVE_LARGE_DIVISOR (in the simulator
-#: before a merge planned when it runs) found none meeting WA ≤ 1.5 with live files ≤ 1.05× on 8 of the
-#: 12 members (docs/policy.md).
-DEFAULT_FAN_IN = 12
+#: live files for bytes rewritten. 12 until 2026-11-29 (least summed shortfall over the family's members
+#: in policy_sim). 10 since (session 36): once the service followed its replay at 128 MiB, 12 kept 1.10–
+#: 1.12× the bin-pack's live files on a 10 MB hour there and 10 kept 0.99× (WA 3.03 against 2.59; the
+#: bin-pack's 7.08); over 80 workloads not tuned on (benchmarks.policy_seeds) 10 holds the file goal on 69
+#: against 56 at 1.3 % more bytes; the live-ingest benchmark at 8 MiB keeps both goals (0.99×, WA 1.46).
+DEFAULT_FAN_IN = 10
 #: A tier merges at this many files while its files weigh under ``scale // TINY_DIVISOR`` together.
 TINY_FAN_IN = 4
 TINY_DIVISOR = 8

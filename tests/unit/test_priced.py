@@ -152,7 +152,7 @@ def test_on_the_streaming_trace_it_rewrites_less_than_the_tiers_for_about_the_sa
     assert PolicyTuning(T).price == DEFAULT_PRICE == 23
     rules = dict(priced.rules)
     assert rules.get("priced", 0) > 0 and rules.get("filled", 0) > 0  # hours not yet a target's bytes: the tiers
-    # κ23 trades a few files for bytes: 0.28 less WA than the tiers for 3.6 % more live files (0.25 and 3.7 % before
-    # the newest partition waited for six files; κ21: 0.22, 1.9 %)
+    # κ23 trades a few files for bytes: 0.30 less WA than the tiers for 6.8 % more live files at fan-in 10 (at 12,
+    # the default before session 36, the tiers kept more files: 0.27 and 2.6 %; κ21: 0.22, 1.9 %)
     assert priced.write_amplification < tiers.write_amplification - 0.2
-    assert priced.mean_live_files <= 1.04 * tiers.mean_live_files and priced.mean_live_files <= 0.97 * base.mean_live_files
+    assert priced.mean_live_files <= 1.08 * tiers.mean_live_files and priced.mean_live_files <= 0.97 * base.mean_live_files
