@@ -19,6 +19,23 @@ from tests.fakes import RecordingDispatch
 from tests.integration.tables import DAY1, batch, identifier, key_of, make_table
 
 
+def _tracked(live, catalog, name: str):
+    """A table of three small files in one day, tracked and observed once: (table, table id, the
+    recording dispatch, the decide handler, and ``mine()``: the recheck's hand-overs of this table)."""
+    table = make_table(catalog, {DAY1: 3}, rows=10, name=name)
+    ident = identifier(table)
+    tracking.track(live, ident, target_file_size="1MiB")
+    table_id = tracking.ensure_tracked(live, ident)
+    port = RecordingDispatch()
+    handler = on_attention_handler(live, port)
+    observe_table(live, ident, on_attention=handler)
+
+    def mine() -> list[tuple[int, int, str]]:
+        return [p for p in settled_partitions(live) if p[0] == table_id]
+
+    return table, table_id, port, handler, mine
+
+
 def test_a_live_partition_waits_then_is_finished_once_cold(settings, catalog):
     live = settings.model_copy(update={"merge_policy": "tiered", "settle_seconds": 1.0,
                                      "cold_after_seconds": 3.0, "merge_fan_in": 8})
@@ -60,17 +77,8 @@ def test_a_quiet_partition_is_judged_once_when_quiet_and_once_when_cold(settings
     time, not on every recheck while it stays quiet (it was, every settle time, until cold)."""
     live = settings.model_copy(update={"merge_policy": "tiered", "settle_seconds": 3.0,
                                      "cold_after_seconds": 12.0, "merge_fan_in": 8, "quiet_merge": True})
-    table = make_table(catalog, {DAY1: 3}, rows=10, name="settle_quiet")
+    table, table_id, port, handler, mine = _tracked(live, catalog, "settle_quiet")
     ident = identifier(table)
-    tracking.track(live, ident, target_file_size="1MiB")
-    table_id = tracking.ensure_tracked(live, ident)
-    port = RecordingDispatch()
-    handler = on_attention_handler(live, port)
-    observe_table(live, ident, on_attention=handler)
-
-    def mine() -> list[tuple[int, int, str]]:
-        return [p for p in settled_partitions(live) if p[0] == table_id]
-
     assert port.tickets == [] and mine() == []  # written to: waits
     time.sleep(live.settle_seconds + 0.5)
     due = mine()
@@ -149,17 +157,8 @@ def test_a_partition_written_while_its_merge_was_queued_is_still_finished_once_c
     live = settings.model_copy(update={"merge_policy": "tiered", "settle_seconds": 1.0,
                                      "cold_after_seconds": 3.0, "merge_fan_in": 8, "cold_gap_factor": 0.0,
                                      "rewrite_engine": "local"})
-    table = make_table(catalog, {DAY1: 3}, rows=10, name="settle_late")
+    table, table_id, port, handler, mine = _tracked(live, catalog, "settle_late")
     ident = identifier(table)
-    tracking.track(live, ident, target_file_size="1MiB")
-    table_id = tracking.ensure_tracked(live, ident)
-    port = RecordingDispatch()
-    handler = on_attention_handler(live, port)
-    observe_table(live, ident, on_attention=handler)
-
-    def mine() -> list[tuple[int, int, str]]:
-        return [p for p in settled_partitions(live) if p[0] == table_id]
-
     time.sleep(live.cold_after_seconds + 0.5)
     for t, spec, key in mine():  # the settle and cold moments have both passed: one hand-over, cold
         handler(t, spec, key)
