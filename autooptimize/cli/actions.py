@@ -210,8 +210,10 @@ def _suggest(args: argparse.Namespace) -> int:
               + ("" if start is None else f" and plans {start:.2f} s after it")
               + f" (median of the table's last {out['latency_merges']} merges)")
     elif out.get("latency_merges"):
-        print(f"a merge lands {out['latency_seconds']:.2f} s after the write that prompted it (assumed: the table "
-              f"has {out['latency_merges']} merge(s), too few to learn it from)")
+        start = out.get("start_delay_seconds")
+        print(f"a merge lands {out['latency_seconds']:.2f} s after the write that prompted it"
+              + ("" if start is None else f" and plans {start:.2f} s after it")
+              + f" (assumed: the table has {out['latency_merges']} merge(s), too few to learn it from)")
     if out.get("timer_lag_seconds") is not None:
         n = out.get("timer_lag_merges", 0)
         print(f"a settled or cold partition is judged {out['timer_lag_seconds']:.2f} s after its moment"

@@ -128,7 +128,7 @@ def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, 
     from datetime import UTC, datetime, timedelta
 
     from autooptimize.domain.simulate import LATENCY_SECONDS
-    from autooptimize.services.learned_timings import MIN_LATENCY_ACTIONS
+    from autooptimize.services.learned_timings import ASSUMED_RUN_SECONDS, MIN_LATENCY_ACTIONS
     from autooptimize.storage.models import Action
 
     table = make_table(catalog, {DAY1: 20}, rows=20, name="latency")
@@ -153,7 +153,8 @@ def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, 
     assert few["latency_learned"] is False  # nine merges: the assumed latency, not their median
     printed = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
                              capture_output=True, text=True, env=dict(os.environ), timeout=300)
-    assert (f"a merge lands {LATENCY_SECONDS:.2f} s after the write that prompted it (assumed: the table has "
+    assert (f"a merge lands {LATENCY_SECONDS:.2f} s after the write that prompted it and plans "
+            f"{LATENCY_SECONDS - ASSUMED_RUN_SECONDS:.2f} s after it (assumed: the table has "
             f"{MIN_LATENCY_ACTIONS - 1} merge(s), too few to learn it from)") in printed.stdout, printed.stdout
     record(2, first=MIN_LATENCY_ACTIONS - 1)  # 11 merges: 0.5 … 1.5 s, median 1.0 s
     learned = suggest(settings, name, min_commits=10, record=False)
@@ -172,8 +173,9 @@ def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings
     from datetime import UTC, datetime, timedelta
 
     from autooptimize.domain.policy import PolicyTuning
+    from autooptimize.domain.simulate import LATENCY_SECONDS
     from autooptimize.services.autotune import table_writes
-    from autooptimize.services.learned_timings import learn_timings
+    from autooptimize.services.learned_timings import ASSUMED_RUN_SECONDS, learn_timings
     from autooptimize.storage.models import Action
 
     table = make_table(catalog, {DAY1: 12}, rows=20, name="prompted")
@@ -195,7 +197,8 @@ def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings
                 few = learn_timings(session, table_id, (writes, start_ms), tuning)
         with_writes = learn_timings(session, table_id, (writes, start_ms), tuning)
         without = learn_timings(session, table_id)
-    assert few.start_delay is None  # fewer than MIN_LATENCY_ACTIONS merges: the replay plans each as it lands
+    # fewer than MIN_LATENCY_ACTIONS merges: each is taken to start the assumed run time before it lands
+    assert few.start_delay == LATENCY_SECONDS - ASSUMED_RUN_SECONDS == 1.6
     assert abs(with_writes.start_delay - 0.4) < 0.01 and abs(without.start_delay - 0.1) < 1e-6  # as it started
     assert with_writes.merges == without.merges == 11
     assert abs(with_writes.latency - 0.8) < 0.01  # 0.3 s to be noticed and decided, 0.5 s to run and commit
