@@ -19,6 +19,7 @@ from pydantic_settings import SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
 from autooptimize.config_fleet import FleetSettings
+from autooptimize.domain.policy import DEFAULT_FAN_IN
 from autooptimize.domain.priced import DEFAULT_PRICE
 from autooptimize.domain.sizes import MAX_BYTES, MiB, parse_size
 from autooptimize.domain.urls import CONTROL_CHARACTERS, HOST, check_url
@@ -97,7 +98,7 @@ class Settings(FleetSettings):
     # bytes again (autooptimize.domain.policy); "binpack" merges every file that needs it each time
     merge_policy: str = "tiered"
     settle_seconds: float = Field(default=3.0, ge=0)
-    merge_fan_in: int = Field(default=10, ge=2, le=1000)
+    merge_fan_in: int = Field(default=DEFAULT_FAN_IN, ge=2, le=1000)
     # a partition with no new file for this long is finished to its best layout once (the policy's cold rule)
     cold_after_seconds: float = Field(default=60.0, ge=0, le=86400)
     # a partition goes cold sooner: after this many times the longest of its last 3 gaps between writes

@@ -204,16 +204,12 @@ def _suggest(args: argparse.Namespace) -> int:
               f"for each file it removes (fitted on the table's {out['output_commits']} REPLACE commits)")
     elif out.get("output_ratio", 1.0) != 1.0:
         print(f"merged bytes weigh {out['output_ratio']:.2f}× their inputs (learned from the table's REPLACE commits)")
-    if out.get("latency_learned"):
+    if out.get("latency_learned") or out.get("latency_merges"):
         start = out.get("start_delay_seconds")
+        source = (f"median of the table's last {out['latency_merges']} merges" if out.get("latency_learned") else
+                  f"assumed: the table has {out['latency_merges']} merge(s), too few to learn it from")
         print(f"a merge lands {out['latency_seconds']:.2f} s after the write that prompted it"
-              + ("" if start is None else f" and plans {start:.2f} s after it")
-              + f" (median of the table's last {out['latency_merges']} merges)")
-    elif out.get("latency_merges"):
-        start = out.get("start_delay_seconds")
-        print(f"a merge lands {out['latency_seconds']:.2f} s after the write that prompted it"
-              + ("" if start is None else f" and plans {start:.2f} s after it")
-              + f" (assumed: the table has {out['latency_merges']} merge(s), too few to learn it from)")
+              + ("" if start is None else f" and plans {start:.2f} s after it") + f" ({source})")
     if out.get("timer_lag_seconds") is not None:
         n = out.get("timer_lag_merges", 0)
         print(f"a settled or cold partition is judged {out['timer_lag_seconds']:.2f} s after its moment"

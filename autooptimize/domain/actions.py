@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum, StrEnum
 from typing import Any
 
+from autooptimize.domain.policy import DEFAULT_FAN_IN
 from autooptimize.domain.priced import DEFAULT_PRICE
 
 #: The default of AO_MAX_GROUP_BYTES: the most input bytes one rewrite group (one Spark job) reads.
@@ -98,7 +99,7 @@ class ActionRequest:
     # or "binpack" (First Fit Decreasing over every file that needs it); AO_MERGE_POLICY
     policy: str = "tiered"
     settle_seconds: float = 3.0  # no write for this long: quiet, merged with quiet_merge (AO_SETTLE_SECONDS)
-    fan_in: int = 10  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
+    fan_in: int = DEFAULT_FAN_IN  # files of a similar size merged together while live (AO_MERGE_FAN_IN)
     cold_after_seconds: float = 60.0  # no new file for this long: the partition is cold (AO_COLD_AFTER_SECONDS)
     expected_partition_bytes: int | None = None  # policy.expected_partition_bytes from its history, if known
     last_write_ms: int | None = None  # when a writer last added a file to the one partition (the listener's)

@@ -80,11 +80,8 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
                 and (now() - last.finished_at).total_seconds() < tracked.min_interval_seconds):
             audit(session, "decision.deferred", table_id=table_id, reason="min_interval", partition=partition_key,
                   last_action=last.id, min_interval_seconds=tracked.min_interval_seconds)
-            # judged now (not a change): the settle and cold hand-overs do not ask again on every pass
-            session.execute(update(PartitionStats).where(
-                PartitionStats.table_id == table_id, PartitionStats.spec_id == spec_id,
-                PartitionStats.partition_key == partition_key,
-            ).values(last_decision_at=func.now(), updated_at=PartitionStats.updated_at))
+            # judged now: the settle and cold hand-overs do not ask again on every pass
+            _note_judged(session, table_id, spec_id, partition_key)
             return None
         # read here, in the same transaction, rather than in sessions of their own while planning
         known = planning_facts(session, settings.catalog, identifier, table_id, spec_id, partition_key,
@@ -96,12 +93,7 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         return None
     decision = choice.decision
     with session_scope(settings) as session:
-        # updated_at is set to itself so that recording the verdict does not count as a change
-        session.execute(update(PartitionStats).where(
-            PartitionStats.table_id == table_id, PartitionStats.spec_id == spec_id,
-            PartitionStats.partition_key == partition_key,
-        ).values(last_decision=decision.kind or f"skip:{decision.reason}", last_decision_at=func.now(),
-                 updated_at=PartitionStats.updated_at))
+        _note_judged(session, table_id, spec_id, partition_key, last_decision=decision.kind or f"skip:{decision.reason}")
         audit(session, "decision.made" if decision.kind else "decision.skipped", table_id=table_id,
               partition=partition_key, kind=decision.kind, reason=decision.reason,
               candidates=[c.as_dict() for c in decision.candidates])
@@ -110,6 +102,15 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
     # the budget (services/budget.py) submits now, or records the candidate for its next tick
     return budget.judge(settings, table_id, spec_id, partition_key, choice, trigger, lambda: actions.submit(
         settings, identifier, partition=partition, kind=decision.kind, trigger=trigger, dispatch=dispatch))
+
+
+def _note_judged(session: Any, table_id: int, spec_id: int, partition_key: str, **verdict: Any) -> None:
+    """Record that the partition was judged now (and ``verdict``'s columns); ``updated_at`` is set to
+    itself so that recording it does not count as a change."""
+    session.execute(update(PartitionStats).where(
+        PartitionStats.table_id == table_id, PartitionStats.spec_id == spec_id,
+        PartitionStats.partition_key == partition_key,
+    ).values(last_decision_at=func.now(), updated_at=PartitionStats.updated_at, **verdict))
 
 
 #: Verdicts that depend on time: a partition left alone because it was written to is judged again once cold.
