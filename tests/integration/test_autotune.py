@@ -129,7 +129,7 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
 
     def actor() -> None:
         """An actor: each merge commits when due, beside the writer, through the Spark Connect server as the
-        service's workers do (on the in-process engine, 7 passes of 10 on 2026-11-30, against 9 of 9 on
+        service's workers do (on the in-process engine, 7 passes of 10 on 2026-11-30, against 10 of 10 on
         Spark: docs/policy.md). It starts as long before as the recent merges took to run, so that it lands
         the simulator's latency after its decision, not that plus its own run (0.66 s p50 here on
         2026-11-27, which left the replay 4 merges short of the simulator's and its write amplification
