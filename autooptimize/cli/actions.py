@@ -208,6 +208,9 @@ def _suggest(args: argparse.Namespace) -> int:
         start = out.get("start_delay_seconds")
         source = (f"median of the table's last {out['latency_merges']} merges" if out.get("latency_learned") else
                   f"assumed: the table has {out['latency_merges']} merge(s), too few to learn it from")
+        if out.get("latency_learned") and start is not None and not out.get("start_delay_learned"):
+            source += (f"; each taken to run {out.get('assumed_run_seconds', 0):.2f} s before it lands, too few "
+                       f"of them recorded their start")
         print(f"a merge lands {out['latency_seconds']:.2f} s after the write that prompted it"
               + ("" if start is None else f" and plans {start:.2f} s after it") + f" ({source})")
     if out.get("timer_lag_seconds") is not None:

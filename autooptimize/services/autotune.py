@@ -45,7 +45,12 @@ from autooptimize.iceberg.partitions import time_ordinal
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff
 from autooptimize.services.choose import policy_tuning
 from autooptimize.services.choose import table_target as tracked_target
-from autooptimize.services.learned_timings import ASSUMED, MIN_LATENCY_ACTIONS, learn_timings
+from autooptimize.services.learned_timings import (
+    ASSUMED,
+    ASSUMED_RUN_SECONDS,
+    MIN_LATENCY_ACTIONS,
+    learn_timings,
+)
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import TrackedTable
 from autooptimize.storage.repositories import audit, now, tracked_table, tracked_tables
@@ -205,6 +210,9 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out["output_ratio"], out["file_overhead"], out["output_commits"] = ratio, overhead, model.commits
     out["latency_seconds"], out["latency_merges"], out["start_delay_seconds"] = latency, merges, start_delay
     out["latency_learned"] = merges >= MIN_LATENCY_ACTIONS  # else the simulator's assumed latency (or the given)
+    # else each merge is taken to run ASSUMED_RUN_SECONDS before it lands
+    out["start_delay_learned"] = out["latency_learned"] and learned.starts >= MIN_LATENCY_ACTIONS
+    out["assumed_run_seconds"] = ASSUMED_RUN_SECONDS
     out["timer_lag_seconds"], out["timer_lag_merges"] = lag, learned.timer_merges
     out["timer_lag_learned"] = learned.timer_merges >= MIN_LATENCY_ACTIONS
     out["listener_pass_seconds"], out["clock_phases"] = LISTENER_PASS_SECONDS, CLOCK_PHASES

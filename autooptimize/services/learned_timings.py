@@ -47,9 +47,10 @@ TIMER_LAG_SECONDS = 0.85
 @dataclass(frozen=True)
 class LearnedTimings:
     """What :func:`learn_timings` read. ``merges``: the merges the latency is the median of (0 when the
-    latency is the simulator's assumed one); ``start_delay``: with the assumed latency,
-    :data:`ASSUMED_RUN_SECONDS` before it; None while too few of the merges it is learned from recorded
-    their start (the replay then plans each merge as it lands); ``timer_merges``: the merges prompted by a timer
+    latency is the simulator's assumed one); ``start_delay``: the median of their starts, or, while fewer
+    than :data:`MIN_LATENCY_ACTIONS` of them recorded their start, :data:`ASSUMED_RUN_SECONDS` before the
+    latency (the assumed one or the learned one alike; None only where a caller builds one to plan each
+    merge as it lands); ``timer_merges``: the merges prompted by a timer
     the lag is the median of (fewer than :data:`MIN_LATENCY_ACTIONS`: the lag is :data:`TIMER_LAG_SECONDS`)."""
 
     latency: float
@@ -57,13 +58,16 @@ class LearnedTimings:
     start_delay: float | None
     timer_lag: float
     timer_merges: int
+    starts: int = 0  # the merges that recorded their start (the start delay is their median from MIN_LATENCY_ACTIONS)
 
 
-#: Seconds a merge runs from its start to its commit (0.3–0.6 s p50 live; docs/policy.md). Until a table's
-#: merges show when they start, a merge is taken to start, and plan, this long before it lands: the service
-#: plans a merge when it starts, and a replay that planned each as it landed predicted 14.7 mean live files
-#: where the DoD 2 live test kept 17.2 (its own timings replayed: 16.7; session 36).
-ASSUMED_RUN_SECONDS = 0.4
+#: Seconds a merge runs from its start to its commit: 0.28 s p50 through the Spark Connect server in the DoD 2
+#: live test, 0.18–0.2 s in benchmarks.streaming's service (session 37; 0.4 until then, from older runs of
+#: 0.3–0.6 s; docs/policy.md). Until a table's merges show when they start, a merge is taken to start, and
+#: plan, this long before it lands: the service plans a merge when it starts, and a replay that planned each
+#: as it landed predicted 14.7 mean live files where the DoD 2 live test kept 17.2 (its own timings
+#: replayed: 16.7; session 36).
+ASSUMED_RUN_SECONDS = 0.3
 #: A table with no merges of its own: the simulator's assumed latency, each merge started (and planned)
 #: :data:`ASSUMED_RUN_SECONDS` before it lands.
 ASSUMED = LearnedTimings(LATENCY_SECONDS, 0, LATENCY_SECONDS - ASSUMED_RUN_SECONDS, TIMER_LAG_SECONDS, 0)
@@ -119,10 +123,13 @@ def learn_timings(session: Session, table_id: int, history: tuple[Sequence[Write
         if started is not None:
             starts.append((started - created).total_seconds() + since)
     if len(dones) < MIN_LATENCY_ACTIONS:
-        return LearnedTimings(LATENCY_SECONDS, len(dones), ASSUMED.start_delay, _lag(lags), len(lags))
+        return LearnedTimings(LATENCY_SECONDS, len(dones), ASSUMED.start_delay, _lag(lags), len(lags), len(starts))
     latency = min(max(statistics.median(dones), 0.1), 600.0)
-    start_delay = min(max(statistics.median(starts), 0.0), latency) if len(starts) >= MIN_LATENCY_ACTIONS else None
-    return LearnedTimings(latency, len(dones), start_delay, _lag(lags), len(lags))
+    # too few merges recorded their start (the service records it for every merge it runs): each is taken
+    # to have run the assumed time, as a table's first merges are, since the service plans a merge at its start
+    start_delay = (min(max(statistics.median(starts), 0.0), latency) if len(starts) >= MIN_LATENCY_ACTIONS
+                   else max(latency - ASSUMED_RUN_SECONDS, 0.0))
+    return LearnedTimings(latency, len(dones), start_delay, _lag(lags), len(lags), len(starts))
 
 
 def _timer_lag(times: Sequence[float], i: int, at: float, tuning: PolicyTuning) -> float | None:

@@ -25,7 +25,7 @@ def test_the_simulator_replays_the_tables_own_commits_with_the_services_settings
     assert sim["tuning"]["fan_in"] == 6 and sim["tuning"]["cold_after_seconds"] == 30.0
     assert sim["latency_merges"] == 0 and sim["latency_seconds"] == 2.0  # no merge of its own yet
     # so each merge plans the assumed run time before it lands (the service plans a merge when it starts)
-    assert sim["start_delay_seconds"] == 1.6
+    assert sim["start_delay_seconds"] == 1.7
     assert (sim["timer_lag_seconds"], sim["timer_lag_merges"]) == (TIMER_LAG_SECONDS, 0)  # the service's measured lag
     policy = sim["policy"]
     assert 0 < policy["mean_live_files"] <= 13.5  # 1, 2, … 26 files after the commits, with no merge
@@ -34,7 +34,7 @@ def test_the_simulator_replays_the_tables_own_commits_with_the_services_settings
     assert sim["live_over_simulated"]["write_amplification"] == 0.0
     lines = report_lines(sim, {"live_files_mean": 20.0, "write_amplification": 1.2})
     assert "26 writer commits" in lines[0] and "the live bin-pack run: 20.0, 1.2" in lines[1]
-    assert "planned 1.6 s after the write" in lines[0] and f"timers judged {TIMER_LAG_SECONDS} s late from 0 timer merges" in lines[0]
+    assert "planned 1.7 s after the write" in lines[0] and f"timers judged {TIMER_LAG_SECONDS} s late from 0 timer merges" in lines[0]
     # the figures are the mean over the listener clock's phases, as AutoAnalyze predicts
     assert (sim["listener_pass_seconds"], sim["clock_phases"]) == (LISTENER_PASS_SECONDS, CLOCK_PHASES)
     assert f"on the listener's 1 s passes, the mean of {CLOCK_PHASES} phases" in lines[0]

@@ -165,7 +165,11 @@ def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, 
     shown = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
                            capture_output=True, text=True, env=dict(os.environ), timeout=300)
     assert shown.returncode == 0, shown.stderr
-    assert "a merge lands 1.00 s after the write that prompted it (median of the table's last 11 merges)" in shown.stdout
+    # none of these merges recorded its start: each is taken to run the assumed time before it lands
+    assert learned["start_delay_seconds"] == 1.0 - ASSUMED_RUN_SECONDS and learned["start_delay_learned"] is False
+    assert (f"a merge lands 1.00 s after the write that prompted it and plans {1.0 - ASSUMED_RUN_SECONDS:.2f} s "
+            f"after it (median of the table's last 11 merges; each taken to run {ASSUMED_RUN_SECONDS:.2f} s before "
+            f"it lands, too few of them recorded their start)") in shown.stdout, shown.stdout
 
 
 def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings, catalog):
@@ -198,11 +202,42 @@ def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings
         with_writes = learn_timings(session, table_id, (writes, start_ms), tuning)
         without = learn_timings(session, table_id)
     # fewer than MIN_LATENCY_ACTIONS merges: each is taken to start the assumed run time before it lands
-    assert few.start_delay == LATENCY_SECONDS - ASSUMED_RUN_SECONDS == 1.6
+    assert few.start_delay == LATENCY_SECONDS - ASSUMED_RUN_SECONDS == 1.7
     assert abs(with_writes.start_delay - 0.4) < 0.01 and abs(without.start_delay - 0.1) < 1e-6  # as it started
     assert with_writes.merges == without.merges == 11
     assert abs(with_writes.latency - 0.8) < 0.01  # 0.3 s to be noticed and decided, 0.5 s to run and commit
     assert abs(without.latency - 0.5) < 1e-9  # from creation only
+
+
+def test_merges_that_did_not_record_their_start_plan_the_assumed_run_time_before_they_land(settings, catalog):
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from autooptimize.domain.policy import PolicyTuning
+    from autooptimize.services.autotune import table_writes
+    from autooptimize.services.learned_timings import ASSUMED_RUN_SECONDS, MIN_LATENCY_ACTIONS, learn_timings
+    from autooptimize.storage.models import Action
+
+    table = make_table(catalog, {DAY1: 12}, rows=20, name="unstarted")
+    table_id = tracking.ensure_tracked(settings, identifier(table))
+    writes, start_ms = table_writes(table)
+    (spec_id, key), _ = writes[-1].files[0]
+    last_write = datetime.fromtimestamp(start_ms / 1000 + writes[-1].at, UTC)
+    with session_scope(settings) as session:
+        for i in range(MIN_LATENCY_ACTIONS + 2):
+            # created 0.3 s after the partition's last write, committed 0.9 s after that; only the first
+            # MIN_LATENCY_ACTIONS - 1 recorded their start
+            created = last_write + timedelta(seconds=0.3)
+            started = created + timedelta(seconds=0.2) if i < MIN_LATENCY_ACTIONS - 1 else None
+            session.add(Action(id=str(uuid.uuid4()), table_id=table_id, kind="merge", trigger="event",
+                               priority_class="interactive", state="succeeded", spec_id=spec_id, partition_key=key,
+                               created_at=created, started_at=started, finished_at=created + timedelta(seconds=0.9)))
+        learned = learn_timings(session, table_id, (writes, start_ms), PolicyTuning(1 << 20, settle_seconds=3.0))
+    # the latency is learned (1.2 s from the write); too few starts to learn the start delay from, so each
+    # merge plans the assumed run time before it lands, as a table's first merges do; never as it lands
+    assert learned.merges == MIN_LATENCY_ACTIONS + 2 and abs(learned.latency - 1.2) < 0.01
+    assert learned.start_delay is not None
+    assert abs(learned.start_delay - (learned.latency - ASSUMED_RUN_SECONDS)) < 1e-9
 
 
 def test_the_timer_lag_is_learned_from_the_merges_a_settle_or_cold_moment_prompted(settings, catalog):
