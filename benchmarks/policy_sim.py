@@ -79,7 +79,7 @@ def streaming_writes(seed: int = 7, commits: int = 320) -> list[Write]:
     for c in make_trace(TraceShape(commits=commits, seed=seed)):
         per: dict[int, int] = {}
         for f in c.files:
-            per[f.hour] = per.get(f.hour, 0) + f.drawn_bytes
+            per[f.part] = per.get(f.part, 0) + f.drawn_bytes
         writes.append(Write(c.index / 1.6, tuple(sorted(per.items()))))
     return writes
 

@@ -4,8 +4,9 @@
                                    [--target-size 8MiB] [--compact-every 20] [--baseline-rule iceberg|all]
                                    [--member m00 [--variant K]]
 
-``--member`` replays an hourly member of ``benchmarks.trace_family`` (its sizes, late data, rate and target)
-instead of the trace below; ``--commits`` keeps its first commits; ``--variant K`` draws its commits from
+``--member`` replays a member of ``benchmarks.trace_family`` (its sizes, late data, rate and target) instead
+of the trace below, a daily member into a table partitioned by ``day(ts)`` (its rows' instants anywhere in
+their day; the live-file lags below are then in days); ``--commits`` keeps its first commits; ``--variant K`` draws its commits from
 another seed (``benchmarks.trace_family.variant``). ``python -m benchmarks.policy_sim
 --member m00 --commits N`` simulates the same commits.
 
@@ -41,7 +42,8 @@ Figures, for each run, from the table's own metadata and (service) ``ao_actions`
 
 - live data files after each writer commit: the data files of the snapshot the writer just committed,
   counted exactly from its manifests (cached by manifest path); mean and max over the writer's commits,
-  and the mean by the hour's lag behind the newest hour the writer has written (0 to 4 or more).
+  and the mean by the partition's lag behind the newest one the writer has written (0 to 4 or more hours;
+  days for a daily member).
   The snapshot summary's ``total-data-files`` is compared with that count (a mismatch is reported);
 - maintenance commits: snapshots carrying ``autooptimize.action-id`` (baseline: ``benchmark.baseline-
   rewrite``), "during ingest" when their sequence number is below the writer's last commit's, else "after";
@@ -107,6 +109,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, ManifestContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.transforms import DayTransform
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
@@ -122,9 +125,9 @@ from benchmarks.trace import (
     TraceShape,
     commit_rows,
     family_trace,
-    hour_label,
     make_trace,
-    parse_hour_label,
+    parse_part_label,
+    part_label,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -143,7 +146,8 @@ log = logging.getLogger("benchmarks.streaming")
 #: the service's settle wait (the benchmark runs it with its default): settled partitions are judged again
 #: this long after their last write on purpose, so it is not detection latency
 SETTLE_SECONDS = DEFAULT_SETTLE_SECONDS
-#: live files are also counted by the hour's lag behind the writer's newest hour: 0, 1, …, LAGS_SHOWN-1 or more
+#: live files are also counted by the partition's lag behind the writer's newest partition (hours, or days for a
+#: daily member): 0, 1, …, LAGS_SHOWN-1 or more
 LAGS_SHOWN = 5
 
 
@@ -165,23 +169,23 @@ class LiveCounter:
     """Exact live data / delete files of a snapshot; manifests are immutable, so each is read once."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, Counter[int]] = {}  # manifest → its live entries by partition hour
-        self.by_hour: Counter[int] = Counter()  # the data files of the snapshot counted last, by hour
+        self._cache: dict[str, Counter[int]] = {}  # manifest → its live entries by partition value
+        self.by_part: Counter[int] = Counter()  # the data files of the snapshot counted last, by partition
 
     def count(self, table: Table, snapshot: Snapshot) -> tuple[int, int]:
         data = deletes = 0
-        self.by_hour = Counter()
+        self.by_part = Counter()
         for manifest in snapshot.manifests(table.io):
-            hours = self._cache.get(manifest.manifest_path)
-            if hours is None:
-                hours = Counter(e.data_file.partition[0]
+            parts = self._cache.get(manifest.manifest_path)
+            if parts is None:
+                parts = Counter(e.data_file.partition[0]
                                 for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
-                self._cache[manifest.manifest_path] = hours
+                self._cache[manifest.manifest_path] = parts
             if manifest.content == ManifestContent.DATA:
-                data += hours.total()
-                self.by_hour.update(hours)
+                data += parts.total()
+                self.by_part.update(parts)
             else:
-                deletes += hours.total()
+                deletes += parts.total()
         return data, deletes
 
 
@@ -242,14 +246,14 @@ class CommitRecord:
     snapshot_id: int
     sequence_number: int
     committed_ms: int
-    hours: tuple[int, ...]
+    parts: tuple[int, ...]  # the partition values written (hours, or days for a daily member)
     files_added: int
     bytes_added: int
     rows: int
     live_files: int
     live_delete_files: int
     summary_live_files: int | None
-    #: live data files by the hour's lag behind the newest hour the writer has written (LAGS_SHOWN-1: that or more)
+    #: live data files by the partition's lag behind the newest one the writer has written (LAGS_SHOWN-1: that or more)
     live_by_lag: tuple[int, ...]
     seconds: float
     retries: int
@@ -277,7 +281,7 @@ def write_trace(catalog: Catalog, ident: str, shape: TraceShape, trace: Sequence
     pyiceberg_log.addHandler(retries)
     propagate, pyiceberg_log.propagate = pyiceberg_log.propagate, False
     records: list[CommitRecord] = []
-    newest_hour: int | None = None
+    newest: int | None = None
     started = time.monotonic()
     try:
         for k, commit in enumerate(trace):
@@ -304,15 +308,15 @@ def write_trace(catalog: Catalog, ident: str, shape: TraceShape, trace: Sequence
             summary = snapshot.summary
             assert summary is not None
             data_files, delete_files = counter.count(table, snapshot)
-            newest_hour = max(commit.hours) if newest_hour is None else max(newest_hour, *commit.hours)
+            newest = max(commit.parts) if newest is None else max(newest, *commit.parts)
             lags = [0] * LAGS_SHOWN
-            for hour, n in counter.by_hour.items():
-                lags[min(LAGS_SHOWN - 1, max(0, newest_hour - hour))] += n
+            for part, n in counter.by_part.items():
+                lags[min(LAGS_SHOWN - 1, max(0, newest - part))] += n
             total = summary.get("total-data-files")
             records.append(CommitRecord(
                 index=commit.index, snapshot_id=snapshot.snapshot_id,
                 sequence_number=snapshot.sequence_number or 0, committed_ms=snapshot.timestamp_ms,
-                hours=commit.hours, files_added=int(summary.get("added-data-files") or 0),
+                parts=commit.parts, files_added=int(summary.get("added-data-files") or 0),
                 bytes_added=int(summary.get("added-files-size") or 0), rows=commit.rows,
                 live_files=data_files, live_delete_files=delete_files, live_by_lag=tuple(lags),
                 summary_live_files=int(total) if total is not None else None, seconds=seconds,
@@ -346,7 +350,7 @@ class RunFigures:
     writer_failures: int = 0
     live_files_mean: float | None = None
     live_files_max: int | None = None
-    #: mean live data files after a writer commit by the hour's lag behind the writer's newest hour (last: ≥)
+    #: mean live data files after a writer commit by the partition's lag behind the writer's newest one (last: ≥)
     live_files_by_lag: list[float] = field(default_factory=list)
     live_files_end: int | None = None
     end_excess_mse_mib2: float | None = None  # Σ over partitions of (SSE − SSE of the best layout) / files
@@ -713,21 +717,22 @@ def wait_quiet(engine: Engine, service: Service, quiet: float, timeout: float) -
         time.sleep(1.0)
 
 
-def action_hour(key: Any, values: Any) -> int | None:
-    """The hour (hours since the epoch) an action's partition stands for, from whichever form it is in."""
+def action_part(key: Any, values: Any) -> int | None:
+    """The partition value (hours, or days, since the epoch) an action's partition stands for, from whichever
+    form it is in."""
     candidates: list[Any] = list(values.values()) if isinstance(values, dict) else []
     if key:
         with contextlib.suppress(ValueError, TypeError):
             decoded = json.loads(key)
             candidates += decoded if isinstance(decoded, list) else [decoded]
-        candidates += re.findall(r"\d{4}-\d{2}-\d{2}-\d{2}", str(key))
+        candidates += re.findall(r"\d{4}-\d{2}-\d{2}(?:-\d{2})?", str(key))
         candidates += re.findall(r"=(-?\d+)(?:$|/)", str(key))
     for value in candidates:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, str):
             with contextlib.suppress(ValueError):
-                return parse_hour_label(value)
+                return parse_part_label(value)
             with contextlib.suppress(ValueError):
                 return int(value)
     return None
@@ -773,10 +778,10 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
     for r in rows:
         if r.get("trigger") != "event":
             continue
-        hour = action_hour(r.get("partition_key"), r.get("partition_values"))
+        part = action_part(r.get("partition_key"), r.get("partition_values"))
         created = float(r["created_epoch"])
-        touching = [c.committed_ms / 1000 for c in records if hour in c.hours and c.committed_ms / 1000 < created]
-        if hour is None or not touching:
+        touching = [c.committed_ms / 1000 for c in records if part in c.parts and c.committed_ms / 1000 < created]
+        if part is None or not touching:
             fig.latency_unmatched += 1
             continue
         latencies.append(created - max(touching))
@@ -814,19 +819,20 @@ def action_figures(fig: RunFigures, engine: Engine, records: list[CommitRecord])
     return rows
 
 
-def create_table(catalog: Catalog, ident: str) -> Table:
-    from benchmarks.trace import SCHEMA, SPEC
+def create_table(catalog: Catalog, ident: str, grain: str = "hour") -> Table:
+    """The trace's table, partitioned by ``hour(ts)`` or (``grain`` "day") ``day(ts)``."""
+    from benchmarks.trace import GRAINS, SCHEMA
 
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(ident.split(".")[0])
-    return catalog.create_table(ident, schema=SCHEMA, partition_spec=SPEC)
+    return catalog.create_table(ident, schema=SCHEMA, partition_spec=GRAINS[grain][0])
 
 
 def run_service(args: argparse.Namespace, settings: Settings, engine: Engine, catalog: Catalog, shape: TraceShape,
                 trace: list[Commit], expected: Digest) -> tuple[RunFigures, dict[str, Any]]:
     fig = RunFigures("service")
     extra: dict[str, Any] = {}
-    create_table(catalog, SERVICE_TABLE)
+    create_table(catalog, SERVICE_TABLE, args.grain)
     service = Service(settings, args)
     say(f"service: starting `autooptimize up --no-flower` (logs in {settings.home / 'logs'})")
     service.start()
@@ -897,7 +903,9 @@ def baseline_compact(table: Table, target: int, rule: str, run_no: int) -> tuple
     removed: list[DataFile] = []
     added: list[DataFile] = []
     written: list[str] = []
-    for (spec_id, hour), files in sorted(by_partition.items(), key=lambda kv: kv[0][1]):
+    spec_field = table.spec().fields[0]
+    span = 24 if isinstance(spec_field.transform, DayTransform) else 1
+    for (spec_id, part), files in sorted(by_partition.items(), key=lambda kv: kv[0][1]):
         if sum(1 for f in files if f.file_size_in_bytes < 0.75 * target) < 2:
             continue
         if rule == "all":
@@ -907,7 +915,7 @@ def baseline_compact(table: Table, target: int, rule: str, run_no: int) -> tuple
             plan = plan_iceberg_bin_pack([PlanFile(str(f.file_path), f.file_size_in_bytes, f.record_count)
                                           for f in files], target, min_input_files=2)
             groups = [([by_path[p.path] for p in g.files], g.files_out) for g in plan.groups]
-        directory = f"{table.location()}/data/ts_hour={hour_label(hour)}"
+        directory = f"{table.location()}/data/{spec_field.name}={part_label(part, span)}"
         os.makedirs(local_path(directory), exist_ok=True)
         for inputs, outputs in groups:
             data = pa.concat_tables([pq.read_table(local_path(str(f.file_path))).select(arrow.names).cast(arrow)
@@ -937,7 +945,7 @@ def baseline_compact(table: Table, target: int, rule: str, run_no: int) -> tuple
 def run_baseline(args: argparse.Namespace, catalog: Catalog, shape: TraceShape, trace: list[Commit],
                  expected: Digest) -> RunFigures:
     fig = RunFigures("baseline")
-    create_table(catalog, BASELINE_TABLE)
+    create_table(catalog, BASELINE_TABLE, args.grain)
     failures: list[str] = []
 
     def compact(k: int, table: Table) -> None:
@@ -982,7 +990,7 @@ def report(result: dict[str, Any]) -> str:
     t = result["trace"]
     lines = [
         f"trace: {t['commits']} commits at {t['rate']}/s, seed {t['seed']}; {t['files']} files (one per touched "
-        f"partition), {t['rows']:,} rows, {t['drawn_mb']:.1f} MB drawn; {t['partitions']} hour partitions, one "
+        f"partition), {t['rows']:,} rows, {t['drawn_mb']:.1f} MB drawn; {t['partitions']} {t.get('grain', 'hour')} partitions, one "
         f"simulated hour per {t['commits_per_hour']} commits, late data up to 3 h back; drawn file sizes p50 "
         f"{t['size_p50_kb']:.0f} KB, p95 {t['size_p95_kb']:.0f} KB, max {t['size_max_kb']:.0f} KB",
         f"target file size {result['target_size'] / MiB:g} MiB for both (service: AO_DEFAULT_TARGET_FILE_SIZE="
@@ -1007,7 +1015,8 @@ def report(result: dict[str, Any]) -> str:
     row("live data files after a commit: mean", "live_files_mean", goal="service ≤ baseline")
     row("live data files after a commit: max", "live_files_max")
     lags = [" ".join(f"{x:.1f}" for x in d.get("live_files_by_lag") or ()) or "-" for d in (s, b) if d]
-    label = f"  by the hour's lag, 0 … {LAGS_SHOWN - 1}+ h behind"
+    unit = "d" if result["trace"].get("grain") == "day" else "h"
+    label = f"  by the partition's lag, 0 … {LAGS_SHOWN - 1}+ {unit} behind"
     lines.append(f"{label:36}" + "".join(f"{x:>21}" for x in lags))
     row("live data files at the end", "live_files_end")
     row("excess MSE at the end (MiB²)", "end_excess_mse_mib2")
@@ -1072,12 +1081,13 @@ def report(result: dict[str, Any]) -> str:
 # --- main ------------------------------------------------------------------------------------------------
 
 
-def trace_summary(shape: TraceShape, trace: list[Commit], rate: float) -> dict[str, Any]:
+def trace_summary(shape: TraceShape, trace: list[Commit], rate: float, grain: str = "hour") -> dict[str, Any]:
     sizes = [f.drawn_bytes for c in trace for f in c.files]
     return {
         "commits": len(trace), "rate": rate, "seed": shape.seed, "commits_per_hour": shape.commits_per_hour,
+        "grain": grain,
         "files": len(sizes), "rows": sum(c.rows for c in trace), "drawn_mb": sum(sizes) / 1e6,
-        "partitions": len({h for c in trace for h in c.hours}),
+        "partitions": len({p for c in trace for p in c.parts}),
         "size_p50_kb": (pct(sizes, 0.5) or 0) / 1e3, "size_p95_kb": (pct(sizes, 0.95) or 0) / 1e3,
         "size_max_kb": max(sizes) / 1e3,
     }
@@ -1114,7 +1124,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         default_target_file_size=args.target_size, auto_track=SERVICE_TABLE)
     engine: Engine | None = None
     catalog: Catalog | None = None
-    result: dict[str, Any] = {"trace": trace_summary(shape, trace, args.rate), "target_size": args.target_size,
+    result: dict[str, Any] = {"trace": trace_summary(shape, trace, args.rate, args.grain), "target_size": args.target_size,
                               "member": args.family_member.name if args.family_member else None,
                               "compact_every": args.compact_every, "baseline_rule": args.baseline_rule}
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
@@ -1207,13 +1217,15 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m benchma
     parser.add_argument("--keep-home", action="store_true",
                         help="keep the temporary AO_HOME (logs, warehouse) and the run's database")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
-    parser.add_argument("--member", help="replay an hourly member of benchmarks.trace_family instead (its rate and "
-                                         "target; --commits keeps its first commits only)")
+    parser.add_argument("--member", help="replay a member of benchmarks.trace_family instead (its rate and target; "
+                                         "a daily member into a day(ts) table; --commits keeps its first commits "
+                                         "only)")
     parser.add_argument("--variant", type=int, default=0,
                         help="with --member: its commits drawn from another seed (benchmarks.trace_family.variant; "
                              "0: the member itself)")
     args = parser.parse_args(argv)
     args.family_member = None
+    args.grain = "hour"
     if args.member:
         from benchmarks.trace_family import HOUR_SECONDS, member, variant
 
@@ -1222,6 +1234,7 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m benchma
         except ValueError as e:
             parser.error(f"--member/--variant: {e}")
         args.rate = args.family_member.rate
+        args.grain = args.family_member.grain
         args.target_size = str(args.family_member.target)
         args.commits_per_hour = max(1, round(HOUR_SECONDS * args.rate))
         if "--commits" not in (argv if argv is not None else sys.argv):

@@ -1,4 +1,4 @@
-"""A seeded streaming-ingest trace for an ``hour(ts)``-partitioned table, and a content digest.
+"""A seeded streaming-ingest trace for an ``hour(ts)``- (or ``day(ts)``-) partitioned table, and a content digest.
 
 The trace is pure data: which simulated hours each commit touches and how many rows go to each (one
 file per touched partition, as a streaming writer flushes). The rows themselves are made from
@@ -14,7 +14,10 @@ Shape (``make_trace``):
 - a file's rows are its drawn size divided by the measured compressed bytes per row (zstd Parquet, as
   pyiceberg writes it), so files land near the drawn sizes.
 
-Rows: ``id`` (unique over the whole trace), ``ts`` (a random instant inside the file's hour) and
+A daily member of ``benchmarks.trace_family`` (:func:`family_trace`) goes into a ``day(ts)`` table
+(:data:`DAY_SPEC`): a file's partition value is then a day, and its rows' instants fall anywhere in it.
+
+Rows: ``id`` (unique over the whole trace), ``ts`` (a random instant inside the file's partition) and
 ``payload`` (random hex, so files do not compress away). ``Digest`` folds rows into count, sum of ids,
 and the sum and xor of a 64-bit blake2b of ``(id, ts, payload)``: equal digests mean the same multiset
 of rows with overwhelming probability, and duplicates or losses always change count or sums.
@@ -34,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.transforms import HourTransform
+from pyiceberg.transforms import DayTransform, HourTransform
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
 SCHEMA = Schema(
@@ -43,6 +46,9 @@ SCHEMA = Schema(
     NestedField(3, "payload", StringType(), required=False),
 )
 SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=HourTransform(), name="ts_hour"))
+DAY_SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=DayTransform(), name="ts_day"))
+#: a partition grain's spec and the hours one of its partition values spans
+GRAINS = {"hour": (SPEC, 1), "day": (DAY_SPEC, 24)}
 ARROW = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
     pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
@@ -56,21 +62,30 @@ HOUR_US = 3600 * 1_000_000
 MASK64 = (1 << 64) - 1
 
 
-def hour_label(hour: int) -> str:
-    """Iceberg's human form of an hour partition value (hours since the epoch): ``2026-03-02-05``."""
-    return (EPOCH + dt.timedelta(hours=hour)).strftime("%Y-%m-%d-%H")
+def part_label(part: int, span_hours: int = 1) -> str:
+    """Iceberg's human form of an hour partition value (hours since the epoch), ``2026-03-02-05``, or with
+    ``span_hours`` 24 of a day one (days since the epoch), ``2026-03-02``."""
+    when = EPOCH + dt.timedelta(hours=part * span_hours)
+    return when.strftime("%Y-%m-%d-%H" if span_hours == 1 else "%Y-%m-%d")
 
 
-def parse_hour_label(text: str) -> int:
-    when = dt.datetime.strptime(text, "%Y-%m-%d-%H").replace(tzinfo=dt.UTC)
-    return int((when - EPOCH).total_seconds()) // 3600
+def parse_part_label(text: str) -> int:
+    """The partition value of an hour label (hours since the epoch) or a day label (days since it)."""
+    for form, span in (("%Y-%m-%d-%H", 3600), ("%Y-%m-%d", 86400)):
+        try:
+            when = dt.datetime.strptime(text, form).replace(tzinfo=dt.UTC)
+        except ValueError:
+            continue
+        return int((when - EPOCH).total_seconds()) // span
+    raise ValueError(f"not an hour (YYYY-MM-DD-HH) or day (YYYY-MM-DD) partition label: {text!r}")
 
 
 @dataclass(frozen=True)
 class FileSpec:
-    hour: int  # partition value: hours since the epoch
+    part: int  # partition value: hours since the epoch (days, when span_hours is 24)
     rows: int
     drawn_bytes: int  # the size the trace aimed at
+    span_hours: int = 1  # hours one partition value spans: 1 for hour(ts), 24 for day(ts)
 
 
 @dataclass(frozen=True)
@@ -84,8 +99,9 @@ class Commit:
         return sum(f.rows for f in self.files)
 
     @property
-    def hours(self) -> tuple[int, ...]:
-        return tuple(f.hour for f in self.files)
+    def parts(self) -> tuple[int, ...]:
+        """The partition values the commit writes to (hours or days since the epoch)."""
+        return tuple(f.part for f in self.files)
 
 
 @dataclass(frozen=True)
@@ -141,7 +157,8 @@ def rows_for(seed: int, index: int, files: list[FileSpec] | tuple[FileSpec, ...]
     ts = np.empty(n, dtype=np.int64)
     at = 0
     for f in files:
-        ts[at:at + f.rows] = f.hour * HOUR_US + rng.integers(0, HOUR_US, size=f.rows, dtype=np.int64)
+        span = f.span_hours * HOUR_US
+        ts[at:at + f.rows] = f.part * span + rng.integers(0, span, size=f.rows, dtype=np.int64)
         at += f.rows
     blob = rng.bytes(n * PAYLOAD_BYTES).hex()
     width = 2 * PAYLOAD_BYTES
@@ -194,18 +211,22 @@ class Digest:
 
 
 def family_trace(member: object, seed: int = 7, commits: int | None = None) -> list[Commit]:
-    """An hourly member of :data:`benchmarks.trace_family.FAMILY` as commits of this module's table: each
-    family file becomes a file of ``round(bytes / bytes per row)`` rows in hour ``BASE_HOUR + partition``
-    (the first ``commits`` commits only, when given). Rows are made by :func:`rows_for` from ``seed``."""
+    """A member of :data:`benchmarks.trace_family.FAMILY` as commits of this module's table (``hour(ts)``
+    for an hourly member, ``day(ts)`` for a daily one: :data:`GRAINS`): each family file becomes a file of
+    ``round(bytes / bytes per row)`` rows in partition ``BASE_HOUR + partition`` (a daily member's:
+    ``BASE_HOUR // 24 + partition``), the first ``commits`` commits only, when given. Rows are made by
+    :func:`rows_for` from ``seed``."""
     from benchmarks.trace_family import Member, make_commits
 
-    if not isinstance(member, Member) or member.grain != "hour":
-        raise ValueError(f"only an hourly family member replays into the hour(ts) table, got {member!r}")
+    if not isinstance(member, Member):
+        raise ValueError(f"not a member of benchmarks.trace_family: {member!r}")
+    span = GRAINS[member.grain][1]
+    base = BASE_HOUR // span
     per_row = bytes_per_row(seed)
     out: list[Commit] = []
     next_id = 1_000_000
     for i, c in enumerate(make_commits(member)[:commits]):
-        files = tuple(FileSpec(BASE_HOUR + part, max(1, round(size / per_row)), size) for part, size in c.files)
+        files = tuple(FileSpec(base + part, max(1, round(size / per_row)), size, span) for part, size in c.files)
         commit = Commit(i, next_id, files)
         next_id += commit.rows
         out.append(commit)

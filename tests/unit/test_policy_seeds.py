@@ -69,3 +69,38 @@ def test_the_live_benchmark_takes_a_variant_of_an_hourly_member(capsys):
     with pytest.raises(SystemExit) as e:
         streaming.parse_args(["--member", "m00", "--variant", "-1"])
     assert e.value.code == 2 and "--member/--variant" in capsys.readouterr().err
+
+
+def test_the_live_benchmark_replays_a_daily_member_into_a_day_table():
+    import pyarrow.compute as pc
+
+    from benchmarks import streaming
+    from benchmarks.trace import BASE_HOUR, DAY_SPEC, GRAINS, parse_part_label, part_label, rows_for
+
+    args = streaming.parse_args(["--member", "m09", "--commits", "40"])
+    assert args.grain == "day" and args.family_member == member("m09")
+    assert streaming.parse_args(["--member", "m01"]).grain == "hour"
+    assert streaming.parse_args([]).grain == "hour"
+    trace = streaming.family_trace(args.family_member, args.seed, 40)
+    day = BASE_HOUR // 24
+    # 40 commits at 0.5/s are 80 s of a 24-minute day: every file lands in the first day
+    assert len(trace) == 40 and {f.part for c in trace for f in c.files} == {day}
+    assert all(f.span_hours == 24 for c in trace for f in c.files)
+    # the bytes drawn are the family's own, file for file
+    assert [sum(f.drawn_bytes for f in c.files) for c in trace] == [
+        sum(b for _, b in c.files) for c in make_commits(member("m09"))[:40]]
+    rows = rows_for(args.seed, 0, trace[0].files, trace[0].first_id)
+    ts = pc.cast(rows.column("ts"), "int64").to_pylist()
+    start = day * 24 * 3600 * 1_000_000
+    assert all(start <= t < start + 24 * 3600 * 1_000_000 for t in ts)
+    assert max(ts) - min(ts) > 3600 * 1_000_000  # spread over the day, not one hour of it
+    assert GRAINS["day"][0] == DAY_SPEC
+    assert part_label(day, 24) == "2026-03-02" and parse_part_label("2026-03-02") == day
+    assert part_label(BASE_HOUR + 5) == "2026-03-02-05" and parse_part_label("2026-03-02-05") == BASE_HOUR + 5
+    with pytest.raises(ValueError, match="partition label"):
+        parse_part_label("2026-03")
+    # an action's partition, in each form the service records it
+    assert streaming.action_part(f"[{day}]", None) == day
+    assert streaming.action_part("ts_day=2026-03-02", None) == day
+    assert streaming.action_part(None, {"ts_day": day}) == day
+    assert streaming.action_part("ts_hour=2026-03-02-05", None) == BASE_HOUR + 5
