@@ -172,31 +172,44 @@ def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, 
             f"it lands, too few of them recorded their start)") in shown.stdout, shown.stdout
 
 
-def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings, catalog):
+def _one_written_partition(settings, catalog, name: str):
+    """A tracked table of 12 commits into one day: its id, writes as ``table_writes`` gives them, the
+    partition's key and the time of its last write; and a function that records one succeeded merge of it."""
     import uuid
-    from datetime import UTC, datetime, timedelta
+    from datetime import UTC, datetime
 
-    from autooptimize.domain.policy import PolicyTuning
-    from autooptimize.domain.simulate import LATENCY_SECONDS
     from autooptimize.services.autotune import table_writes
-    from autooptimize.services.learned_timings import ASSUMED_RUN_SECONDS, learn_timings
     from autooptimize.storage.models import Action
 
-    table = make_table(catalog, {DAY1: 12}, rows=20, name="prompted")
+    table = make_table(catalog, {DAY1: 12}, rows=20, name=name)
     table_id = tracking.ensure_tracked(settings, identifier(table))
     writes, start_ms = table_writes(table)
     (spec_id, key), _ = writes[-1].files[0]
+
+    def merge(session, created, started, finished) -> None:
+        session.add(Action(id=str(uuid.uuid4()), table_id=table_id, kind="merge", trigger="event",
+                           priority_class="interactive", state="succeeded", spec_id=spec_id, partition_key=key,
+                           created_at=created, started_at=started, finished_at=finished))
+
     last_write = datetime.fromtimestamp(start_ms / 1000 + writes[-1].at, UTC)
+    return table_id, (writes, start_ms), last_write, merge
+
+
+def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings, catalog):
+    from datetime import timedelta
+
+    from autooptimize.domain.policy import PolicyTuning
+    from autooptimize.domain.simulate import LATENCY_SECONDS
+    from autooptimize.services.learned_timings import ASSUMED_RUN_SECONDS, learn_timings
+
+    table_id, (writes, start_ms), last_write, merge = _one_written_partition(settings, catalog, "prompted")
     tuning = PolicyTuning(1 << 20, settle_seconds=3.0)
     with session_scope(settings) as session:
         for i in range(11):
             # six merges created 0.3 s after the partition's last write (the listener noticed it, decide ran),
             # five by a timer 10 s after it; each started 0.1 s and committed 0.5 s after its creation
             created = last_write + timedelta(seconds=0.3 if i < 6 else 10.0)
-            session.add(Action(id=str(uuid.uuid4()), table_id=table_id, kind="merge", trigger="event",
-                               priority_class="interactive", state="succeeded", spec_id=spec_id, partition_key=key,
-                               created_at=created, started_at=created + timedelta(seconds=0.1),
-                               finished_at=created + timedelta(seconds=0.5)))
+            merge(session, created, created + timedelta(seconds=0.1), created + timedelta(seconds=0.5))
             if i == 8:  # nine merges so far
                 few = learn_timings(session, table_id, (writes, start_ms), tuning)
         with_writes = learn_timings(session, table_id, (writes, start_ms), tuning)
@@ -210,28 +223,19 @@ def test_a_merge_prompted_by_a_write_counts_its_latency_from_that_write(settings
 
 
 def test_merges_that_did_not_record_their_start_plan_the_assumed_run_time_before_they_land(settings, catalog):
-    import uuid
-    from datetime import UTC, datetime, timedelta
+    from datetime import timedelta
 
     from autooptimize.domain.policy import PolicyTuning
-    from autooptimize.services.autotune import table_writes
     from autooptimize.services.learned_timings import ASSUMED_RUN_SECONDS, MIN_LATENCY_ACTIONS, learn_timings
-    from autooptimize.storage.models import Action
 
-    table = make_table(catalog, {DAY1: 12}, rows=20, name="unstarted")
-    table_id = tracking.ensure_tracked(settings, identifier(table))
-    writes, start_ms = table_writes(table)
-    (spec_id, key), _ = writes[-1].files[0]
-    last_write = datetime.fromtimestamp(start_ms / 1000 + writes[-1].at, UTC)
+    table_id, (writes, start_ms), last_write, merge = _one_written_partition(settings, catalog, "unstarted")
     with session_scope(settings) as session:
         for i in range(MIN_LATENCY_ACTIONS + 2):
             # created 0.3 s after the partition's last write, committed 0.9 s after that; only the first
             # MIN_LATENCY_ACTIONS - 1 recorded their start
             created = last_write + timedelta(seconds=0.3)
             started = created + timedelta(seconds=0.2) if i < MIN_LATENCY_ACTIONS - 1 else None
-            session.add(Action(id=str(uuid.uuid4()), table_id=table_id, kind="merge", trigger="event",
-                               priority_class="interactive", state="succeeded", spec_id=spec_id, partition_key=key,
-                               created_at=created, started_at=started, finished_at=created + timedelta(seconds=0.9)))
+            merge(session, created, started, created + timedelta(seconds=0.9))
         learned = learn_timings(session, table_id, (writes, start_ms), PolicyTuning(1 << 20, settle_seconds=3.0))
     # the latency is learned (1.2 s from the write); too few starts to learn the start delay from, so each
     # merge plans the assumed run time before it lands, as a table's first merges do; never as it lands
