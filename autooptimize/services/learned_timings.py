@@ -62,8 +62,8 @@ class LearnedTimings:
 
 
 #: Seconds a merge runs from its start to its commit: 0.28 s p50 through the Spark Connect server in the DoD 2
-#: live test, 0.18–0.2 s in benchmarks.streaming's service (session 37; 0.4 until then, from older runs of
-#: 0.3–0.6 s; docs/policy.md). Until a table's merges show when they start, a merge is taken to start, and
+#: live test, 0.18–0.2 s in benchmarks.streaming's service (measured in session 37; 0.4 until session 38, from
+#: older runs of 0.3–0.6 s; docs/policy.md). Until a table's merges show when they start, a merge is taken to start, and
 #: plan, this long before it lands: the service plans a merge when it starts, and a replay that planned each
 #: as it landed predicted 14.7 mean live files where the DoD 2 live test kept 17.2 (its own timings
 #: replayed: 16.7; session 36).
