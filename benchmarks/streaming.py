@@ -109,7 +109,6 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, ManifestContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
-from pyiceberg.transforms import DayTransform
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
@@ -127,7 +126,6 @@ from benchmarks.trace import (
     family_trace,
     make_trace,
     parse_part_label,
-    part_label,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -893,6 +891,7 @@ def baseline_compact(table: Table, target: int, rule: str, run_no: int) -> tuple
     from autooptimize.arrow.writers import dictionary_columns
     from autooptimize.domain.planning import PlanFile, plan_iceberg_bin_pack
     from autooptimize.iceberg.commit import commit_replace, data_file_from_footer
+    from autooptimize.iceberg.files import partition_path
 
     started = time.monotonic()
     table.refresh()
@@ -903,9 +902,7 @@ def baseline_compact(table: Table, target: int, rule: str, run_no: int) -> tuple
     removed: list[DataFile] = []
     added: list[DataFile] = []
     written: list[str] = []
-    spec_field = table.spec().fields[0]
-    span = 24 if isinstance(spec_field.transform, DayTransform) else 1
-    for (spec_id, part), files in sorted(by_partition.items(), key=lambda kv: kv[0][1]):
+    for (spec_id, _), files in sorted(by_partition.items(), key=lambda kv: kv[0][1]):
         if sum(1 for f in files if f.file_size_in_bytes < 0.75 * target) < 2:
             continue
         if rule == "all":
@@ -915,7 +912,8 @@ def baseline_compact(table: Table, target: int, rule: str, run_no: int) -> tuple
             plan = plan_iceberg_bin_pack([PlanFile(str(f.file_path), f.file_size_in_bytes, f.record_count)
                                           for f in files], target, min_input_files=2)
             groups = [([by_path[p.path] for p in g.files], g.files_out) for g in plan.groups]
-        directory = f"{table.location()}/data/{spec_field.name}={part_label(part, span)}"
+        # Iceberg's own partition path (ts_hour=2026-03-02-05, ts_day=2026-03-02)
+        directory = f"{table.location()}/data/{partition_path(table.specs()[spec_id], table.schema(), files[0].partition)}"
         os.makedirs(local_path(directory), exist_ok=True)
         for inputs, outputs in groups:
             data = pa.concat_tables([pq.read_table(local_path(str(f.file_path))).select(arrow.names).cast(arrow)
@@ -1015,7 +1013,7 @@ def report(result: dict[str, Any]) -> str:
     row("live data files after a commit: mean", "live_files_mean", goal="service ≤ baseline")
     row("live data files after a commit: max", "live_files_max")
     lags = [" ".join(f"{x:.1f}" for x in d.get("live_files_by_lag") or ()) or "-" for d in (s, b) if d]
-    unit = "d" if result["trace"].get("grain") == "day" else "h"
+    unit = "d" if t.get("grain") == "day" else "h"
     label = f"  by the partition's lag, 0 … {LAGS_SHOWN - 1}+ {unit} behind"
     lines.append(f"{label:36}" + "".join(f"{x:>21}" for x in lags))
     row("live data files at the end", "live_files_end")

@@ -62,13 +62,6 @@ HOUR_US = 3600 * 1_000_000
 MASK64 = (1 << 64) - 1
 
 
-def part_label(part: int, span_hours: int = 1) -> str:
-    """Iceberg's human form of an hour partition value (hours since the epoch), ``2026-03-02-05``, or with
-    ``span_hours`` 24 of a day one (days since the epoch), ``2026-03-02``."""
-    when = EPOCH + dt.timedelta(hours=part * span_hours)
-    return when.strftime("%Y-%m-%d-%H" if span_hours == 1 else "%Y-%m-%d")
-
-
 def parse_part_label(text: str) -> int:
     """The partition value of an hour label (hours since the epoch) or a day label (days since it)."""
     for form, span in (("%Y-%m-%d-%H", 3600), ("%Y-%m-%d", 86400)):

@@ -73,9 +73,10 @@ def test_the_live_benchmark_takes_a_variant_of_an_hourly_member(capsys):
 
 def test_the_live_benchmark_replays_a_daily_member_into_a_day_table():
     import pyarrow.compute as pc
+    from pyiceberg.typedef import Record
 
     from benchmarks import streaming
-    from benchmarks.trace import BASE_HOUR, DAY_SPEC, GRAINS, parse_part_label, part_label, rows_for
+    from benchmarks.trace import BASE_HOUR, DAY_SPEC, GRAINS, SCHEMA, SPEC, parse_part_label, rows_for
 
     args = streaming.parse_args(["--member", "m09", "--commits", "40"])
     assert args.grain == "day" and args.family_member == member("m09")
@@ -95,8 +96,10 @@ def test_the_live_benchmark_replays_a_daily_member_into_a_day_table():
     assert all(start <= t < start + 24 * 3600 * 1_000_000 for t in ts)
     assert max(ts) - min(ts) > 3600 * 1_000_000  # spread over the day, not one hour of it
     assert GRAINS["day"][0] == DAY_SPEC
-    assert part_label(day, 24) == "2026-03-02" and parse_part_label("2026-03-02") == day
-    assert part_label(BASE_HOUR + 5) == "2026-03-02-05" and parse_part_label("2026-03-02-05") == BASE_HOUR + 5
+    # the labels Iceberg gives these partitions (the bin-pack's directories) parse back to their values
+    assert DAY_SPEC.partition_to_path(Record(day), SCHEMA) == "ts_day=2026-03-02" and parse_part_label("2026-03-02") == day
+    assert (SPEC.partition_to_path(Record(BASE_HOUR + 5), SCHEMA) == "ts_hour=2026-03-02-05"
+            and parse_part_label("2026-03-02-05") == BASE_HOUR + 5)
     with pytest.raises(ValueError, match="partition label"):
         parse_part_label("2026-03")
     # an action's partition, in each form the service records it
