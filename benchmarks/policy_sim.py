@@ -97,10 +97,12 @@ def floor_ratio(writes: Sequence[Write], target: int, base: Figures) -> float:
 
 def compare(name: str, writes: Sequence[Write], tuning: PolicyTuning, every: int,
             ours: Figures | None = None, latency: float = LATENCY_SECONDS,
-            start_delay: float | None = None, timer_lag: float = 0.0, clock: bool = False) -> dict[str, Any]:
-    base = simulate_baseline(writes, tuning.target, every)
+            start_delay: float | None = None, timer_lag: float = 0.0, clock: bool = False,
+            output_ratio: float = 1.0, file_overhead: int | None = None) -> dict[str, Any]:
+    base = simulate_baseline(writes, tuning.target, every, output_ratio, file_overhead)
     if ours is None:
-        replay = {"start_delay": start_delay, "timer_lag": timer_lag}
+        replay = {"start_delay": start_delay, "timer_lag": timer_lag, "output_ratio": output_ratio,
+                  "file_overhead": file_overhead}
         ours = (simulate_on_clock(writes, tuning, latency, **replay) if clock
                 else simulate_policy(writes, tuning, latency, **replay))
     b, p = base.as_dict(), ours.as_dict()
@@ -172,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"judge timers on the service listener's passes ({LISTENER_PASS_SECONDS:g} s apart; a "
                          "partition just left alone waits the settle time), the mean over the clock's phases, "
                          "as AutoAnalyze predicts")
+    ap.add_argument("--output-ratio", type=float, default=1.0,
+                    help="what a merge writes per byte it reads (default 1: the same; the service's merges of "
+                         "benchmarks.streaming write 0.98-0.99, as AutoAnalyze fits it); both runs")
+    ap.add_argument("--file-overhead", type=int,
+                    help="with --output-ratio: bytes a merge's output weighs less per file it removes (a Parquet "
+                         "footer; about 50000 in benchmarks.streaming)")
     ap.add_argument("--suggest", action="store_true", help="also the tuning suggested per member (AutoAnalyze)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -183,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--start-delay must be seconds within [0, --latency ({args.latency:g})], got {args.start_delay}")
     if not args.timer_lag >= 0:
         ap.error(f"--timer-lag must be seconds ≥ 0, got {args.timer_lag}")
+    if not 0.5 <= args.output_ratio <= 1.5:
+        ap.error(f"--output-ratio must be within [0.5, 1.5], got {args.output_ratio}")
+    if args.file_overhead is not None and args.file_overhead < 0:
+        ap.error(f"--file-overhead must be bytes ≥ 0, got {args.file_overhead}")
     if args.trace == "family":
         members = [m for m in FAMILY if not args.member or any(m.name.startswith(x) for x in args.member)]
         if not members:
@@ -202,18 +214,22 @@ def main(argv: list[str] | None = None) -> int:
         tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after, quiet_merge=args.quiet_merge,
                               cold_gap_factor=args.cold_gap_factor, late_horizon=args.late_horizon, price=args.price)
         rows.append(compare(name, writes, tuning, args.every, latency=args.latency, start_delay=args.start_delay,
-                            timer_lag=args.timer_lag, clock=args.clock))
+                            timer_lag=args.timer_lag, clock=args.clock, output_ratio=args.output_ratio,
+                            file_overhead=args.file_overhead))
         if args.suggest:
             leave = sorted({0, min(target // 8, 1 << 20)})
             s = suggest_tuning(writes, tuning, candidate_tunings(tuning, leave_alone=leave), args.every,
                                args.latency, start_delay=args.start_delay, timer_lag=args.timer_lag,
-                               timer_every=LISTENER_PASS_SECONDS if args.clock else 0.0)
-            row = compare(name, writes, s.tuning, args.every, s.predicted)
+                               timer_every=LISTENER_PASS_SECONDS if args.clock else 0.0,
+                               output_ratio=args.output_ratio, file_overhead=args.file_overhead)
+            row = compare(name, writes, s.tuning, args.every, s.predicted, output_ratio=args.output_ratio,
+                          file_overhead=args.file_overhead)
             row["member"] = f"  {name[:3]} suggested"
             suggested.append(row)
     if args.json:
         print(json.dumps({"hour_seconds": HOUR_SECONDS, "every": args.every, "latency": args.latency,
                           "start_delay": args.start_delay, "timer_lag": args.timer_lag, "clock": args.clock,
+                          "output_ratio": args.output_ratio, "file_overhead": args.file_overhead,
                           "rows": rows,
                           "suggested": suggested},
                          indent=2))

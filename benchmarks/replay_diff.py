@@ -38,6 +38,7 @@ from autooptimize.services.learned_timings import learn_timings
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action
 from autooptimize.storage.repositories import tracked_table
+from benchmarks.streaming import end_excess_mse
 
 #: Merges that read as many files, and bytes within this share of each other, are the same merge: a replay
 #: weighs merged files by the table's fitted output model, so the same files weigh a little apart.
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(m: Merge) -> None:
         replay[key_of(m.partition)].append(Step(m.writes, m.files, m.bytes_in, m.rule))
     model = learned_output_model(table)
+    final = [task.file for task in table.scan().plan_files()]
     figures = simulate_policy(writes, tuning, learned.latency, output_ratio=model.share,
                               file_overhead=model.file_overhead, start_delay=learned.start_delay,
                               timer_lag=learned.timer_lag, timer_every=LISTENER_PASS_SECONDS, timer_phase=args.phase,
@@ -139,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     start = "as it lands" if learned.start_delay is None else f"{learned.start_delay:.2f} s after the write"
     print(f"{len(writes)} writer commits; replay on the listener's clock at phase {args.phase:g} (latency "
           f"{learned.latency:.2f} s, planned {start}, timer lag {learned.timer_lag:.2f} s): "
-          f"{figures.actions} merges, WA {figures.write_amplification:.3f}; the service: {len(done)} merges")
+          f"{figures.actions} merges, WA {figures.write_amplification:.3f}, {figures.end_files} files at the end "
+          f"(excess MSE {figures.end_excess_mse / (1 << 40):.1f} MiB²); the service: {len(done)} merges, "
+          f"{len(final)} files at the end (excess MSE {end_excess_mse(final, tuning.target):.1f} MiB²)")
     print("\n".join(report(live, replay)))
     return 0
 

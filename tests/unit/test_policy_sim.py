@@ -78,3 +78,22 @@ def test_a_variant_replays_the_member_from_another_seed(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as e:
         policy_sim.main(["--member", "m05", "--variant", "-2"])
     assert e.value.code == 2 and "--variant: a variant is a whole number ≥ 0" in capsys.readouterr().err
+
+
+def test_an_output_model_reaches_both_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """Merges that write less than they read (the service's: 0.986 of the bytes, less 52.6 KB per file
+    removed, on benchmarks.streaming's m08) shrink what both the policy and the bin-pack rewrite later."""
+    def run(*argv: str) -> dict:
+        assert policy_sim.main(["--member", "m08", "--commits", "200", "--json", *argv]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    same, smaller = run(), run("--output-ratio", "0.986", "--file-overhead", "52596")
+    assert (smaller["output_ratio"], smaller["file_overhead"]) == (0.986, 52596)
+    for side in ("policy", "baseline"):
+        assert smaller["rows"][0][side]["bytes_written"] == same["rows"][0][side]["bytes_written"]
+        assert smaller["rows"][0][side]["bytes_rewritten"] < same["rows"][0][side]["bytes_rewritten"]
+    for argv, said in ((["--output-ratio", "2"], "--output-ratio must be within [0.5, 1.5], got 2.0"),
+                       (["--file-overhead", "-1"], "--file-overhead must be bytes ≥ 0, got -1")):
+        with pytest.raises(SystemExit) as e:
+            policy_sim.main(["--member", "m00", *argv])
+        assert e.value.code == 2 and said in capsys.readouterr().err
