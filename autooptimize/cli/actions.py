@@ -200,8 +200,11 @@ def _suggest(args: argparse.Namespace) -> int:
           f"(target {t['target']} bytes, settle {t['settle_seconds']:g} s)"
           + ("" if out["meets_goal"] else "; no candidate keeps the file goal: the fewest live files shown"))
     if out.get("file_overhead") is not None:
+        source = (f"the service's last {out['output_commits']} merges of other tables; the table has no "
+                  f"REPLACE commit of its own" if out.get("output_borrowed")
+                  else f"the table's {out['output_commits']} REPLACE commits")
         print(f"a merge writes {out['output_ratio']:.3f}× the bytes it reads, less {out['file_overhead'] / 1024:.1f} KiB "
-              f"for each file it removes (fitted on the table's {out['output_commits']} REPLACE commits)")
+              f"for each file it removes (fitted on {source})")
     elif out.get("output_ratio", 1.0) != 1.0:
         print(f"merged bytes weigh {out['output_ratio']:.2f}× their inputs (learned from the table's REPLACE commits)")
     if out.get("latency_learned") or out.get("latency_merges"):

@@ -28,11 +28,13 @@ SHARE_BOUNDS = (0.5, 1.5)
 class OutputModel:
     """``share`` × the bytes a merge reads, less ``file_overhead`` bytes for each file it removes (None: the
     replay's older model, a writer's file weighing ``share`` × its bytes once first merged); ``commits``:
-    the REPLACE commits it was fitted on."""
+    the REPLACE commits it was fitted on; ``borrowed``: they are the merges of the service's other tables (a
+    table with too few of its own, ``services.autotune.borrowed_output_model``)."""
 
     share: float
     file_overhead: int | None
     commits: int
+    borrowed: bool = False
 
 
 def fit_output_model(commits: Sequence[tuple[int, int, int]]) -> tuple[float, int] | None:

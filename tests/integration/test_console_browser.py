@@ -214,9 +214,14 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
                if tuning["cold_gap_factor"] else "")
         assert f"cold after {tuning['cold_after_seconds']:g} s{own}, leave alone" in _card(driver, "suggestion")
         assert f"from {suggestion['commits']} commits" in _card(driver, "suggestion")
+        # the table has no merge of its own yet: it borrows the other tables' fit when this run has merged them
+        borrowed = ("" if suggestion["file_overhead"] is None else
+                    f" less {suggestion['file_overhead'] / 1024:.1f} KiB per file removed (fitted on "
+                    f"{suggestion['output_commits']} merges of the service's other tables)")
+        assert suggestion["output_borrowed"] == bool(borrowed)
         assert _card(driver, "suggestion-replay") == (
             f"replayed with merges landing {suggestion['latency_seconds']:.2f} s after the write that prompted them (assumed: too "
-            f"few merges yet), merged bytes weighing {suggestion['output_ratio']:.2f}× their inputs, settled and cold "
+            f"few merges yet), merged bytes weighing {suggestion['output_ratio']:.2f}× their inputs{borrowed}, settled and cold "
             f"partitions judged {suggestion['timer_lag_seconds']:.2f} s after their moment (the service's measured lag); "
             f"the mean of {suggestion['clock_phases']} replays on the listener's {suggestion['listener_pass_seconds']:g} s "
             f"passes at other phases")

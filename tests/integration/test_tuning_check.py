@@ -123,6 +123,56 @@ def test_the_replay_fits_what_a_merge_writes_from_the_tables_replace_commits(set
             f"file it removes (fitted on the table's {model.commits} REPLACE commits)") in printed.stdout
 
 
+def test_a_table_without_merges_borrows_what_merges_write_from_the_other_tables(settings, spark_server, catalog):
+    """Real merges through the Spark Connect server on one table; a second table, never merged, replays with
+    the model fitted on the service's merges of the other tables (its own would say merged files weigh what
+    their inputs did), and says so; once it has a REPLACE commit of its own, it replays with its own."""
+    from autooptimize.domain.output_model import fit_output_model
+    from autooptimize.services import actions
+    from autooptimize.services.autotune import BORROWED_MERGES, borrowed_output_model, learned_output_model
+    from autooptimize.storage.models import Action
+
+    merged = make_table(catalog, {DAY1: 4}, rows=200, name="lender")
+    tracking.track(settings, identifier(merged), target_file_size="1MiB")
+    first = 10_000
+    for cycle in range(11):  # merges of 4 to 9 files, each with the output of the one before
+        for _ in range(3 + cycle % 6 if cycle else 0):
+            merged.append(batch(first, 200, DAY1))
+            first += 200
+        action_id = actions.submit(settings, identifier(merged), dispatch=False)
+        assert actions.execute(settings, action_id)["state"] == "succeeded"
+    borrower = make_table(catalog, {DAY1: 24}, rows=20, name="borrower")
+    name = identifier(borrower)
+    tracking.track(settings, name, target_file_size="1MiB")
+    table_id = tracking.ensure_tracked(settings, name)
+    assert learned_output_model(borrower).commits == 0  # no REPLACE commit of its own
+    with session_scope(settings) as session:
+        others = session.execute(select(Action.bytes_in, Action.bytes_out, Action.files_in, Action.files_out)
+                                 .where(Action.table_id != table_id, Action.kind == "merge",
+                                        Action.state == "succeeded", Action.bytes_in > 0)
+                                 .order_by(Action.finished_at.desc()).limit(BORROWED_MERGES)).all()
+        model = borrowed_output_model(session, table_id)
+        assert borrowed_output_model(session, table_id=None) is not None
+    fit = fit_output_model([(i, o, fi - fo) for i, o, fi, fo in others])
+    assert fit is not None and model is not None and model.borrowed
+    assert (model.share, model.file_overhead, model.commits) == (fit[0], fit[1], len(others))
+    assert model.file_overhead > 0  # a merged file weighs less than its inputs did, per file removed
+    shown = suggest(settings, name, min_commits=10, record=False)
+    assert (shown["output_ratio"], shown["file_overhead"], shown["output_commits"], shown["output_borrowed"]) == (
+        model.share, model.file_overhead, model.commits, True)
+    printed = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
+                             capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert printed.returncode == 0, printed.stderr
+    assert (f"less {model.file_overhead / 1024:.1f} KiB for each file it removes (fitted on the service's last "
+            f"{model.commits} merges of other tables; the table has no REPLACE commit of its own)") in printed.stdout
+    # its own first merge: its own evidence from now on (the mean ratio until it has a fit)
+    action_id = actions.submit(settings, name, dispatch=False)
+    assert actions.execute(settings, action_id)["state"] == "succeeded"
+    own = suggest(settings, name, min_commits=10, record=False)
+    assert own["output_borrowed"] is False and own["file_overhead"] is None and own["output_commits"] == 1
+    assert own["output_ratio"] == learned_output_model(borrower.refresh()).share != model.share
+
+
 def test_the_replay_lands_merges_as_late_as_the_tables_own_merges_did(settings, catalog):
     import uuid
     from datetime import UTC, datetime, timedelta

@@ -234,7 +234,8 @@ async function tablePage(main) {
         `replayed with merges landing ${s.latency_seconds.toFixed(2)} s after the write that prompted them (` +
         ((s.latency_learned ?? s.latency_merges >= 10) ? `median of the table's last ${num(s.latency_merges)} merges` : "assumed: too few merges yet") +
         `), merged bytes weighing ${s.output_ratio.toFixed(2)}× their inputs` +
-        (s.file_overhead === undefined || s.file_overhead === null ? "" : ` less ${(s.file_overhead / 1024).toFixed(1)} KiB per file removed (fitted on ${num(s.output_commits)} REPLACE commits)`) +
+        (s.file_overhead === undefined || s.file_overhead === null ? "" : ` less ${(s.file_overhead / 1024).toFixed(1)} KiB per file removed (fitted on ${num(s.output_commits)} ` +
+          (s.output_borrowed ? "merges of the service's other tables)" : "REPLACE commits)")) +
         (s.timer_lag_seconds === undefined ? "" : `, settled and cold partitions judged ${s.timer_lag_seconds.toFixed(2)} s ` +
           `after their moment (` + (s.timer_lag_learned ? `median of ${num(s.timer_lag_merges)} merges a timer prompted`
             : "the service's measured lag") + ")") +
