@@ -29,7 +29,7 @@ class OutputModel:
     """``share`` × the bytes a merge reads, less ``file_overhead`` bytes for each file it removes (None: the
     replay's older model, a writer's file weighing ``share`` × its bytes once first merged); ``commits``:
     the REPLACE commits it was fitted on; ``borrowed``: they are the merges of the service's other tables (a
-    table with too few of its own, ``services.autotune.borrowed_output_model``)."""
+    table with none of its own, ``services.autotune.borrowed_output_model``)."""
 
     share: float
     file_overhead: int | None

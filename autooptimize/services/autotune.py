@@ -6,7 +6,7 @@ commits: what each added to each partition, and when) are replayed by
 very small partitions, leaving them alone; the table's target and settle time stay). The suggestion is
 the one that rewrites the fewest bytes while keeping the file goal (mean live files within 1.05× and end
 files within 1.1× of a blocking bin-pack every 20 commits of the same history). Merged files weigh what
-the table's own REPLACE commits say they do (:func:`learned_output_model`), or, while it has too few, what
+the table's own REPLACE commits say they do (:func:`learned_output_model`), or, while it has none, what
 the service's merges of its other tables wrote (:func:`borrowed_output_model`); a merge lands as long after
 the write that prompted it as the table's own recent merges did, and a settle or cold-after moment is
 judged as late as the table's own timer merges were (:mod:`autooptimize.services.learned_timings`). It is
@@ -145,9 +145,10 @@ def borrowed_output_model(session: Session, table_id: int | None) -> OutputModel
     """What merges write against what they read, fitted (``fit_output_model``) on the service's
     :data:`BORROWED_MERGES` most recent succeeded merges of tables other than ``table_id`` (``ao_actions``:
     bytes and files in and out); None when they allow no fit. A table with no REPLACE commit of its own
-    replays with it (with one or more, with its own mean ratio until it has a fit): its merges run on the same engine, whose Parquet writer
-    weighs a merged file otherwise than the table's writer did (8.5 KB less per file removed in the DoD 2
-    live test, against none assumed; docs/policy.md, "An output model borrowed from the other tables")."""
+    replays with it (with one or more, with its own mean ratio until it has a fit): its merges run on the
+    same engine, whose Parquet writer weighs a merged file otherwise than the table's writer did (8.4–8.6 KB
+    less per file removed in the DoD 2 live test, where none was assumed; docs/policy.md, "An output model
+    borrowed from the other tables")."""
     query = (select(Action.bytes_in, Action.bytes_out, Action.files_in, Action.files_out)
              .where(Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value, Action.bytes_in > 0,
                     Action.bytes_out.is_not(None), Action.files_in.is_not(None), Action.files_out.is_not(None))
