@@ -40,6 +40,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from autooptimize.domain.output_model import SHARE_BOUNDS
 from autooptimize.domain.policy import (
     DEFAULT_COLD_AFTER_SECONDS,
     DEFAULT_COLD_GAP_FACTOR,
@@ -191,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--start-delay must be seconds within [0, --latency ({args.latency:g})], got {args.start_delay}")
     if not args.timer_lag >= 0:
         ap.error(f"--timer-lag must be seconds ≥ 0, got {args.timer_lag}")
-    if not 0.5 <= args.output_ratio <= 1.5:
-        ap.error(f"--output-ratio must be within [0.5, 1.5], got {args.output_ratio}")
+    if not SHARE_BOUNDS[0] <= args.output_ratio <= SHARE_BOUNDS[1]:  # what AutoAnalyze believes of a fit
+        ap.error(f"--output-ratio must be within [{SHARE_BOUNDS[0]:g}, {SHARE_BOUNDS[1]:g}], got {args.output_ratio}")
     if args.file_overhead is not None and args.file_overhead < 0:
         ap.error(f"--file-overhead must be bytes ≥ 0, got {args.file_overhead}")
     if args.trace == "family":

@@ -38,7 +38,7 @@ from autooptimize.services.learned_timings import learn_timings
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action
 from autooptimize.storage.repositories import tracked_table
-from benchmarks.streaming import end_excess_mse
+from benchmarks.streaming import end_excess_mse, live_files
 
 #: Merges that read as many files, and bytes within this share of each other, are the same merge: a replay
 #: weighs merged files by the table's fitted output model, so the same files weigh a little apart.
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(m: Merge) -> None:
         replay[key_of(m.partition)].append(Step(m.writes, m.files, m.bytes_in, m.rule))
     model = learned_output_model(table)
-    final = [task.file for task in table.scan().plan_files()]
+    final = live_files(table)
     figures = simulate_policy(writes, tuning, learned.latency, output_ratio=model.share,
                               file_overhead=model.file_overhead, start_delay=learned.start_delay,
                               timer_lag=learned.timer_lag, timer_every=LISTENER_PASS_SECONDS, timer_phase=args.phase,
