@@ -112,6 +112,9 @@ class Settings(FleetSettings):
     late_horizon_finish: bool = True
     # merge a partition's small files once it is quiet (no write for AO_SETTLE_SECONDS) before it goes cold
     quiet_merge: bool = False
+    # the cold finish gives a remainder under 3/4 of the target a nearly full file to join
+    # (autooptimize.domain.remainder); off by default, a per-table knob AutoAnalyze tries
+    cold_absorb: bool = False
     # how often beat re-evaluates every tracked table's suggested tuning (AutoAnalyze, services/autotune.py)
     autotune_seconds: int = Field(default=3600, ge=60)
     # a pass starts no new table's suggestion after this long; the tables left go first in the next pass

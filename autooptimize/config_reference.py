@@ -93,6 +93,12 @@ DESCRIPTIONS: dict[str, str] = {
                            "table's late horizon), instead of after its cold-after time",
     "quiet_merge": "merge a partition's small files once it is quiet (no write for AO_SETTLE_SECONDS), before "
                    "it goes cold; off by default (a per-table knob, `track --quiet-merge`)",
+    "cold_absorb": "when a cold partition's finish would leave one file under ¾ of the target, it also "
+                   "rewrites the smallest nearly full file the remainder fits beside (within 5/4 of a target): "
+                   "the end layout of Iceberg's bin-pack or better, at that file's bytes each time the "
+                   "partition goes cold with a remainder; off by default (a per-table knob, `track "
+                   "--cold-absorb`, that AutoAnalyze tries where a table's history ends short of the bin-pack's "
+                   "end layout)",
     "autotune_seconds": "how often beat re-evaluates each table's suggested tuning (AutoAnalyze)",
     "autotune_pass_seconds": "how long one AutoAnalyze pass may start new suggestions (each replays the "
                              "table's history about 200 times); the tables left go first in the next pass",

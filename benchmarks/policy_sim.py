@@ -50,6 +50,7 @@ from autooptimize.domain.policy import (
     PolicyTuning,
 )
 from autooptimize.domain.priced import DEFAULT_PRICE
+from autooptimize.domain.remainder import DEFAULT_COLD_ABSORB
 from autooptimize.domain.replay_clock import LISTENER_PASS_SECONDS, simulate_on_clock
 from autooptimize.domain.simulate import (
     BASELINE_EVERY,
@@ -162,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="merge quiet partitions (no write for the settle time) before they go cold")
     ap.add_argument("--late-horizon", action=argparse.BooleanOptionalAction, default=True,
                     help="finish a partition past the table's late horizon at once (the default, as the service)")
+    ap.add_argument("--cold-absorb", action=argparse.BooleanOptionalAction, default=DEFAULT_COLD_ABSORB,
+                    help="the cold finish gives a remainder under ¾ of the target a nearly full file to join "
+                         "(autooptimize.domain.remainder; off by default, as the service)")
     ap.add_argument("--price", type=int, default=DEFAULT_PRICE,
                     help=f"the priced live rule's price (default {DEFAULT_PRICE}, the service's; 0: the tiers)")
     ap.add_argument("--latency", type=float, default=LATENCY_SECONDS,
@@ -213,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, target, writes in work:
         target = parse_size(args.target) if args.target else target
         tuning = PolicyTuning(target, args.fan_in, args.settle, args.cold_after, quiet_merge=args.quiet_merge,
-                              cold_gap_factor=args.cold_gap_factor, late_horizon=args.late_horizon, price=args.price)
+                              cold_gap_factor=args.cold_gap_factor, late_horizon=args.late_horizon, price=args.price,
+                              cold_absorb=args.cold_absorb)
         rows.append(compare(name, writes, tuning, args.every, latency=args.latency, start_delay=args.start_delay,
                             timer_lag=args.timer_lag, clock=args.clock, output_ratio=args.output_ratio,
                             file_overhead=args.file_overhead))
@@ -238,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"policy ({f'price {args.price}' if args.price else 'the tiers'}, fan_in {args.fan_in}, "
               f"settle {args.settle:g} s, cold after {args.cold_after:g} s "
               f"or {args.cold_gap_factor:g} × a partition's recent gaps, "
-              f"quiet merge {'on' if args.quiet_merge else 'off'}"
+              f"quiet merge {'on' if args.quiet_merge else 'off'}{', cold absorb on' if args.cold_absorb else ''}"
               f"{'' if args.late_horizon else ', no late-horizon finish'}; merges land {args.latency:g} s after "
               f"they are decided"
               f"{'' if args.start_delay is None else f', planned {args.start_delay:g} s after'}"
@@ -257,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                 held_d, held_s = sum(d["ok"].values()), sum(s["ok"].values())
                 print(f"{d['member']:<28} {'price ' + str(t['price']) + ', ' if t.get('price') else ''}fan-in {t['fan_in']:>2}, cold after {t['cold_after_seconds']:>4.0f} s, "
                       f"gaps × {t['cold_gap_factor']:g}, leave alone below {t['leave_alone_below']:>8}, quiet merge "
-                      f"{'on ' if t['quiet_merge'] else 'off'}: goals held {held_d} -> {held_s} of 5, "
+                      f"{'on ' if t['quiet_merge'] else 'off'}{', cold absorb' if t.get('cold_absorb') else ''}: goals held {held_d} -> {held_s} of 5, "
                       f"shortfall {d['shortfall']:.2f} -> {s['shortfall']:.2f}" + ("" if held_s >= held_d else "  WORSE"))
     # a member may need no merge (files over the target), but the run as a whole must have merged
     did_work = (all(r["policy"]["bytes_written"] for r in rows) and any(r["policy"]["bytes_rewritten"] for r in rows)

@@ -28,7 +28,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         "merge_fan_in": args.merge_fan_in, "cold_after_seconds": args.cold_after,
         "cold_gap_factor": args.cold_gap_factor, "merge_price": args.merge_price,
         "leave_alone_below": args.leave_alone_below, "quiet_merge": args.quiet_merge,
-        "auto_tune": args.auto_tune, "tenant": args.tenant,
+        "cold_absorb": args.cold_absorb, "auto_tune": args.auto_tune, "tenant": args.tenant,
     }
     result = track(args.table, settings=current_settings(), **{k: v for k, v in tuning.items() if v is not None})
     print_result(result, args.json)
@@ -196,7 +196,8 @@ def _suggest(args: argparse.Namespace) -> int:
     own = f" (or {gaps:g} × a partition's recent gaps between writes, at least 5 s)" if gaps else ""
     price = f"the priced rule at price {t['price']}, " if t.get("price") else ""
     print(f"suggested: {price}fan-in {t['fan_in']}, cold after {t['cold_after_seconds']:g} s{own}, leave alone below "
-          f"{t['leave_alone_below']} bytes, quiet merge {'on' if t['quiet_merge'] else 'off'} "
+          f"{t['leave_alone_below']} bytes, quiet merge {'on' if t['quiet_merge'] else 'off'}"
+          f"{', the cold finish absorbs its remainder' if t.get('cold_absorb') else ''} "
           f"(target {t['target']} bytes, settle {t['settle_seconds']:g} s)"
           + ("" if out["meets_goal"] else "; no candidate keeps the file goal: the fewest live files shown"))
     if out.get("file_overhead") is not None:

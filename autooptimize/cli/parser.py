@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--leave-alone-below", metavar="SIZE", help="never merge partitions smaller than this")
     tr.add_argument("--quiet-merge", action=argparse.BooleanOptionalAction, default=None,
                     help="merge a partition's small files once it is quiet, before it goes cold")
+    tr.add_argument("--cold-absorb", action=argparse.BooleanOptionalAction, default=None,
+                    help="when a cold partition's finish would leave one small file, also rewrite a nearly full "
+                         "file it fits beside (default: AO_COLD_ABSORB, off)")
     tr.add_argument("--auto-tune", action=argparse.BooleanOptionalAction, default=None,
                     help="let AutoAnalyze apply the tuning it suggests from the table's history")
     tr.add_argument("--json", action="store_true")

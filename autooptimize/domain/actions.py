@@ -111,6 +111,7 @@ class ActionRequest:
     newest_partition: bool = True  # the one partition is its spec's newest time partition, or has no time field
     leave_alone_below: int = 0  # partitions under this many bytes are never merged (the table's tuning)
     quiet_merge: bool = False  # merge a quiet partition before it goes cold (AO_QUIET_MERGE, the table's tuning)
+    cold_absorb: bool = False  # the cold finish gives its remainder a home (AO_COLD_ABSORB, the table's tuning)
     now_ms: int | None = None  # the clock live-ness is judged by (None: now)
     engine: str = "spark"  # which path rewrites the groups (AO_REWRITE_ENGINE; services/rewrite/engine.py)
 

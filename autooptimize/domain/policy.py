@@ -21,6 +21,8 @@ show which one applied:
 ``cold_finish``       cold: every file under ¾ of the target merges once into the best layout its
                       bytes allow (an even split of ``round(B / target)`` files); the plan reports
                       the bytes that costs
+``cold_absorb``       the cold finish with ``cold_absorb`` on, when it would leave one file under ¾: it
+                      takes a nearly full file as well (:mod:`autooptimize.domain.remainder`)
 ``nothing_to_merge``  cold and over the excess rule, but fewer than ``min_input_files`` files can merge
 ``filled``, ``priced``, ``priced_wait``
                       written to, at a ``price`` > 0 (the default; 0: the tiers), in a partition whose scale is
@@ -79,37 +81,16 @@ from autooptimize.domain.policy_clock import (
     past_late_horizon,
 )
 from autooptimize.domain.priced import DEFAULT_PRICE, PRICED_RULES, priced_group
+from autooptimize.domain.remainder import DEFAULT_COLD_ABSORB, remainder_home
 from autooptimize.errors import InvalidArgument
 
 __all__ = [
-    "expected_partition_bytes",
-    "sorted_median",
-    "COLD_DONE_DENOMINATOR",
-    "COLD_DONE_NUMERATOR",
-    "DEFAULT_COLD_AFTER_SECONDS",
-    "ABSORB_RATIO",
-    "DEFAULT_FAN_IN",
-    "DEFAULT_QUIET_MERGE",
-    "DEFAULT_SETTLE_SECONDS",
-    "LIVE_LARGE_DIVISOR",
-    "LIVE_MERGE_RULES",
-    "RULES",
-    "SKIP_RULES",
-    "TINY_DIVISOR",
-    "TINY_FAN_IN",
-    "WAIT_RULES",
-    "PolicyPlan",
-    "PolicyTuning",
-    "COLD_FLOOR_SECONDS",
-    "COLD_GAPS_KEPT",
-    "HORIZON_SPAN_MARGIN",
-    "DEFAULT_COLD_GAP_FACTOR",
-    "capped_bytes",
-    "is_live",
-    "partition_cold_after",
-    "partition_scale",
-    "past_late_horizon",
-    "plan_partition",
+    "expected_partition_bytes", "sorted_median", "COLD_DONE_DENOMINATOR", "COLD_DONE_NUMERATOR",
+    "DEFAULT_COLD_AFTER_SECONDS", "ABSORB_RATIO", "DEFAULT_FAN_IN", "DEFAULT_QUIET_MERGE", "DEFAULT_SETTLE_SECONDS",
+    "LIVE_LARGE_DIVISOR", "LIVE_MERGE_RULES", "RULES", "SKIP_RULES", "TINY_DIVISOR", "TINY_FAN_IN", "WAIT_RULES",
+    "PolicyPlan", "PolicyTuning", "COLD_FLOOR_SECONDS", "COLD_GAPS_KEPT", "HORIZON_SPAN_MARGIN",
+    "DEFAULT_COLD_GAP_FACTOR", "capped_bytes", "is_live", "partition_cold_after", "partition_scale",
+    "past_late_horizon", "plan_partition"
 ]
 
 #: Files of similar size that gather before a merge while the partition is written to. Bigger trades
@@ -138,7 +119,7 @@ DEFAULT_QUIET_MERGE = False
 COLD_DONE_NUMERATOR, COLD_DONE_DENOMINATOR = 3, 4
 
 RULES = ("below_excess", "left_alone", "tiered", "live_wait", "quiet_full", "quiet_partial", "cold_finish",
-         "nothing_to_merge", *PRICED_RULES)
+         "cold_absorb", "nothing_to_merge", *PRICED_RULES)
 #: The rules that leave a partition alone: each is the reason it was skipped.
 SKIP_RULES = ("below_excess", "left_alone", "live_wait", "nothing_to_merge", "priced_wait")
 #: The rules that leave a partition alone only while it is written to: judged again once quiet or cold.
@@ -235,6 +216,7 @@ class PolicyTuning:
     cold_gap_factor: float = DEFAULT_COLD_GAP_FACTOR
     late_horizon: bool = True  # finish a time partition past the table's late horizon (past_late_horizon)
     price: int = DEFAULT_PRICE  # the priced live rule (autooptimize.domain.priced) at this price; 0: the tiers
+    cold_absorb: bool = DEFAULT_COLD_ABSORB  # the cold finish gives its remainder a home (domain.remainder)
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, int) or self.target < 1:
@@ -252,12 +234,11 @@ class PolicyTuning:
             object.__setattr__(self, "tolerance", self.target // 4)
         elif not isinstance(self.tolerance, int) or self.tolerance < 0:
             raise InvalidArgument(f"PolicyTuning.tolerance must be bytes ≥ 0, got {self.tolerance!r}")
-        if not isinstance(self.quiet_merge, bool):
-            raise InvalidArgument(f"PolicyTuning.quiet_merge must be True or False, got {self.quiet_merge!r}")
+        for name in ("quiet_merge", "late_horizon", "cold_absorb"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgument(f"PolicyTuning.{name} must be True or False, got {getattr(self, name)!r}")
         if not self.cold_gap_factor >= 0:
             raise InvalidArgument(f"PolicyTuning.cold_gap_factor must be ≥ 0 (0: off), got {self.cold_gap_factor!r}")
-        if not isinstance(self.late_horizon, bool):
-            raise InvalidArgument(f"PolicyTuning.late_horizon must be True or False, got {self.late_horizon!r}")
         if not isinstance(self.price, int) or isinstance(self.price, bool) or self.price < 0:
             raise InvalidArgument(f"PolicyTuning.price must be an integer ≥ 0 (0: the tiers), got {self.price!r}")
 
@@ -269,7 +250,8 @@ class PolicyTuning:
         return {"target": self.target, "fan_in": self.fan_in, "settle_seconds": self.settle_seconds,
                 "cold_after_seconds": self.cold_after_seconds, "leave_alone_below": self.leave_alone_below,
                 "tolerance": self.tolerance, "quiet_merge": self.quiet_merge,
-                "cold_gap_factor": self.cold_gap_factor, "late_horizon": self.late_horizon, "price": self.price}
+                "cold_gap_factor": self.cold_gap_factor, "late_horizon": self.late_horizon, "price": self.price,
+                "cold_absorb": self.cold_absorb}
 
 
 def expected_partition_bytes(others: Sequence[int], target: int) -> int | None:
@@ -318,6 +300,7 @@ def plan_partition(
     leave_alone_below: int = 0,
     price: int = 0,
     newest: bool = True,
+    cold_absorb: bool = False,
 ) -> PolicyPlan:
     """The policy's plan for one partition's live data files (see the module doc for the rules).
 
@@ -328,14 +311,15 @@ def plan_partition(
     (:func:`partition_scale`). Judged by :func:`~autooptimize.domain.entropy.excess_needs_attention`
     on ``N``, ``SSE`` and ``B = Σ min(s, target)`` (:func:`capped_bytes`). ``price`` > 0: while written
     to, a partition whose scale is the target follows the priced rule (:mod:`autooptimize.domain.priced`;
-    ``newest``: the partition is its spec's newest time partition, or has no time field).
+    ``newest``: the partition is its spec's newest time partition, or has no time field). ``cold_absorb``:
+    a cold finish that would leave one file under ¾ of the target takes a nearly full file too.
 
     Guarantees: no file is in two groups or absent from ``files``; every group holds at least
     ``min_input_files`` files; no group holds a file at or above the target; not cold and under the
     tiers, no group holds a file of ``scale // LIVE_LARGE_DIVISOR`` bytes or more, nor a file larger than
     the rest of its group (under the priced rule, none of ¾ of the target or more);
     a ``cold_finish`` plan leaves at most one file under ¾ of the target (under the output model), the
-    layout Iceberg's bin-pack ends with.
+    layout Iceberg's bin-pack ends with; a ``cold_absorb`` plan none, when a file under the target fits.
     Raises :class:`InvalidArgument` naming the first argument that is not valid.
     """
     measured = MeasuredFiles.checked(files, target, tolerance)
@@ -355,8 +339,9 @@ def plan_partition(
             non_negative_int(name, value)
     leave_alone_below = non_negative_int("leave_alone_below", leave_alone_below)
     price = non_negative_int("price", price)
-    if not isinstance(newest, bool):
-        raise InvalidArgument(f"newest must be True or False, got {newest!r}")
+    for name, flag in (("newest", newest), ("cold_absorb", cold_absorb)):
+        if not isinstance(flag, bool):
+            raise InvalidArgument(f"{name} must be True or False, got {flag!r}")
     target, sizes = measured.target, measured.sizes
     bytes_capped = sum(min(s, target) for s in sizes)
     attention = excess_needs_attention(measured.before.sse, measured.before.n, bytes_capped, target,
@@ -367,10 +352,13 @@ def plan_partition(
         return PolicyPlan(measured.plan(()), "left_alone", True)
     by_size = sorted(range(len(sizes)), key=lambda i: (sizes[i], measured.files[i].path))
     if cold:
-        group = [i for i in by_size if sizes[i] < target * COLD_DONE_NUMERATOR // COLD_DONE_DENOMINATOR]
+        cold_done = target * COLD_DONE_NUMERATOR // COLD_DONE_DENOMINATOR
+        group = [i for i in by_size if sizes[i] < cold_done]
+        home = remainder_home(group, by_size, sizes, target, cold_done) if cold_absorb else None
+        group = group if home is None else [*group, home]
         if len(group) < min_input_files:
             return PolicyPlan(measured.plan(()), "nothing_to_merge", True)
-        return PolicyPlan(measured.plan([group]), "cold_finish", True)
+        return PolicyPlan(measured.plan([group]), "cold_finish" if home is None else "cold_absorb", True)
     scale = partition_scale(target, received_bytes, expected_bytes)
     if price and scale >= target:
         group, rule = priced_group(sizes, by_size, target, price, newest,

@@ -303,7 +303,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             result = plan_partition(files, tuning.target, tuning.tolerance, cold=cold, quiet=quiet, fan_in=tuning.fan_in,
                                     received_bytes=t.received[part], expected_bytes=expected,
                                     leave_alone_below=tuning.leave_alone_below, price=tuning.price,
-                                    newest=spans.is_newest(part))
+                                    newest=spans.is_newest(part), cold_absorb=tuning.cold_absorb)
             got = result.plan, result.rule
         rules[got[1]] = rules.get(got[1], 0) + 1
         ruled[part] = got[1]

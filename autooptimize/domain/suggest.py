@@ -6,6 +6,7 @@ Pure: the standard library and :mod:`autooptimize.domain` only.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from autooptimize.domain.simulate import (
     simulate_policy,
 )
 
-__all__ = ["SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "shortfall",
+__all__ = ["ABSORB_TRIED", "SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "shortfall",
            "suggest_tuning"]
 
 #: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
@@ -35,6 +36,8 @@ SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
 #: default's fan-in for the partitions the rule leaves to the tiers, and quiet merging off); the table's
 #: own price is tried beside them (candidate_tunings).
 SUGGEST_PRICES = (16, 20, 24, 32, 48)
+#: The candidates short of the end layout that ``suggest_tuning`` tries again with ``cold_absorb`` on.
+ABSORB_TRIED = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +112,9 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
     so an unreachable file goal does not buy live files at any price in bytes). Ties go to the earlier
-    candidate (``default`` first), so the defaults are kept unless a tuning does strictly better.
+    candidate (``default`` first), so the defaults are kept unless a tuning does strictly better. The best
+    :data:`ABSORB_TRIED` candidates that end short of the bin-pack's end layout are tried again with
+    ``cold_absorb`` on.
     ``latency``, ``output_ratio``, ``start_delay``, ``timer_lag``, ``timer_every`` and ``file_overhead`` as
     :func:`simulate_policy`'s. With ``timer_every`` (the listener's clock) the search runs on one phase of
     the clock, and the figures of the tuning found and of the defaults are their means over
@@ -125,6 +130,9 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     results = [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
                                    timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead))
                for t in cands]
+    results += [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
+                                    timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead))
+                for t in _absorbing(results, base)]
     defaults = next(f for t, f in results if t == default)
     tuning, fig = min(results, key=lambda tf: _rank(tf[1], base))  # the first of equals: the defaults first
     if timer_every:
@@ -137,6 +145,17 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
         if _rank(defaults, base) <= _rank(fig, base):  # found on one phase, no better over all of them
             tuning, fig = default, defaults
     return Suggestion(tuning, fig, base, defaults, _meets(fig, base), len(results))
+
+
+def _absorbing(results: Sequence[tuple[PolicyTuning, Figures]], base: Figures) -> list[PolicyTuning]:
+    """The best :data:`ABSORB_TRIED` candidates (by :func:`_rank`) that end short of the bin-pack's end layout,
+    each with the cold finish giving its remainder a home (``cold_absorb``, :mod:`autooptimize.domain.remainder`):
+    it costs bytes wherever a partition goes cold again, so it is tried only where the end layout needs it."""
+    tried = {t for t, _ in results}
+    missing = sorted(((t, f) for t, f in results if not t.cold_absorb and not end_layout_holds(f, base)),
+                     key=lambda tf: _rank(tf[1], base))
+    out = [dataclasses.replace(t, cold_absorb=True) for t, _ in missing[:ABSORB_TRIED]]
+    return [t for t in out if t not in tried]
 
 
 def _rank(f: Figures, base: Figures) -> tuple[int, float, int]:

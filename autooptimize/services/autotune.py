@@ -188,7 +188,7 @@ def default_tuning(settings: Settings, row: TrackedTable | None, table_target: i
     return PolicyTuning(target, knobs["fan_in"], settings.settle_seconds,
                         max(knobs["cold_after_seconds"], settings.settle_seconds), knobs["leave_alone_below"],
                         tolerance, knobs["quiet_merge"], knobs["cold_gap_factor"], knobs["late_horizon"],
-                        knobs["price"])
+                        knobs["price"], knobs["cold_absorb"])
 
 
 def suggestion_dict(s: Suggestion, commits: int, seconds: float) -> dict[str, Any]:
@@ -263,7 +263,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
                     row.merge_fan_in, row.cold_after_seconds = t.fan_in, t.cold_after_seconds
                     row.leave_alone_below = t.leave_alone_below or None
                     row.quiet_merge, row.cold_gap_factor = t.quiet_merge, t.cold_gap_factor
-                    row.merge_price = t.price
+                    row.merge_price, row.cold_absorb = t.price, t.cold_absorb
                     applied = True
                     audit(session, "table.auto_tuned", table_id=row.id, identifier=identifier, tuning=t.as_dict(),
                           predicted=result.predicted.as_dict())

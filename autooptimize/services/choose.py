@@ -99,13 +99,15 @@ def policy_tuning(settings: Any, tuning: Any) -> dict[str, Any]:
     quiet = getattr(tuning, "quiet_merge", None)
     gap_factor = getattr(tuning, "cold_gap_factor", None)
     price = getattr(tuning, "merge_price", None)
+    absorb = getattr(tuning, "cold_absorb", None)
     return {"price": price if price is not None else settings.merge_price,
             "fan_in": fan_in if fan_in is not None else settings.merge_fan_in,
             "cold_after_seconds": cold_after if cold_after is not None else settings.cold_after_seconds,
             "leave_alone_below": getattr(tuning, "leave_alone_below", None) or 0,
             "quiet_merge": quiet if quiet is not None else settings.quiet_merge,
             "cold_gap_factor": gap_factor if gap_factor is not None else settings.cold_gap_factor,
-            "late_horizon": settings.late_horizon_finish}
+            "late_horizon": settings.late_horizon_finish,
+            "cold_absorb": absorb if absorb is not None else settings.cold_absorb}
 
 
 def partition_history(settings: Any, table_id: int | None, spec_id: int | None = None,

@@ -42,7 +42,7 @@ TUNING_FIELDS = (
     "target_file_size", "tolerance", "min_input_files", "priority_class", "weight", "sort_order",
     "zorder_columns", "allowed_actions", "max_bytes_per_action", "min_interval_seconds", "enabled",
     "merge_fan_in", "cold_after_seconds", "leave_alone_below", "quiet_merge", "auto_tune", "tenant",
-    "cold_gap_factor", "merge_price",
+    "cold_gap_factor", "merge_price", "cold_absorb",
 )
 #: Changes to the allowed actions relative to what the table allows now (``track --allow/--disallow``).
 RELATIVE_FIELDS = ("allow", "disallow")
@@ -74,6 +74,8 @@ class TableTuning:
     cold_gap_factor: float | None = None
     # the priced live rule's price (None: AO_MERGE_PRICE; 0: the tiers; autooptimize.domain.priced)
     merge_price: int | None = None
+    # the cold finish gives its remainder a home (None: AO_COLD_ABSORB; autooptimize.domain.remainder)
+    cold_absorb: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -143,6 +145,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         "tenant": None,
         "cold_gap_factor": None,
         "merge_price": None,
+        "cold_absorb": None,
     }
     merged = {**base, **{k: v for k, v in changes.items() if v is not None}}
     target = size_arg("target_file_size", merged["target_file_size"])
@@ -179,8 +182,9 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
     price = merged["merge_price"]
     if price is not None:
         price = bounded_int("merge_price", price, 0, 1_000_000)
-    if merged["quiet_merge"] is not None and not isinstance(merged["quiet_merge"], bool):
-        raise InvalidArgument(f"quiet_merge must be true or false (got {merged['quiet_merge']!r})")
+    for flag in ("quiet_merge", "cold_absorb"):
+        if merged[flag] is not None and not isinstance(merged[flag], bool):
+            raise InvalidArgument(f"{flag} must be true or false (got {merged[flag]!r})")
     if not isinstance(merged["auto_tune"], bool):
         raise InvalidArgument(f"auto_tune must be true or false (got {merged['auto_tune']!r})")
     tenant = merged["tenant"]  # "" resets it to the namespace's first level
@@ -205,6 +209,7 @@ def validate_tuning(settings: Settings, current: TableTuning | None, table: Any,
         tenant=tenant,
         cold_gap_factor=gap_factor,
         merge_price=price,
+        cold_absorb=merged["cold_absorb"],
     )
 
 
@@ -217,6 +222,7 @@ def tuning_of(row: TrackedTable) -> TableTuning:
         merge_fan_in=row.merge_fan_in, cold_after_seconds=row.cold_after_seconds,
         leave_alone_below=row.leave_alone_below, quiet_merge=row.quiet_merge, auto_tune=bool(row.auto_tune),
         tenant=row.tenant, cold_gap_factor=row.cold_gap_factor, merge_price=row.merge_price,
+        cold_absorb=row.cold_absorb,
     )
 
 

@@ -92,6 +92,8 @@ class TrackedTable(CatalogTableKey, Base):
     merge_price: Mapped[int | None] = mapped_column(Integer, nullable=True)
     leave_alone_below: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     quiet_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # the cold finish gives its remainder a home (migration 0018; NULL: AO_COLD_ABSORB)
+    cold_absorb: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     auto_tune: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     suggested_tuning: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     suggested_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)

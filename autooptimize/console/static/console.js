@@ -227,7 +227,8 @@ async function tablePage(main) {
       el("p", {}, (s.tuning.price ? `the priced rule at price ${s.tuning.price}, ` : "") +
          `fan-in ${s.tuning.fan_in}, cold after ${s.tuning.cold_after_seconds} s` +
          (s.tuning.cold_gap_factor ? ` (or ${s.tuning.cold_gap_factor} × a partition's recent gaps between writes)` : "") +
-         `, leave alone below ${bytes(s.tuning.leave_alone_below)}`,
+         `, leave alone below ${bytes(s.tuning.leave_alone_below)}` +
+         (s.tuning.cold_absorb ? ", the cold finish absorbs its remainder" : ""),
          ` · from ${num(s.commits)} commits · ${s.applied ? "applied" : "not applied"}`),
       el("p", {class: "muted"}, `predicted ${fig(s.predicted)}; current tuning ${fig(s.defaults)}; bin-pack ${fig(s.baseline)}`),
       s.latency_seconds === undefined ? null : el("p", {class: "muted", "data-testid": "suggestion-replay"},

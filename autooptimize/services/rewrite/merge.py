@@ -187,7 +187,8 @@ def plan_merge_with_rule(table: Table, pf: PartitionFiles, request: ActionReques
                                 fan_in=request.fan_in, min_input_files=request.min_input_files,
                                 received_bytes=pf.bytes, expected_bytes=request.expected_partition_bytes,
                                 leave_alone_below=request.leave_alone_below, price=request.price,
-                                newest=request.newest_partition or request.partition_key != pf.key)
+                                newest=request.newest_partition or request.partition_key != pf.key,
+                                cold_absorb=request.cold_absorb)
         # the policy chose its files on purpose: spread them evenly, never grow the group (see balance_outputs)
         plan = balance_outputs(chosen.plan, files, min_input_files=request.min_input_files, grow=False)
         return cap_groups(plan, files, request.max_group_bytes, request.min_input_files), chosen.rule
