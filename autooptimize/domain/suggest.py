@@ -148,14 +148,18 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
 
 
 def _absorbing(results: Sequence[tuple[PolicyTuning, Figures]], base: Figures) -> list[PolicyTuning]:
-    """The best :data:`ABSORB_TRIED` candidates (by :func:`_rank`) that end short of the bin-pack's end layout,
-    each with the cold finish giving its remainder a home (``cold_absorb``, :mod:`autooptimize.domain.remainder`):
-    it costs bytes wherever a partition goes cold again, so it is tried only where the end layout needs it."""
+    """The :data:`ABSORB_TRIED` candidates that end short of the bin-pack's end layout and come closest to the
+    live-files goal, the fewest bytes rewritten first, each with the cold finish giving its remainder a home
+    (``cold_absorb``, :mod:`autooptimize.domain.remainder`): that mends the end layout, not the live files,
+    and it costs bytes wherever a partition goes cold again, so it is tried only where the end layout needs it."""
     tried = {t for t, _ in results}
+
+    def live_short(f: Figures) -> float:
+        return round(max(0.0, f.mean_live_files / (LIVE_FILES_GOAL * base.mean_live_files) - 1), 6)
     missing = sorted(((t, f) for t, f in results if not t.cold_absorb and not end_layout_holds(f, base)),
-                     key=lambda tf: _rank(tf[1], base))
-    out = [dataclasses.replace(t, cold_absorb=True) for t, _ in missing[:ABSORB_TRIED]]
-    return [t for t in out if t not in tried]
+                     key=lambda tf: (live_short(tf[1]), tf[1].bytes_rewritten))
+    out = list(dict.fromkeys(dataclasses.replace(t, cold_absorb=True) for t, _ in missing))
+    return [t for t in out if t not in tried][:ABSORB_TRIED]
 
 
 def _rank(f: Figures, base: Figures) -> tuple[int, float, int]:

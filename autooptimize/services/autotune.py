@@ -2,8 +2,9 @@
 
 For a table, the writer commits still in its metadata (every snapshot that is not one of our REPLACE
 commits: what each added to each partition, and when) are replayed by
-:func:`~autooptimize.domain.suggest.suggest_tuning` over candidate tunings (fan-in, cold-after and, for
-very small partitions, leaving them alone; the table's target and settle time stay). The suggestion is
+:func:`~autooptimize.domain.suggest.suggest_tuning` over candidate tunings (fan-in, cold-after, the price,
+quiet merging, for very small partitions leaving them alone, and where the end layout needs it a cold finish
+that gives its remainder a home; the table's target and settle time stay). The suggestion is
 the one that rewrites the fewest bytes while keeping the file goal (mean live files within 1.05× and end
 files within 1.1× of a blocking bin-pack every 20 commits of the same history). Merged files weigh what
 the table's own REPLACE commits say they do (:func:`learned_output_model`), or, while it has none, what
