@@ -127,9 +127,13 @@ class _Table:
         self.live_files += 1
 
     def files(self, part: Hashable) -> list[PlanFile]:
-        # a writer's file shrinks (or grows) by the ratio when first merged; a merged file keeps its size
-        scaled = self.output_ratio != 1.0 and self.file_overhead is None
-        return [PlanFile(p, s, out_size=round(s * self.output_ratio) if scaled and p[0] == "w" else None)
+        # what a writer's file will weigh once merged, as the service's planner estimates it from the table's
+        # rewrites (services/sizing: bytes per row, to 0.1 % of what its merges wrote): the ratio, less the
+        # footer a merge drops with each file under the fitted model; a merged file keeps its size
+        if self.output_ratio == 1.0 and not self.file_overhead:
+            return [PlanFile(p, s) for p, s in self.parts[part].items()]
+        overhead = self.file_overhead or 0
+        return [PlanFile(p, s, out_size=max(1, round(s * self.output_ratio) - overhead) if p[0] == "w" else None)
                 for p, s in self.parts[part].items()]
 
     def apply(self, part: Hashable, groups: Sequence[RewriteGroup]) -> None:

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autooptimize.domain.entropy import EntropyStats, excess_needs_attention
+from autooptimize.domain.planning.types import RewriteGroup
 from autooptimize.domain.policy import PolicyTuning, capped_bytes
 from autooptimize.domain.priced import DEFAULT_PRICE
 from autooptimize.domain.replay_clock import mean_figures, simulate_on_clock
@@ -286,3 +287,23 @@ def test_each_merge_is_logged_as_it_lands_and_the_log_adds_up_to_the_figures() -
     assert sum(m.files for m in merges) == fig.files_replaced
     assert [m.at for m in merges] == sorted(m.at for m in merges)
     assert {m.rule for m in merges} <= {r for r, _ in fig.rules} and {m.partition for m in merges} <= {0, 1, 2, 3}
+
+
+def test_the_replay_plans_with_what_a_writers_file_will_weigh_once_merged_as_the_service_does():
+    """The service's planner sizes each file's output from the table's rewrites (bytes per row, within
+    0.1 % of what its merges wrote), so the priced rule's fill and the bins count a writer's file at what it
+    will weigh merged; the replay does the same under the output model, and a merged file keeps its size."""
+    t = _Table(8 << 20, output_ratio=0.99, file_overhead=50_000)
+    t.add("p", 1_000_000, 0.0)
+    t.add("p", 2_000_000, 1.0)
+    [a, b] = t.files("p")
+    assert (a.rewritten_size, b.rewritten_size) == (990_000 - 50_000, 1_980_000 - 50_000)
+    t.apply("p", [RewriteGroup((a, b), 1)])
+    [merged] = t.files("p")  # 0.99 of the 3 MB read, less one footer for the one file removed
+    assert merged.rewritten_size == merged.size == 2_970_000 - 50_000
+    tiny = _Table(8 << 20, output_ratio=0.99, file_overhead=50_000)
+    tiny.add("p", 20_000, 0.0)  # a file lighter than the footer: at least a byte, never nothing or less
+    assert tiny.files("p")[0].rewritten_size == 1
+    plain = _Table(8 << 20)
+    plain.add("p", 1_000_000, 0.0)
+    assert plain.files("p")[0].rewritten_size == 1_000_000
