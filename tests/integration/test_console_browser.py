@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,12 @@ def _histogram(driver, testid: str) -> dict[str, list[int]]:  # type: ignore[no-
     return {name: [int(c) for c in counts] for name, counts in rows}
 
 
+def _to_fixed(x: float, digits: int) -> str:
+    """``x.toFixed(digits)`` as the console's JavaScript writes it: the exact binary value, a tie rounded up
+    (Python's format rounds a tie to even: 1280 bytes is 1.2 KiB there and 1.3 KiB in the browser)."""
+    return str(Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
 def _card(driver, testid: str) -> str:  # type: ignore[no-untyped-def]
     return driver.execute_script("return document.querySelector(`[data-testid='${arguments[0]}']`).textContent",
                                  testid)
@@ -216,13 +223,13 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
         assert f"from {suggestion['commits']} commits" in _card(driver, "suggestion")
         # the table has no merge of its own yet: it borrows the other tables' fit when this run has merged them
         borrowed = ("" if suggestion["file_overhead"] is None else
-                    f" less {suggestion['file_overhead'] / 1024:.1f} KiB per file removed (fitted on "
+                    f" less {_to_fixed(suggestion['file_overhead'] / 1024, 1)} KiB per file removed (fitted on "
                     f"{suggestion['output_commits']} merges of the service's other tables)")
         assert suggestion["output_borrowed"] == bool(borrowed)
         assert _card(driver, "suggestion-replay") == (
-            f"replayed with merges landing {suggestion['latency_seconds']:.2f} s after the write that prompted them (assumed: too "
-            f"few merges yet), merged bytes weighing {suggestion['output_ratio']:.2f}× their inputs{borrowed}, settled and cold "
-            f"partitions judged {suggestion['timer_lag_seconds']:.2f} s after their moment (the service's measured lag); "
+            f"replayed with merges landing {_to_fixed(suggestion['latency_seconds'], 2)} s after the write that prompted them "
+            f"(assumed: too few merges yet), merged bytes weighing {_to_fixed(suggestion['output_ratio'], 2)}× their "
+            f"inputs{borrowed}, settled and cold partitions judged {_to_fixed(suggestion['timer_lag_seconds'], 2)} s after their moment (the service's measured lag); "
             f"the mean of {suggestion['clock_phases']} replays on the listener's {suggestion['listener_pass_seconds']:g} s "
             f"passes at other phases")
         edges = power_of_two_edges(every, 1024 * 1024)
