@@ -21,6 +21,7 @@ from pydantic_settings.exceptions import SettingsError
 from autooptimize.config_fleet import FleetSettings
 from autooptimize.domain.policy import DEFAULT_FAN_IN
 from autooptimize.domain.priced import DEFAULT_PRICE
+from autooptimize.domain.remainder import DEFAULT_COLD_ABSORB
 from autooptimize.domain.sizes import MAX_BYTES, MiB, parse_size
 from autooptimize.domain.urls import CONTROL_CHARACTERS, HOST, check_url
 from autooptimize.errors import ConfigError, InvalidArgument
@@ -114,7 +115,7 @@ class Settings(FleetSettings):
     quiet_merge: bool = False
     # the cold finish gives a remainder under 3/4 of the target a nearly full file to join
     # (autooptimize.domain.remainder); off by default, a per-table knob AutoAnalyze tries
-    cold_absorb: bool = False
+    cold_absorb: bool = DEFAULT_COLD_ABSORB
     # how often beat re-evaluates every tracked table's suggested tuning (AutoAnalyze, services/autotune.py)
     autotune_seconds: int = Field(default=3600, ge=60)
     # a pass starts no new table's suggestion after this long; the tables left go first in the next pass

@@ -127,12 +127,12 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     if default not in cands:
         cands.insert(0, default)
     base = simulate_baseline(writes, default.target, every, output_ratio, file_overhead)
-    results = [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
-                                   timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead))
-               for t in cands]
-    results += [(t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
-                                    timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead))
-                for t in _absorbing(results, base)]
+
+    def replay(t: PolicyTuning) -> tuple[PolicyTuning, Figures]:
+        return t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
+                                  timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead)
+    results = [replay(t) for t in cands]
+    results += [replay(t) for t in _absorbing(results, base)]
     defaults = next(f for t, f in results if t == default)
     tuning, fig = min(results, key=lambda tf: _rank(tf[1], base))  # the first of equals: the defaults first
     if timer_every:
