@@ -520,6 +520,32 @@ def service_overrides(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
+def track_options(args: argparse.Namespace) -> list[str]:
+    """``--track NAME=VALUE`` (or ``--track NAME`` for a flag) items as ``autooptimize track`` arguments."""
+    out: list[str] = []
+    for item in args.track or ():
+        name, sep, value = item.partition("=")
+        if not re.fullmatch(r"[a-z][a-z-]*", name) or (sep and not value):
+            raise SystemExit(f"--track wants an option of `autooptimize track` as NAME=VALUE or NAME "
+                             f"(merge-fan-in=12, quiet-merge), got {item!r}")
+        out += [f"--{name}", value] if sep else [f"--{name}"]
+    return out
+
+
+def apply_track_options(service: Service, args: argparse.Namespace) -> None:
+    """The table's own tuning (``--track``), set with ``autooptimize track`` once the service tracks it and
+    before the writer starts; a refused option stops the run."""
+    options = track_options(args)
+    if not options:
+        return
+    done = subprocess.run([sys.executable, "-m", "autooptimize.cli", "track", SERVICE_TABLE, *options], cwd=REPO,
+                          env=service.env, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise SystemExit(f"--track: `autooptimize track {SERVICE_TABLE} {' '.join(options)}` refused: "
+                         f"{(done.stderr or done.stdout).strip()[-400:]}")
+    say(f"service: {SERVICE_TABLE} tracked with {' '.join(options)}")
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -845,6 +871,7 @@ def run_service(args: argparse.Namespace, settings: Settings, engine: Engine, ca
             say(f"service: NOT tracking the table ({service.state() or 'timeout'}); writing anyway")
         else:
             say(f"service: tracking {SERVICE_TABLE} {tracked_after:.0f} s after start")
+        apply_track_options(service, args)
         warm_after = wait_warm(service, args.start_timeout)
         extra["warm_after_s"] = None if warm_after is None else round(warm_after, 1)
         say(f"service: actor processes {'warm' if warm_after is not None else 'NOT warm'} "
@@ -1212,6 +1239,9 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m benchma
     parser.add_argument("--no-baseline", action="store_true", help="only the service run")
     parser.add_argument("--service-env", action="append", metavar="AO_NAME=VALUE",
                         help="a setting for the service run (repeatable), e.g. AO_SETTLE_SECONDS=15")
+    parser.add_argument("--track", action="append", metavar="NAME[=VALUE]",
+                        help="the service table's own tuning, an option of `autooptimize track` set once the service "
+                             "tracks it (repeatable), e.g. merge-fan-in=12, leave-alone-below=1MiB, quiet-merge")
     parser.add_argument("--keep-home", action="store_true",
                         help="keep the temporary AO_HOME (logs, warehouse) and the run's database")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
@@ -1222,6 +1252,7 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m benchma
                         help="with --member: its commits drawn from another seed (benchmarks.trace_family.variant; "
                              "0: the member itself)")
     args = parser.parse_args(argv)
+    track_options(args)  # a malformed --track is refused before anything runs
     args.family_member = None
     args.grain = "hour"
     if args.member:

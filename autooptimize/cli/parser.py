@@ -8,6 +8,7 @@ from typing import NoReturn
 from autooptimize import __version__
 from autooptimize.cli import actions, buffer, console, up
 from autooptimize.cli.arguments import count, kinds, log_level, node_name, option, seconds
+from autooptimize.domain.priced import DEFAULT_PRICE
 
 DESCRIPTION = "The ``autooptimize`` command line"
 
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a partition is finished sooner, after K times its recent gaps between writes (0: off)")
     tr.add_argument("--merge-price", metavar="K", help="above 0: while written to, a partition that fills "
                     "target files merges by the priced rule at price K (lower merges more; the service's "
-                    "default is AO_MERGE_PRICE, 20); 0: the tiers")
+                    f"default is AO_MERGE_PRICE, {DEFAULT_PRICE}); 0: the tiers")
     tr.add_argument("--leave-alone-below", metavar="SIZE", help="never merge partitions smaller than this")
     tr.add_argument("--quiet-merge", action=argparse.BooleanOptionalAction, default=None,
                     help="merge a partition's small files once it is quiet, before it goes cold")

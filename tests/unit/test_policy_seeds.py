@@ -71,6 +71,19 @@ def test_the_live_benchmark_takes_a_variant_of_an_hourly_member(capsys):
     assert e.value.code == 2 and "--member/--variant" in capsys.readouterr().err
 
 
+def test_the_live_benchmark_sets_the_tables_own_tuning_as_track_options(capsys):
+    from benchmarks import streaming
+
+    args = streaming.parse_args(["--track", "merge-fan-in=12", "--track", "leave-alone-below=1MiB",
+                                 "--track", "quiet-merge"])
+    assert streaming.track_options(args) == ["--merge-fan-in", "12", "--leave-alone-below", "1MiB", "--quiet-merge"]
+    assert streaming.track_options(streaming.parse_args([])) == []
+    for bad in ("--track=--merge-fan-in=12", "Merge=1", "merge-fan-in=", "fan in=3"):
+        with pytest.raises(SystemExit) as e:
+            streaming.parse_args([bad] if bad.startswith("--") else ["--track", bad])
+        assert repr(bad.removeprefix("--track=")) in str(e.value.code)
+
+
 def test_the_live_benchmark_replays_a_daily_member_into_a_day_table():
     import pyarrow.compute as pc
     from pyiceberg.typedef import Record
