@@ -74,6 +74,11 @@ Goals printed beside the figures (not asserted): service mean live files ≤ the
 amplification ≤ 1.5, no aborted or failed action, content equal. The exit code is 0 when both tables'
 content equals what was written, 1 otherwise. The benchmark always stops the service and drops its
 database, even when interrupted (``--keep-home`` keeps the database and AO_HOME for a look afterwards).
+
+``--service-env AO_NAME=VALUE`` sets one of the service's settings for its run; ``--track NAME[=VALUE]`` sets
+the service table's own tuning, an option of ``autooptimize track`` applied once the service tracks the table
+and before the writer starts (AutoAnalyze's suggestion for a table: ``--track merge-fan-in=12 --track
+leave-alone-below=1MiB``). Both are repeatable.
 """
 
 from __future__ import annotations
