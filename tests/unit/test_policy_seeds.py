@@ -71,7 +71,7 @@ def test_the_live_benchmark_takes_a_variant_of_an_hourly_member(capsys):
     assert e.value.code == 2 and "--member/--variant" in capsys.readouterr().err
 
 
-def test_the_live_benchmark_sets_the_tables_own_tuning_as_track_options(capsys):
+def test_the_live_benchmark_sets_the_tables_own_tuning_as_track_options():
     from benchmarks import streaming
 
     args = streaming.parse_args(["--track", "merge-fan-in=12", "--track", "leave-alone-below=1MiB",
