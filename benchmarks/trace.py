@@ -60,6 +60,7 @@ BASE_HOUR = int((BASE - EPOCH).total_seconds()) // 3600
 PAYLOAD_BYTES = 96  # random bytes per row, written as 192 hex characters
 HOUR_US = 3600 * 1_000_000
 MASK64 = (1 << 64) - 1
+DIGEST_SLICE_ROWS = 200_000
 
 
 def parse_part_label(text: str) -> int:
@@ -153,14 +154,34 @@ def rows_for(seed: int, index: int, files: list[FileSpec] | tuple[FileSpec, ...]
         span = f.span_hours * HOUR_US
         ts[at:at + f.rows] = f.part * span + rng.integers(0, span, size=f.rows, dtype=np.int64)
         at += f.rows
-    blob = rng.bytes(n * PAYLOAD_BYTES).hex()
-    width = 2 * PAYLOAD_BYTES
-    payload = [blob[k * width:(k + 1) * width] for k in range(n)]
     return pa.table({
         "id": pa.array(ids, pa.int64()),
         "ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "payload": pa.array(payload, pa.string()),
+        "payload": hex_payloads(rng.bytes(n * PAYLOAD_BYTES), n),
     }, schema=ARROW)
+
+
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+#: rows per chunk of the payload column: a string array's offsets are 32-bit, so one chunk holds < 2 GiB
+PAYLOAD_CHUNK_ROWS = 1 << 20
+
+
+def hex_payloads(blob: bytes, n: int) -> pa.ChunkedArray:
+    """``n`` payloads, the k-th the lowercase hex of ``blob[k * PAYLOAD_BYTES:(k + 1) * PAYLOAD_BYTES]``,
+    built in Arrow buffers without a Python string per row: a burst commit of m03 (several GB) built as
+    Python strings took more memory than this machine has."""
+    raw = np.frombuffer(blob, dtype=np.uint8)
+    width = 2 * PAYLOAD_BYTES
+    chunks = []
+    for start in range(0, n, PAYLOAD_CHUNK_ROWS):
+        rows = min(PAYLOAD_CHUNK_ROWS, n - start)
+        part = raw[start * PAYLOAD_BYTES:(start + rows) * PAYLOAD_BYTES]
+        text = np.empty(2 * part.size, dtype=np.uint8)
+        text[0::2] = _HEX[part >> 4]
+        text[1::2] = _HEX[part & 0x0F]
+        offsets = np.arange(0, rows * width + 1, width, dtype=np.int32)
+        chunks.append(pa.StringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(text)))
+    return pa.chunked_array(chunks, type=pa.string())
 
 
 def commit_rows(shape: TraceShape, commit: Commit) -> pa.Table:
@@ -179,6 +200,11 @@ class Digest:
     extra: dict[str, int] = field(default_factory=dict)
 
     def update(self, data: pa.Table) -> Digest:
+        for start in range(0, data.num_rows, DIGEST_SLICE_ROWS):  # a slice at a time: bounded Python objects
+            self._update(data.slice(start, DIGEST_SLICE_ROWS))
+        return self
+
+    def _update(self, data: pa.Table) -> None:
         ids = data.column("id").to_pylist()
         ts = data.column("ts").cast(pa.int64()).to_pylist()
         payload = data.column("payload").to_pylist()
@@ -193,7 +219,6 @@ class Digest:
         self.hash_sum, self.hash_xor = s, x
         self.rows += len(ids)
         self.id_sum += sum(ids)
-        return self
 
     def key(self) -> tuple[int, int, int, int, int]:
         return (self.rows, self.id_sum, self.hash_sum, self.hash_xor, self.null_payloads)
