@@ -157,7 +157,7 @@ def rows_for(seed: int, index: int, files: list[FileSpec] | tuple[FileSpec, ...]
     return pa.table({
         "id": pa.array(ids, pa.int64()),
         "ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "payload": hex_payloads(rng.bytes(n * PAYLOAD_BYTES), n),
+        "payload": hex_payloads(rng.bytes(n * PAYLOAD_BYTES)),
     }, schema=ARROW)
 
 
@@ -166,11 +166,12 @@ _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 PAYLOAD_CHUNK_ROWS = 1 << 20
 
 
-def hex_payloads(blob: bytes, n: int) -> pa.ChunkedArray:
-    """``n`` payloads, the k-th the lowercase hex of ``blob[k * PAYLOAD_BYTES:(k + 1) * PAYLOAD_BYTES]``,
+def hex_payloads(blob: bytes) -> pa.ChunkedArray:
+    """One payload per ``PAYLOAD_BYTES`` of ``blob``, the k-th the lowercase hex of ``blob[k * PAYLOAD_BYTES:(k + 1) * PAYLOAD_BYTES]``,
     built in Arrow buffers without a Python string per row: a burst commit of m03 (several GB) built as
     Python strings took more memory than this machine has."""
     raw = np.frombuffer(blob, dtype=np.uint8)
+    n = raw.size // PAYLOAD_BYTES
     width = 2 * PAYLOAD_BYTES
     chunks = []
     for start in range(0, n, PAYLOAD_CHUNK_ROWS):

@@ -16,7 +16,7 @@ def test_the_payloads_are_each_rows_random_bytes_in_lowercase_hex_across_chunks(
     monkeypatch.setattr(trace, "PAYLOAD_CHUNK_ROWS", 3)  # many chunks, one of them short
     blob = np.random.default_rng([7, rows]).bytes(rows * trace.PAYLOAD_BYTES)
     width = 2 * trace.PAYLOAD_BYTES
-    payloads = trace.hex_payloads(blob, rows)
+    payloads = trace.hex_payloads(blob)
     assert payloads.to_pylist() == [blob.hex()[k * width:(k + 1) * width] for k in range(rows)]
     assert payloads.num_chunks == -(-rows // 3)
 
