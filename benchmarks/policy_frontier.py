@@ -17,7 +17,7 @@ cold-after, each partition's own cold-after factor, quiet merging: :data:`GRID`)
 * with ``--pareto``, every tuning on the frontier (no other has both fewer live files and less WA).
 
 Merges land ``--latency`` seconds after the write that prompted them: 1.0 s is what AutoAnalyze learned
-from a live run of ``benchmarks.streaming`` on this machine (docs/policy.md). Exit code 1 when the run
+from a live run of ``benchmarks.streaming`` on this machine (docs/policy-history.md). Exit code 1 when the run
 did no work (no bytes written, or no tuning and no bin-pack rewrote anything).
 """
 

@@ -12,7 +12,7 @@ merge logged as it lands. Beside them, the service's own merges (``ao_actions``:
 files and bytes it read, the rule that planned it). Printed: per partition, the merges, files and MB each
 side read; and the first merge where the two differ, with a few merges either side, each placed by the
 writes that had landed before it. One merge reading other files is often where a whole hour takes
-another path (docs/policy.md, "The listener's clock in the replay").
+another path (docs/policy-history.md, "The listener's clock in the replay").
 """
 
 from __future__ import annotations

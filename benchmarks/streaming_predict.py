@@ -9,9 +9,9 @@ to its commit), judging each settle and cold-after moment on the listener's once
 on average as its timer merges were (``learn_timings``'s timer lag), and averaging the figures over four
 phases of that clock (``simulate_on_clock``). Each merge plans when it started live (its start delay), not as it lands: a merge
 does not take in the files written while it runs, and planning as it lands counted about 3 % fewer live
-files than the service kept on seed 7 (docs/policy.md, "A merge plans when it starts"). The gap between
-those figures and the live ones is what the simulator does not model; the blocking bin-pack is replayed on
-the same writes too, beside the live bin-pack run.
+files than the service kept on seed 7 (docs/policy-history.md, "A merge plans when it starts"). The gap
+between those figures and the live ones is what the simulator does not model; the blocking bin-pack is
+replayed on the same writes too, beside the live bin-pack run.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ blocking bin-pack run of the same trace.
     python -m benchmarks.streaming_repeat --runs 3 [every option of benchmarks.streaming]
 
 One live run cannot decide the live-ingest goal: on seed 7 at the same settings, mean live files differ
-by 3-6 % from run to run and write amplification by 0.03-0.05 (docs/policy.md, "The run-to-run
-spread"). The writer's trace is seeded and the bin-pack is blocking, so its figures repeat; the
+by 3-6 % from run to run and write amplification by 0.03-0.05 (docs/policy-history.md, "The
+run-to-run spread"). The writer's trace is seeded and the bin-pack is blocking, so its figures repeat; the
 service's depend on when its merges land. Each run has a database, AO_HOME, Redis db contents and
 table of its own, as a single run of ``benchmarks.streaming`` does; the bin-pack runs once, after the
 first service run.

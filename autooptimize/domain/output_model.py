@@ -6,7 +6,7 @@ runs the fit was a share of 0.989 and 3.8–4.0 KB a file: 4 writer files of 240
 their bytes, 12 merged files of 11 MB into 0.978. One mean ratio (0.978) makes the small merges too big
 and the large ones too small, and the policy's choices at a group's margin then part from the service's;
 with the fit the replay of each run's writes came within 1.3 % of its write amplification, from 6–7 %
-(docs/policy.md, "What merged files weigh").
+(docs/policy-history.md, "What merged files weigh").
 
 Pure: the standard library only.
 """

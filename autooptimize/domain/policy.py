@@ -259,9 +259,9 @@ def expected_partition_bytes(others: Sequence[int], target: int) -> int | None:
     median of those that hold a target's bytes or more when any do, else the median of all (None: no other
     partition). Hours that only late data reached (older than the writer's first hour) and a table's young
     hours are not what its partitions grow to; counting them put the first hours of a stream under the
-    tiers and their late-only neighbours under the tiers' slower merges (docs/policy.md, "The expected
-    bytes of a partition"). The median is PostgreSQL's ``percentile_cont(0.5)``: the mean of the two middle
-    values, as an integer."""
+    tiers and their late-only neighbours under the tiers' slower merges (docs/policy-history.md, "The
+    expected bytes of a partition"). The median is PostgreSQL's ``percentile_cont(0.5)``: the mean of the
+    two middle values, as an integer."""
     full = sorted(b for b in others if b >= target)
     return sorted_median(full) if full else sorted_median(sorted(others))
 

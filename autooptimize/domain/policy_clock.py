@@ -24,8 +24,8 @@ DEFAULT_COLD_AFTER_SECONDS = 60.0
 #: :data:`COLD_FLOOR_SECONDS`; 0 turns it off). An hour the writer has left and that only late data
 #: reaches (a write every few seconds) is finished about half a minute after its writes stop, not a minute;
 #: the hour being written (gaps under a second) is not cold while its writes keep coming. In the
-#: simulator, over benchmarks.trace_family and the streaming trace (docs/policy.md): k = 4, 3 gaps took the
-#: streaming trace's mean live files from 1.28× to 1.12× the bin-pack's with write amplification
+#: simulator, over benchmarks.trace_family and the streaming trace (docs/policy-history.md): k = 4, 3 gaps
+#: took the streaming trace's mean live files from 1.28× to 1.12× the bin-pack's with write amplification
 #: 1.63 → 1.64 and held the same goals on every member; its cost is at large targets, where a small hour
 #: finished early is finished again after late data (m01 WA 2.57 → 2.82, the streaming trace at 128 MiB
 #: 2.35 → 2.80). k = 3 lost m03's end layout; k = 6 and 8 gave back most of the gain.

@@ -23,10 +23,11 @@ and once cold, the policy's own rules apply. The rules, as ``explain`` names the
 Why: a schedule that knows every write (``benchmarks.policy_foresight``) lets the hour being written
 gather its writer's files and writes each byte about once, and merges the small partitions late data
 reaches at once. In the simulator (``benchmarks.policy_priced``, ``benchmarks.policy_sim --price 0``;
-docs/policy.md) this rule rewrites 0.03–0.17 less per byte written than the tiers on the four streaming
-traces at 8 MiB, at about their files, holds the family's goals on more members, and leaves the members
-whose partitions are small against the target to the tiers. Why these constants are the defaults: docs/policy.md, "The
-priced rule as the default"; why the price is 23: "The price at 23, after the actions got faster".
+docs/policy-history.md) this rule rewrites 0.03–0.17 less per byte written than the tiers on the four
+streaming traces at 8 MiB, at about their files, holds the family's goals on more members, and leaves the
+members whose partitions are small against the target to the tiers. Why these constants are the defaults:
+docs/policy-history.md, "The priced rule as the default"; why the price is 23: "The price at 23, after the
+actions got faster".
 
 Pure code: exact integers throughout.
 """
@@ -50,14 +51,15 @@ FILL_CAP = (5, 4)
 #: In the newest partition the best prefix merges only once it holds this many files. A merge that lands
 #: at once (0.35 s today) would otherwise merge the writer's files two or three at a time, and its output
 #: again with the next two: each byte read about log₂ of its file's growth times, where a schedule with
-#: foresight lets them gather (docs/policy.md, "The family with foresight, and merges as fast as today's").
+#: foresight lets them gather (docs/policy-history.md, "The family with foresight, and merges as fast as
+#: today's").
 NEWEST_MIN_FILES = 6
 #: Behind the newest partition, a run of small files that does not start at the partition's smallest (each
 #: file of a run is at most :data:`PRICE_RATIO` times the bytes before it in the run) merges only once it
 #: holds this many files. With one run only, a file much smaller than the rest stopped every merge of its
 #: partition until it went cold: on unseen seeds of the family a partition held 80 files for hours, and the
-#: table 2.9× the bin-pack's (docs/policy.md, "One small file held a partition back"). Runs of 6 rewrote
-#: more bytes: a late file re-read the few merged files beside it.
+#: table 2.9× the bin-pack's (docs/policy-history.md, "One small file held a partition back"). Runs of 6
+#: rewrote more bytes: a late file re-read the few merged files beside it.
 RUN_MIN_FILES = 8
 #: The rules of this module: two merge, one waits.
 PRICED_RULES = ("filled", "priced", "priced_wait")

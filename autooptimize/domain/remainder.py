@@ -5,7 +5,7 @@ files weigh less than ¾ of a target together (or a lone small file is left), th
 file beside files that are nearly full (¾ of the target or more, under it), which no rule rewrites. At
 the end of a stream that small file is the excess a partition keeps: on ``benchmarks.streaming --member
 m08`` the service ended with 4.8× the bin-pack's excess MSE from a 28 MiB remainder beside a 107 MiB file
-(docs/policy.md, "Why m08 ends with 4.7× the bin-pack's excess").
+(docs/policy-history.md, "Why m08 ends with 4.7× the bin-pack's excess").
 
 With ``cold_absorb`` the cold finish also takes the smallest nearly full file the remainder fits beside
 (within ``ABSORB_CAP_NUMERATOR / ABSORB_CAP_DENOMINATOR`` of a target together), so the two become one

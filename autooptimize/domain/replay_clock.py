@@ -5,7 +5,7 @@ The listener hands settled and cold partitions over on passes about a second apa
 it has just left alone as written to again only once that verdict is the settle time old. Which late write
 comes before the pass that would have finished a small partition decides whether that partition is read
 whole once more, so one replay is one path of several; the mean over the clock's phases is the prediction
-(docs/policy.md, "The listener's clock in the replay").
+(docs/policy-history.md, "The listener's clock in the replay").
 
 Pure: the standard library and :mod:`autooptimize.domain` only.
 """

@@ -148,8 +148,8 @@ def borrowed_output_model(session: Session, table_id: int | None) -> OutputModel
     bytes and files in and out); None when they allow no fit. A table with no REPLACE commit of its own
     replays with it (with one or more, with its own mean ratio until it has a fit): its merges run on the
     same engine, whose Parquet writer weighs a merged file otherwise than the table's writer did (8.4–8.6 KB
-    less per file removed in the DoD 2 live test, where none was assumed; docs/policy.md, "An output model
-    borrowed from the other tables")."""
+    less per file removed in the DoD 2 live test, where none was assumed; docs/policy-history.md, "An output
+    model borrowed from the other tables")."""
     query = (select(Action.bytes_in, Action.bytes_out, Action.files_in, Action.files_out)
              .where(Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value, Action.bytes_in > 0,
                     Action.bytes_out.is_not(None), Action.files_in.is_not(None), Action.files_out.is_not(None))

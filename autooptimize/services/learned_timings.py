@@ -8,8 +8,8 @@ From the table's most recent succeeded merges (``ao_actions``) and its writer co
 - the timer lag: seconds from a partition's settle or cold-after moment to the merge that the listener's
   handover of it prompted (``timer_lag``). The listener hands settled and cold partitions over at most once
   a second, so the service judges a timer later than the moment; a write meanwhile cancels it, and a
-  replay that judged every timer at once re-finished small hours the service did not (docs/policy.md, "A
-  late file re-reading a small partition").
+  replay that judged every timer at once re-finished small hours the service did not
+  (docs/policy-history.md, "A late file re-reading a small partition").
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ MAX_TIMER_LAG = 5.0
 #: listener's clock models the wait itself: domain.replay_clock).
 SETTLE_VERDICT_LAG = 2.0
 #: The timer lag a replay assumes until the table has :data:`MIN_LATENCY_ACTIONS` merges prompted by a
-#: timer: the mean of six cold handovers of a live run (0.35–1.8 s; docs/policy.md).
+#: timer: the mean of six cold handovers of a live run (0.35–1.8 s; docs/policy-history.md).
 TIMER_LAG_SECONDS = 0.85
 
 
@@ -63,7 +63,7 @@ class LearnedTimings:
 
 #: Seconds a merge runs from its start to its commit: 0.28 s p50 through the Spark Connect server in the DoD 2
 #: live test, 0.18–0.2 s in benchmarks.streaming's service (measured in session 37; 0.4 until session 38, from
-#: older runs of 0.3–0.6 s; docs/policy.md). Until a table's merges show when they start, a merge is taken to start, and
+#: older runs of 0.3–0.6 s; docs/policy-history.md). Until a table's merges show when they start, a merge is taken to start, and
 #: plan, this long before it lands: the service plans a merge when it starts, and a replay that planned each
 #: as it landed predicted 14.7 mean live files where the DoD 2 live test kept 17.2 (its own timings
 #: replayed: 16.7; session 36).

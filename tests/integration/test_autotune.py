@@ -130,8 +130,8 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
     def actor() -> None:
         """An actor: each merge commits when due, beside the writer, through the Spark Connect server as the
         service's workers do (on the in-process engine, 7 passes of 10 on 2026-11-30, against 10 of 10 on
-        Spark: docs/policy.md). It starts as long before as the recent merges took to run, so that it lands
-        the simulator's latency after its decision, not that plus its own run (0.66 s p50 here on
+        Spark: docs/policy-history.md). It starts as long before as the recent merges took to run, so that it
+        lands the simulator's latency after its decision, not that plus its own run (0.66 s p50 here on
         2026-11-27, which left the replay 4 merges short of the simulator's and its write amplification
         17 % under the prediction)."""
         while not stop.is_set() or pending:
@@ -213,4 +213,4 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
     assert realised["end_files"] == predicted["end_files"], why
     for key in ("write_amplification", "mean_live_files"):
         assert abs(realised[key] - predicted[key]) <= 0.15 * predicted[key], f"{key}: {why}"
-    print(why)  # with pytest -s: the figures docs/policy.md quotes
+    print(why)  # with pytest -s: the figures docs/policy-history.md quotes
