@@ -105,8 +105,8 @@ class Settings(FleetSettings):
     # a partition goes cold sooner: after this many times the longest of its last 3 gaps between writes
     # (at least 5 s, at most the cold-after time; 0: off), autooptimize.domain.policy.partition_cold_after
     cold_gap_factor: float = Field(default=4.0, ge=0, le=1000)
-    # > 0 (the default, 20): while written to, a partition that fills target files merges by the priced
-    # rule at this price (autooptimize.domain.priced) instead of the tiers; 0: the tiers
+    # > 0 (the default, priced.DEFAULT_PRICE: 23): while written to, a partition that fills target files
+    # merges by the priced rule at this price (autooptimize.domain.priced) instead of the tiers; 0: the tiers
     merge_price: int = Field(default=DEFAULT_PRICE, ge=0, le=1_000_000)
     # a time partition further behind the newest than any write has reached back is finished at once
     # (autooptimize.domain.policy.past_late_horizon), not after its cold-after time
