@@ -251,8 +251,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     each file it removes (the table's fitted ``OutputModel``). ``timer_lag``:
     seconds from a partition's settle or cold-after moment to its judgement (0: at that moment). The
     service's listener hands such partitions over at most once a second, so it judges them 0.35–1.8 s
-    late (docs/policy-history.md, "A late file re-reading a small partition"); a write meanwhile cancels
-    it.
+    late (docs/policy-history.md, "A late file re-reading a small partition"); a write then cancels it.
     ``timer_every`` (0: no clock) models the service's listener: the judgements come on its passes, that
     many seconds apart from ``timer_phase``; each moment is judged on the first pass at or after it, plus
     what is left of ``timer_lag`` once half a period is taken out, so the lag still averages ``timer_lag``
@@ -260,8 +259,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     left alone as written to (a wait rule) is judged on a timer only once that verdict is the settle time
     old, as ``services.submit_decided`` does: a cold moment soon after the settle judgement waits, and a
     late write meanwhile cancels it (``replay_clock.simulate_on_clock``; docs/policy-history.md, "The
-    listener's clock in the replay"). ``on_merge``: called with each merge as it lands
-    (``benchmarks.replay_diff``).
+    listener's clock in the replay"). ``on_merge``: called with each merge as it lands (``replay_diff``).
 
     With ``tuning.late_horizon`` (time partitions: integer ordinals such as hours, or :class:`TimePartition`,
     each spec on its own): a partition further behind its spec's newest than any write has reached back is cold
