@@ -100,6 +100,11 @@ def all_status(settings: Settings) -> list[dict[str, Any]]:
         except Exception as exc:  # one broken table must not hide the others
             lines.append({"table": name, "error": str(exc)})
             continue
+        if st.get("refused"):  # left untouched as a whole: no partitions to rank, and why
+            refused = st["refused"]
+            lines.append({"table": name, "refused": refused,
+                          "error": f"refused ({refused['reason']}): {refused['message']}"})
+            continue
         worst = st["partitions"][0] if st["partitions"] else None
         lines.append({
             "table": name,

@@ -14,9 +14,10 @@ from sqlalchemy import create_engine, select, text
 from autooptimize.errors import TableRefused
 from autooptimize.iceberg.deletes import commit_delete_files, scope_of, write_equality_deletes
 from autooptimize.iceberg.internals import set_slot
-from autooptimize.services import actions
+from autooptimize.services import actions, tracking
 from autooptimize.services.explain import explain
-from autooptimize.services.status import table_status
+from autooptimize.services.overview import tables_overview
+from autooptimize.services.status import all_status, table_status
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import AuditLog
 from tests.integration.tables import DAY1, identifier, make_table
@@ -70,6 +71,7 @@ def _check_refused(settings, spark, name: str, location: str, reason: str, words
 def test_format_version_4_is_refused_with_its_reason(settings, spark, catalog, caplog):
     table = make_table(catalog, {DAY1: 3}, rows=10, name="v4")
     name = identifier(table)
+    tracking.track(settings, name)  # tracked before another engine's commit made it a v4 table
     path = table.metadata_location.removeprefix("file://")
     with open(path) as f:
         metadata = json.load(f)
@@ -79,6 +81,16 @@ def test_format_version_4_is_refused_with_its_reason(settings, spark, catalog, c
         json.dump(metadata, f)
     _point_at(settings, name, "file://" + v4)
     _check_refused(settings, spark, name, table.location(), "unsupported_format_version", "format version 4", caplog)
+    # status of every table, and the console's overview, name the refused table beside the others
+    healthy = make_table(catalog, {DAY1: 1}, rows=10, name="beside_v4")
+    tracking.track(settings, identifier(healthy))
+    lines = {line["table"]: line for line in all_status(settings)}
+    assert lines[name]["refused"]["reason"] == "unsupported_format_version"
+    assert "format version 4" in lines[name]["error"]
+    assert lines[identifier(healthy)]["files"] == 1
+    overview = {entry["table"]: entry for entry in tables_overview(settings)}
+    assert overview[name]["health"] == "error" and "refused" in overview[name]["error"]
+    assert overview[identifier(healthy)]["health"] == "healthy"
 
 
 def test_an_unknown_delete_file_content_is_refused_with_its_reason(settings, spark, catalog, caplog, monkeypatch):
