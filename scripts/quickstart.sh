@@ -11,6 +11,7 @@ case "${1:-demo}" in
   demo) exec "$VENV/bin/autooptimize" demo "${@:2}" ;;
   test)
     bash scripts/browser.sh || echo "quickstart: no headless Chromium; the console's browser test will be skipped"
-    exec "$VENV/bin/python" -m pytest -q --durations=20 "${@:2}" ;;
+    # two pytest-xdist workers, each a session of its own (tests/conftest.py); a module stays on one worker
+    exec "$VENV/bin/python" -m pytest -q -n "${AO_TEST_WORKERS:-2}" --dist loadfile --durations=20 "${@:2}" ;;
   *) echo "usage: bash scripts/quickstart.sh demo|test [arguments]" >&2; exit 2 ;;
 esac

@@ -8,15 +8,21 @@ import shutil
 import tempfile
 import uuid
 
+from tests.helpers import WORKER_PORT_STRIDE, WORKER_REDIS_DBS, with_redis_db, worker_index
+
 _RUN = uuid.uuid4().hex[:10]
 _HOME = tempfile.mkdtemp(prefix="autooptimize-test-")
 os.environ.setdefault("AO_TEST_ADMIN_URL", "postgresql+psycopg2://postgres@localhost:5432/postgres")
 os.environ["AO_DATABASE_URL"] = os.environ.get("AO_TEST_DATABASE_URL",
                                                 f"postgresql+psycopg2://postgres@localhost:5432/ao_test_{_RUN}")
-os.environ["AO_REDIS_URL"] = os.environ.get("AO_TEST_REDIS_URL", "redis://localhost:6379/13")
+# Under pytest-xdist (`-n 2`) each worker is a session of its own: its own database and home (above), Redis
+# database and Spark Connect server (here). AO_TEST_REDIS_URL and AO_SPARK_PORT are the first worker's.
+_WORKER = worker_index()
+_REDIS = os.environ.get("AO_TEST_REDIS_URL", "redis://localhost:6379/13")
+os.environ["AO_REDIS_URL"] = with_redis_db(_REDIS, WORKER_REDIS_DBS[_WORKER][0]) if _WORKER else _REDIS
 os.environ["AO_HOME"] = _HOME
 os.environ.setdefault("AO_SPARK_REMOTE", "local")
-os.environ.setdefault("AO_SPARK_PORT", "15012")
+os.environ["AO_SPARK_PORT"] = str(int(os.environ.get("AO_SPARK_PORT", "15012")) + WORKER_PORT_STRIDE * _WORKER)
 os.environ.setdefault("AO_SPARK_DRIVER_MEMORY", "1g")
 # The default merge policy (tiered) runs in every test that does not choose another: a test that asserts
 # a bin-packing plan asks for it (the ``binpack`` fixture), as an operator would with AO_MERGE_POLICY.

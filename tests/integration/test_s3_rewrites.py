@@ -125,14 +125,12 @@ def fresh_database(settings):
 
 @pytest.fixture
 def fresh_redis(settings):
-    """Another Redis db than the session's, flushed before and after."""
-    from urllib.parse import urlsplit
-
+    """Another Redis db than the session's (this worker's spare), flushed before and after."""
     import redis
-    from redis.connection import parse_url
 
-    db = 12 if parse_url(settings.redis_url).get("db", 0) != 12 else 11
-    url = urlsplit(settings.redis_url)._replace(path=f"/{db}").geturl()
+    from tests.helpers import spare_redis_url
+
+    url = spare_redis_url()
     client = redis.Redis.from_url(url)
     client.flushdb()
     yield url
