@@ -1,5 +1,6 @@
 """Test session set-up: a fresh PostgreSQL database, Redis db 13, an AO_HOME in a temp dir and one
-local Spark Connect server for the whole session (all real services)."""
+local Spark Connect server for the whole session (all real services). Under pytest-xdist each worker is
+such a session, with its own Redis databases and Spark Connect port (``tests.helpers.worker_index``)."""
 
 from __future__ import annotations
 
