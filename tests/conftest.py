@@ -4,6 +4,7 @@ such a session, with its own Redis databases and Spark Connect port (``tests.hel
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -13,6 +14,9 @@ from tests.helpers import WORKER_PORT_STRIDE, WORKER_REDIS_DBS, with_redis_db, w
 
 _RUN = uuid.uuid4().hex[:10]
 _HOME = tempfile.mkdtemp(prefix="autooptimize-test-")
+_OWNER = os.getpid()
+# removed at exit too: pytest-xdist's controller process runs no test, and no `settings` fixture removes it
+atexit.register(lambda: os.getpid() == _OWNER and shutil.rmtree(_HOME, ignore_errors=True))
 os.environ.setdefault("AO_TEST_ADMIN_URL", "postgresql+psycopg2://postgres@localhost:5432/postgres")
 os.environ["AO_DATABASE_URL"] = os.environ.get("AO_TEST_DATABASE_URL",
                                                 f"postgresql+psycopg2://postgres@localhost:5432/ao_test_{_RUN}")
