@@ -34,6 +34,16 @@ def with_redis_db(url: str, db: int) -> str:
     return urlsplit(url)._replace(path=f"/{db}").geturl()
 
 
+def spare_redis_url() -> str:
+    """This worker's spare Redis database (never its session's, which AO_REDIS_URL names), on the
+    session's server: for a test that flushes a database or needs a second one."""
+    from redis.connection import parse_url
+
+    session = os.environ["AO_REDIS_URL"]  # tests/conftest.py set it
+    spare = WORKER_REDIS_DBS[worker_index()][1]
+    return with_redis_db(session, spare if parse_url(session).get("db", 0) != spare else 15)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
@@ -48,12 +58,3 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> 
     return subprocess.run([sys.executable, "-m", "autooptimize.cli", *args], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": path, **(env or {})}, timeout=timeout)
 
-
-def spare_redis_url() -> str:
-    """This worker's spare Redis database (never its session's, which AO_REDIS_URL names), on the
-    session's server: for a test that flushes a database or needs a second one."""
-    from redis.connection import parse_url
-
-    session = os.environ["AO_REDIS_URL"]  # tests/conftest.py set it
-    spare = WORKER_REDIS_DBS[worker_index()][1]
-    return with_redis_db(session, spare if parse_url(session).get("db", 0) != spare else 15)
