@@ -32,6 +32,7 @@ from autooptimize.services.submit_decided import on_attention_handler
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action
 from scheduler.listener import SettledRecheck
+from spark_actors.warmup import warm_up
 from tests.fakes import RecordingDispatch
 from tests.integration.tables import ARROW, SCHEMA, SPEC, identifier
 
@@ -117,11 +118,10 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
                    leave_alone_below=tuning["leave_alone_below"] or None, quiet_merge=tuning["quiet_merge"],
                    cold_gap_factor=tuning["cold_gap_factor"], merge_price=tuning["price"])
     table_id = tracking.ensure_tracked(live, ident)
-    # the service's workers hold warm Spark Connect sessions: the first Spark job of a fresh server ran 3.2 s
-    # where the others ran 0.37 s (p50), and landed the replay's first merge 2.7 s late (2026-11-30). Merge a
-    # day of the history first, as a warm worker has merged before.
-    warm = actions.submit(live, name, partition=f"day={BASE.isoformat()}", kind="merge")
-    assert actions.execute(live, warm)["state"] == "succeeded"
+    # a worker of the service warms its Spark side up as it starts (spark_actors/warmup.py): without it, the
+    # first Spark job of a fresh server ran 3.2 s where the others ran 0.37 s (p50), and landed the replay's
+    # first merge 2.7 s late (2026-11-30)
+    warm_up(live)
     port = RecordingDispatch()
     handler = on_attention_handler(live, port)
     pending: list[tuple[float, str]] = []  # (due, action id): to commit LATENCY_SECONDS after it was decided
