@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -40,8 +41,10 @@ def submit(
     target_file_size: Any = None,
     dispatch: Dispatch | None = None,
     options: dict[str, Any] | None = None,
+    prompted_at: datetime | None = None,
 ) -> str:
-    """Record an action and hand it to ``dispatch`` for the actors; returns its id.
+    """Record an action and hand it to ``dispatch`` for the actors; returns its id. ``prompted_at``: for an
+    action decide chose, its partition's last writer commit then (``Action.prompted_at``).
 
     Everything is validated (table, partition, kind, priority, sizes, the broker reachable) before anything
     is written; an untracked table is then tracked with the default tuning. A queued or running action on
@@ -77,6 +80,7 @@ def submit(
             options={**checked.options, "target_file_size": checked.target_file_size, "dry_run": False},
             attempts=0,
             timings={},
+            prompted_at=prompted_at,
         )
         session.add(action)
         session.flush()

@@ -9,7 +9,8 @@ the one that rewrites the fewest bytes while keeping the file goal (mean live fi
 files within 1.1× of a blocking bin-pack every 20 commits of the same history). Merged files weigh what
 the table's own REPLACE commits say they do (:func:`learned_output_model`), or, while it has none, what
 the service's merges of its other tables wrote (:func:`borrowed_output_model`); a merge lands as long after
-the write that prompted it as the table's own recent merges did, and a settle or cold-after moment is
+the write that prompted it as the table's own recent merges did (while it has too few, as the service's
+merges of its other tables did), and a settle or cold-after moment is
 judged as late as the table's own timer merges were (:mod:`autooptimize.services.learned_timings`). It is
 recorded on the tracked table with its predicted figures (``suggested_tuning``), shown by ``whatif
 --suggest`` and the console, and applied only when the owner allowed it (``track --auto-tune``). Beat re-evaluates the
@@ -31,6 +32,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pyiceberg.table import Table
@@ -53,6 +55,7 @@ from autooptimize.services.learned_timings import (
     ASSUMED,
     ASSUMED_RUN_SECONDS,
     MIN_LATENCY_ACTIONS,
+    borrowed_timings,
     learn_timings,
 )
 from autooptimize.storage.db import session_scope
@@ -219,6 +222,11 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         auto = bool(row is not None and row.auto_tune)
         last_at = row.suggested_at if row is not None else None
         learned = learn_timings(session, row.id, (writes, start_ms), current) if row is not None else ASSUMED
+        own_merges = learned.merges
+        if latency is None and own_merges < MIN_LATENCY_ACTIONS:  # too few merges of its own: the other tables'
+            borrowed = borrowed_timings(session, row.id if row is not None else None, current.settle_seconds)
+            if borrowed is not None:
+                learned = replace(borrowed, timer_lag=learned.timer_lag, timer_merges=learned.timer_merges)
         merges, start_delay = (learned.merges, learned.start_delay) if latency is None else (0, None)
         latency = learned.latency if latency is None else latency
         if not model.commits:  # no merge of its own yet
@@ -240,6 +248,8 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out["output_borrowed"] = model.borrowed
     out["latency_seconds"], out["latency_merges"], out["start_delay_seconds"] = latency, merges, start_delay
     out["latency_learned"] = merges >= MIN_LATENCY_ACTIONS  # else the simulator's assumed latency (or the given)
+    out["latency_borrowed"] = learned.borrowed and merges > 0  # the other tables' merges' (borrowed_timings)
+    out["latency_own_merges"] = own_merges
     # else each merge is taken to run ASSUMED_RUN_SECONDS before it lands
     out["start_delay_learned"] = out["latency_learned"] and learned.starts >= MIN_LATENCY_ACTIONS
     out["assumed_run_seconds"] = ASSUMED_RUN_SECONDS

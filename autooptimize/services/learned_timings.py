@@ -18,7 +18,7 @@ import bisect
 import collections
 import statistics
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -59,6 +59,7 @@ class LearnedTimings:
     timer_lag: float
     timer_merges: int
     starts: int = 0  # the merges that recorded their start (the start delay is their median from MIN_LATENCY_ACTIONS)
+    borrowed: bool = False  # the latency and start delay are the other tables' merges' (borrowed_timings)
 
 
 #: Seconds a merge runs from its start to its commit: 0.28 s p50 through the Spark Connect server in the DoD 2
@@ -122,6 +123,41 @@ def learn_timings(session: Session, table_id: int, history: tuple[Sequence[Write
         dones.append((done - created).total_seconds() + since)
         if started is not None:
             starts.append((started - created).total_seconds() + since)
+    return _timings(dones, starts, lags)
+
+
+def borrowed_timings(session: Session, table_id: int | None,
+                     settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> LearnedTimings | None:
+    """The latency and start delay of the service's :data:`LATENCY_ACTIONS` most recent succeeded merges of
+    tables other than ``table_id`` that recorded the write that prompted them (``Action.prompted_at``, set by
+    decide); None while fewer than :data:`MIN_LATENCY_ACTIONS` did. A table with too few merges of its own
+    replays with them rather than the simulator's assumed latency, which is 5× what merges take on a warm
+    service today (2 s against 0.35–0.45 s; docs/policy-history.md, "Timings borrowed from the other tables").
+    A merge created within ``settle_seconds`` of its write counts from the write, as
+    :func:`learn_timings` counts a table's own; a later one (a timer prompted it) from its creation. The
+    timer lag is not borrowed: :data:`TIMER_LAG_SECONDS`, for the caller to replace with the table's own."""
+    query = (select(Action.created_at, Action.started_at, Action.finished_at, Action.prompted_at)
+             .where(Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value,
+                    Action.finished_at.is_not(None), Action.prompted_at.is_not(None))
+             .order_by(Action.finished_at.desc()).limit(LATENCY_ACTIONS))
+    if table_id is not None:
+        query = query.where(Action.table_id != table_id)
+    dones: list[float] = []
+    starts: list[float] = []
+    for created, started, done, prompted in session.execute(query):
+        since = (created - prompted).total_seconds()
+        since = since if 0 <= since <= settle_seconds else 0.0
+        dones.append((done - created).total_seconds() + since)
+        if started is not None:
+            starts.append((started - created).total_seconds() + since)
+    if len(dones) < MIN_LATENCY_ACTIONS:
+        return None
+    return replace(_timings(dones, starts, []), borrowed=True)
+
+
+def _timings(dones: Sequence[float], starts: Sequence[float], lags: Sequence[float]) -> LearnedTimings:
+    """Timings from each merge's seconds to its commit and to its start (from what prompted it) and the timer
+    lags: their medians, or the assumed ones while too few."""
     if len(dones) < MIN_LATENCY_ACTIONS:
         return LearnedTimings(LATENCY_SECONDS, len(dones), ASSUMED.start_delay, _lag(lags), len(lags), len(starts))
     latency = min(max(statistics.median(dones), 0.1), 600.0)

@@ -53,6 +53,7 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
             return None
         tuning = tuning_of(tracked)
         identifier = tracked.identifier
+        last_write = stats.last_write_at if stats is not None else None  # what prompted it (Action.prompted_at)
         last = session.scalars(select(Action).where(
             Action.table_id == table_id, Action.spec_id == spec_id, Action.partition_key == partition_key,
             Action.kind.in_(REWRITE_KINDS)).order_by(Action.created_at.desc()).limit(1)).one_or_none()
@@ -101,7 +102,8 @@ def submit_for_partition(settings: Settings, table_id: int, spec_id: int, partit
         return None
     # the budget (services/budget.py) submits now, or records the candidate for its next tick
     return budget.judge(settings, table_id, spec_id, partition_key, choice, trigger, lambda: actions.submit(
-        settings, identifier, partition=partition, kind=decision.kind, trigger=trigger, dispatch=dispatch))
+        settings, identifier, partition=partition, kind=decision.kind, trigger=trigger, dispatch=dispatch,
+        prompted_at=last_write))
 
 
 def _note_judged(session: Any, table_id: int, spec_id: int, partition_key: str, **verdict: Any) -> None:

@@ -215,6 +215,8 @@ class Action(Base):
     created_at: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=True), server_default=_now())
     started_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
+    # a decided action: its partition's last writer commit when decide chose it (None: ad hoc)
+    prompted_at: Mapped[datetime | None] = mapped_column(TIMESTAMP(timezone=True), nullable=True)
 
     @validates("error")
     def _masked(self, _key: str, value: str | None) -> str | None:

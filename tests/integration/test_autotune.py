@@ -22,7 +22,6 @@ from sqlalchemy import func, select
 
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import simulate_on_clock
-from autooptimize.domain.simulate import LATENCY_SECONDS
 from autooptimize.engines.digest import arrow_digest
 from autooptimize.services import actions, tracking
 from autooptimize.services.autotune import learned_output_model, realised_since, table_history, table_writes
@@ -124,7 +123,10 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
     warm_up(live)
     port = RecordingDispatch()
     handler = on_attention_handler(live, port)
-    pending: list[tuple[float, str]] = []  # (due, action id): to commit LATENCY_SECONDS after it was decided
+    # each merge commits the prediction's latency after it was decided: the simulator's assumed one, or the
+    # service's other tables' merges' when this database holds enough of them (learned_timings.borrowed_timings)
+    latency = out["latency_seconds"]
+    pending: list[tuple[float, str]] = []  # (due, action id): to commit ``latency`` after it was decided
     lock = threading.Lock()
     failures: list[str] = []
     stop = threading.Event()
@@ -164,7 +166,7 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
         recheck.run_due(handler)  # as the service's listener: at most once a second
         with lock:
             while seen < len(port.tickets):
-                pending.append((time.monotonic() + LATENCY_SECONDS, port.tickets[seen].action_id))
+                pending.append((time.monotonic() + latency, port.tickets[seen].action_id))
                 seen += 1
         if until is not None:
             time.sleep(max(0.0, min(0.2, until - time.monotonic())))
@@ -178,7 +180,7 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
         worker.start()
     try:
         _write_paced(replay, commits, offsets, between=step)
-        quiet_until = time.monotonic() + tuning["cold_after_seconds"] + LATENCY_SECONDS + 3
+        quiet_until = time.monotonic() + tuning["cold_after_seconds"] + latency + 3
         while time.monotonic() < quiet_until:
             step(time.monotonic() + 0.2)
             with lock:
@@ -208,7 +210,7 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
     with session_scope(live) as session:
         own = learn_timings(session, table_id, (writes, start_ms), PolicyTuning(**tuning))
     # on the listener's clock, the mean over its phases, as the prediction
-    again = simulate_on_clock(writes, PolicyTuning(**tuning), LATENCY_SECONDS, timer_lag=own.timer_lag).as_dict()
+    again = simulate_on_clock(writes, PolicyTuning(**tuning), latency, timer_lag=own.timer_lag).as_dict()
     model = learned_output_model(replay.refresh())  # and what its own merges wrote against what they read
     learned = simulate_on_clock(writes, PolicyTuning(**tuning), own.latency, start_delay=own.start_delay,
                                 timer_lag=own.timer_lag, output_ratio=model.share,

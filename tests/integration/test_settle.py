@@ -68,6 +68,9 @@ def test_a_live_partition_waits_then_is_finished_once_cold(settings, catalog):
     with session_scope(live) as session:
         action = session.get(Action, port.tickets[0].action_id)
         assert action.kind == "merge" and action.trigger == "event"
+        # what prompted it: the partition's last writer commit (a replay borrows its timings from that)
+        assert action.prompted_at is not None
+        assert int(action.prompted_at.timestamp() * 1000) == table.refresh().current_snapshot().timestamp_ms
     # judged and submitted: not handed over again
     assert [p for p in settled_partitions(live) if p[0] == table_id] == []
 
