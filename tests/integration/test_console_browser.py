@@ -226,9 +226,12 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
                     f" less {_to_fixed(suggestion['file_overhead'] / 1024, 1)} KiB per file removed (fitted on "
                     f"{suggestion['output_commits']} merges of the service's other tables)")
         assert suggestion["output_borrowed"] == bool(borrowed)
+        # and the other tables' merge timings, when this run has merged enough of them after deciding them
+        timed = (f"median of the service's last {suggestion['latency_merges']} merges of other tables; too few of its own"
+                 if suggestion["latency_borrowed"] else "assumed: too few merges yet")
         assert _card(driver, "suggestion-replay") == (
             f"replayed with merges landing {_to_fixed(suggestion['latency_seconds'], 2)} s after the write that prompted them "
-            f"(assumed: too few merges yet), merged bytes weighing {_to_fixed(suggestion['output_ratio'], 2)}× their "
+            f"({timed}), merged bytes weighing {_to_fixed(suggestion['output_ratio'], 2)}× their "
             f"inputs{borrowed}, settled and cold partitions judged {_to_fixed(suggestion['timer_lag_seconds'], 2)} s after their moment (the service's measured lag); "
             f"the mean of {suggestion['clock_phases']} replays on the listener's {suggestion['listener_pass_seconds']:g} s "
             f"passes at other phases")
