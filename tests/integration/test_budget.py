@@ -17,7 +17,7 @@ from autooptimize.services.submit_decided import submit_for_partition
 from autooptimize.storage.budget_models import BudgetDecision
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action
-from autooptimize.storage.repositories import tracked_table
+from autooptimize.storage.repositories import now, tracked_table
 from tests.fakes import RecordingDispatch
 from tests.integration.tables import DAY1, identifier, key_of, make_table
 
@@ -74,11 +74,23 @@ def _run(settings, catalog, mode):
     return tight, estate, ids, port, arrived, verdict
 
 
+def _others(settings, table_ids, since):
+    """What else spent this hour's budget since ``since`` (a failure's message): the spend, and the actions
+    of other tables created or finished since."""
+    with session_scope(settings) as s:
+        rows = s.execute(select(Action.table_id, Action.kind, Action.state, Action.created_at, Action.finished_at)
+                         .where(Action.table_id.not_in(table_ids),
+                                (Action.created_at >= since) | (Action.finished_at >= since))).all()
+        return {"spend": budget.spend(s, settings), "actions": [tuple(r) for r in rows]}
+
+
 def test_enforce_defers_low_value_candidates_and_runs_them_once_the_budget_allows(settings, catalog):
+    started = now()
     tight, estate, ids, port, arrived, verdict = _run(settings, catalog, "enforce")
     heavy, barely_a, barely_b = ids
     assert arrived == [None, None, None]  # enforce: every automatic candidate waits for the tick
-    assert (verdict["admitted"], verdict["deferred"], verdict["submitted"]) == (1, 2, 1)
+    assert (verdict["admitted"], verdict["deferred"], verdict["submitted"]) == (1, 2, 1), (
+        verdict, tight.budget_core_seconds_per_hour, _others(tight, ids, started))
     records = {r["table_id"]: r for r in _records(tight, ids)}
     assert records[heavy]["verdict"] == "admit" and records[heavy]["action_id"] == port.tickets[0].action_id
     assert records[heavy]["files_removed"] == HEAVY_FILES - 1
