@@ -10,6 +10,9 @@ From the table's most recent succeeded merges (``ao_actions``) and its writer co
   a second, so the service judges a timer later than the moment; a write meanwhile cancels it, and a
   replay that judged every timer at once re-finished small hours the service did not
   (docs/policy-history.md, "A late file re-reading a small partition").
+
+While a table has fewer merges than that takes, :func:`borrowed_timings` gives the latency and start delay
+of the service's recent merges of its other tables, each counted from the write recorded as its prompt.
 """
 
 from __future__ import annotations
