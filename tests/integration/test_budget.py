@@ -44,12 +44,16 @@ def _estate(settings, catalog, tag):
 
 def _tight(settings, mode):
     """Settings whose hourly budget leaves ROOM core-seconds over what this database spent this hour
-    (other tests' actions count too: the budget covers every action)."""
-    with session_scope(settings) as s:
-        spent = budget.spend(s, settings)["total"]
+    (other tests' actions count too: the budget covers every action). The spend is read with the same
+    priors the tick prices with: an action of another test still queued is counted at its estimate, and
+    read at the default priors (0.02 core-s a file, not 0.05) a queued merge of 30 files counted 0.9 core-s
+    less than the tick then did, more than the heavy candidate's margin (found with the files in reverse
+    order, 2026-11-30)."""
     # the budget is under test, not the live-partition policy: every barely fragmented partition is a candidate
-    return settings.model_copy(update={**PRIOR, "budget_mode": mode, "budget_core_seconds_per_hour": spent + ROOM,
-                                       "merge_policy": "binpack"})
+    priced = settings.model_copy(update={**PRIOR, "merge_policy": "binpack"})
+    with session_scope(priced) as s:
+        spent = budget.spend(s, priced)["total"]
+    return priced.model_copy(update={"budget_mode": mode, "budget_core_seconds_per_hour": spent + ROOM})
 
 
 def _records(settings, table_ids):
