@@ -57,4 +57,3 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> 
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-m", "autooptimize.cli", *args], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": path, **(env or {})}, timeout=timeout)
-

@@ -210,11 +210,13 @@ def _suggest(args: argparse.Namespace) -> int:
         print(f"merged bytes weigh {out['output_ratio']:.2f}× their inputs (learned from the table's REPLACE commits)")
     if out.get("latency_learned") or out.get("latency_merges"):
         start = out.get("start_delay_seconds")
-        source = (f"median of the table's last {out['latency_merges']} merges" if out.get("latency_learned") else
-                  f"assumed: the table has {out['latency_merges']} merge(s), too few to learn it from")
         if out.get("latency_borrowed"):
             source = (f"median of the service's last {out['latency_merges']} merges of other tables; the table has "
                       f"{out.get('latency_own_merges', 0)} merge(s) of its own, too few to learn it from")
+        elif out.get("latency_learned"):
+            source = f"median of the table's last {out['latency_merges']} merges"
+        else:
+            source = f"assumed: the table has {out['latency_merges']} merge(s), too few to learn it from"
         if out.get("latency_learned") and start is not None and not out.get("start_delay_learned"):
             source += (f"; each taken to run {out.get('assumed_run_seconds', 0):.2f} s before it lands, too few "
                        f"of them recorded their start")

@@ -248,7 +248,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out["output_borrowed"] = model.borrowed
     out["latency_seconds"], out["latency_merges"], out["start_delay_seconds"] = latency, merges, start_delay
     out["latency_learned"] = merges >= MIN_LATENCY_ACTIONS  # else the simulator's assumed latency (or the given)
-    out["latency_borrowed"] = learned.borrowed and merges > 0  # the other tables' merges' (borrowed_timings)
+    out["latency_borrowed"] = learned.borrowed  # the other tables' merges' (borrowed_timings)
     out["latency_own_merges"] = own_merges
     # else each merge is taken to run ASSUMED_RUN_SECONDS before it lands
     out["start_delay_learned"] = out["latency_learned"] and learned.starts >= MIN_LATENCY_ACTIONS

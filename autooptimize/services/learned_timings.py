@@ -22,6 +22,7 @@ import collections
 import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -123,9 +124,7 @@ def learn_timings(session: Session, table_id: int, history: tuple[Sequence[Write
             lag = _timer_lag(times, i, at, tuning)
             if lag is not None:
                 lags.append(lag)
-        dones.append((done - created).total_seconds() + since)
-        if started is not None:
-            starts.append((started - created).total_seconds() + since)
+        _count(dones, starts, created, started, done, since)
     return _timings(dones, starts, lags)
 
 
@@ -149,13 +148,19 @@ def borrowed_timings(session: Session, table_id: int | None,
     starts: list[float] = []
     for created, started, done, prompted in session.execute(query):
         since = (created - prompted).total_seconds()
-        since = since if 0 <= since <= settle_seconds else 0.0
-        dones.append((done - created).total_seconds() + since)
-        if started is not None:
-            starts.append((started - created).total_seconds() + since)
+        _count(dones, starts, created, started, done, since if 0 <= since <= settle_seconds else 0.0)
     if len(dones) < MIN_LATENCY_ACTIONS:
         return None
     return replace(_timings(dones, starts, []), borrowed=True)
+
+
+def _count(dones: list[float], starts: list[float], created: datetime, started: datetime | None,
+           done: datetime, since: float) -> None:
+    """One merge's seconds to its commit and, when it recorded it, to its start, from what prompted it
+    (``since`` seconds before its creation)."""
+    dones.append((done - created).total_seconds() + since)
+    if started is not None:
+        starts.append((started - created).total_seconds() + since)
 
 
 def _timings(dones: Sequence[float], starts: Sequence[float], lags: Sequence[float]) -> LearnedTimings:
