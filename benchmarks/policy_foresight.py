@@ -59,15 +59,9 @@ from typing import Any
 
 import numpy as np
 
+from autooptimize.domain.goals import LIVE_FILES_GOAL, WRITE_AMPLIFICATION_GOAL
 from autooptimize.domain.policy import PolicyTuning
-from autooptimize.domain.simulate import (
-    LATENCY_SECONDS,
-    LIVE_FILES_GOAL,
-    WRITE_AMPLIFICATION_GOAL,
-    Write,
-    simulate_baseline,
-    simulate_policy,
-)
+from autooptimize.domain.simulate import LATENCY_SECONDS, Write, simulate_baseline, simulate_policy
 from autooptimize.errors import InvalidArgument
 from benchmarks.policy_frontier import checked_target, trace_arguments
 from benchmarks.policy_sim import family_writes, streaming_writes

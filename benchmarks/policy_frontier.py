@@ -31,8 +31,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from autooptimize.domain.goals import WRITE_AMPLIFICATION_GOAL
 from autooptimize.domain.policy import PolicyTuning
-from autooptimize.domain.simulate import WRITE_AMPLIFICATION_GOAL, Figures, simulate_baseline, simulate_policy
+from autooptimize.domain.simulate import Figures, simulate_baseline, simulate_policy
 from autooptimize.domain.sizes import parse_size
 from autooptimize.errors import InvalidArgument
 from benchmarks.policy_sim import streaming_writes

@@ -57,17 +57,16 @@ from fractions import Fraction
 from typing import Any
 
 from autooptimize.domain.entropy import excess_needs_attention
+from autooptimize.domain.goals import WRITE_AMPLIFICATION_GOAL, end_layout_holds
 from autooptimize.domain.planning import Plan
 from autooptimize.domain.planning.essential import MeasuredFiles
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.priced import FILL, priced_group
 from autooptimize.domain.simulate import (
-    WRITE_AMPLIFICATION_GOAL,
     Figures,
     PartitionState,
     Planner,
     Write,
-    end_layout_holds,
     simulate_baseline,
     simulate_policy,
 )

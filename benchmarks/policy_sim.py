@@ -4,6 +4,7 @@
                                     [--target SIZE] [--every N] [--trace family|streaming] [--suggest]
                                     [--quiet-merge] [--cold-gap-factor K] [--commits N] [--no-late-horizon]
                                     [--price K] [--latency S] [--start-delay S] [--variant K]
+                                    [--seconds-per-mb S --reference-mb MB]
 
 For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streaming``: the trace of
 ``benchmarks.streaming`` at 8 and 128 MiB), the same writes are replayed twice by
@@ -16,7 +17,9 @@ For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streamin
   settle and cold timers, merges landing ``--latency`` seconds (2 s) after they are decided, planned as
   they land or, with ``--start-delay``, that long after the decision (as the service's action plans when
   it starts; ``--latency 0.35 --start-delay 0.18`` is what the live runs of ``benchmarks.streaming`` showed
-  in 2026-11).
+  in 2026-11). With ``--seconds-per-mb`` a merge runs that much longer for each MB it reads over
+  ``--reference-mb`` (and as much shorter under), as AutoAnalyze's learned pace
+  (:mod:`autooptimize.domain.pace`).
 
 Printed per member, policy beside bin-pack with the ratio: mean live files, files replaced, bytes
 rewritten, write amplification, files at the end and excess MSE at the end (MiB²), and whether each goal
@@ -41,6 +44,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autooptimize.domain.output_model import SHARE_BOUNDS
+from autooptimize.domain.pace import SizePace
 from autooptimize.domain.policy import (
     DEFAULT_COLD_AFTER_SECONDS,
     DEFAULT_COLD_GAP_FACTOR,
@@ -100,11 +104,12 @@ def floor_ratio(writes: Sequence[Write], target: int, base: Figures) -> float:
 def compare(name: str, writes: Sequence[Write], tuning: PolicyTuning, every: int,
             ours: Figures | None = None, latency: float = LATENCY_SECONDS,
             start_delay: float | None = None, timer_lag: float = 0.0, clock: bool = False,
-            output_ratio: float = 1.0, file_overhead: int | None = None) -> dict[str, Any]:
+            output_ratio: float = 1.0, file_overhead: int | None = None,
+            pace: SizePace | None = None) -> dict[str, Any]:
     base = simulate_baseline(writes, tuning.target, every, output_ratio, file_overhead)
     if ours is None:
         replay = {"start_delay": start_delay, "timer_lag": timer_lag, "output_ratio": output_ratio,
-                  "file_overhead": file_overhead}
+                  "file_overhead": file_overhead, "pace": pace}
         ours = (simulate_on_clock(writes, tuning, latency, **replay) if clock
                 else simulate_policy(writes, tuning, latency, **replay))
     b, p = base.as_dict(), ours.as_dict()
@@ -172,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"seconds from a merge's decision to its commit (default {LATENCY_SECONDS:g})")
     ap.add_argument("--start-delay", type=float,
                     help="seconds from a merge's decision to its plan (default: it plans as it lands)")
+    ap.add_argument("--seconds-per-mb", type=float,
+                    help="with --start-delay: a merge runs this much longer per MB it reads over --reference-mb")
+    ap.add_argument("--reference-mb", type=float, default=0.0,
+                    help="the MB a merge reads that --latency is measured at (with --seconds-per-mb; default 0)")
     ap.add_argument("--timer-lag", type=float, default=0.0,
                     help="seconds from a partition's settle or cold-after moment to its judgement (default 0: at "
                          "once; the service's listener judges them 0.35-1.8 s late)")
@@ -194,6 +203,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--latency must be seconds ≥ 0, got {args.latency}")
     if args.start_delay is not None and not 0 <= args.start_delay <= args.latency:
         ap.error(f"--start-delay must be seconds within [0, --latency ({args.latency:g})], got {args.start_delay}")
+    pace = None
+    if args.seconds_per_mb is not None:
+        if args.start_delay is None:
+            ap.error("--seconds-per-mb needs --start-delay: a merge's run is known once it has planned")
+        try:
+            pace = SizePace(args.seconds_per_mb, args.reference_mb)
+        except ValueError as e:
+            ap.error(f"--seconds-per-mb/--reference-mb: {e}")
     if not args.timer_lag >= 0:
         ap.error(f"--timer-lag must be seconds ≥ 0, got {args.timer_lag}")
     if not SHARE_BOUNDS[0] <= args.output_ratio <= SHARE_BOUNDS[1]:  # what AutoAnalyze believes of a fit
@@ -221,13 +238,13 @@ def main(argv: list[str] | None = None) -> int:
                               cold_absorb=args.cold_absorb)
         rows.append(compare(name, writes, tuning, args.every, latency=args.latency, start_delay=args.start_delay,
                             timer_lag=args.timer_lag, clock=args.clock, output_ratio=args.output_ratio,
-                            file_overhead=args.file_overhead))
+                            file_overhead=args.file_overhead, pace=pace))
         if args.suggest:
             leave = sorted({0, min(target // 8, 1 << 20)})
             s = suggest_tuning(writes, tuning, candidate_tunings(tuning, leave_alone=leave), args.every,
                                args.latency, start_delay=args.start_delay, timer_lag=args.timer_lag,
                                timer_every=LISTENER_PASS_SECONDS if args.clock else 0.0,
-                               output_ratio=args.output_ratio, file_overhead=args.file_overhead)
+                               output_ratio=args.output_ratio, file_overhead=args.file_overhead, pace=pace)
             row = compare(name, writes, s.tuning, args.every, s.predicted, output_ratio=args.output_ratio,
                           file_overhead=args.file_overhead)
             row["member"] = f"  {name[:3]} suggested"
@@ -236,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"hour_seconds": HOUR_SECONDS, "every": args.every, "latency": args.latency,
                           "start_delay": args.start_delay, "timer_lag": args.timer_lag, "clock": args.clock,
                           "output_ratio": args.output_ratio, "file_overhead": args.file_overhead,
+                          "pace": pace.as_dict() if pace is not None else None,
                           "rows": rows,
                           "suggested": suggested},
                          indent=2))
@@ -247,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{'' if args.late_horizon else ', no late-horizon finish'}; merges land {args.latency:g} s after "
               f"they are decided"
               f"{'' if args.start_delay is None else f', planned {args.start_delay:g} s after'}"
+              f"{'' if pace is None else f', {pace.seconds_per_mb:g} s longer per MB over {pace.reference_mb:g}'}"
               f"{f'; timers judged {args.timer_lag:g} s late' if args.timer_lag else ''}"
               f"{'; on the listener clock, the mean of its phases' if args.clock else ''}) "
               f"beside a blocking bin-pack every {args.every} writes; one partition-hour = {HOUR_SECONDS:g} s")

@@ -137,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     figures = simulate_policy(writes, tuning, learned.latency, output_ratio=model.share,
                               file_overhead=model.file_overhead, start_delay=learned.start_delay,
                               timer_lag=learned.timer_lag, timer_every=LISTENER_PASS_SECONDS, timer_phase=args.phase,
-                              on_merge=log)
+                              on_merge=log, pace=learned.pace)
     start = "as it lands" if learned.start_delay is None else f"{learned.start_delay:.2f} s after the write"
+    if learned.pace is not None and learned.pace.seconds_per_mb:
+        start += f", runs {100 * learned.pace.seconds_per_mb:.2f} s longer per 100 MB over {learned.pace.reference_mb:.1f} MB"
     print(f"{len(writes)} writer commits; replay on the listener's clock at phase {args.phase:g} (latency "
           f"{learned.latency:.2f} s, planned {start}, timer lag {learned.timer_lag:.2f} s): "
           f"{figures.actions} merges, WA {figures.write_amplification:.3f}, {figures.end_files} files at the end "

@@ -118,8 +118,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
 from autooptimize.config import Settings, load_settings
+from autooptimize.domain.goals import WRITE_AMPLIFICATION_GOAL
 from autooptimize.domain.policy import DEFAULT_SETTLE_SECONDS, LIVE_MERGE_RULES
-from autooptimize.domain.simulate import WRITE_AMPLIFICATION_GOAL
 from autooptimize.domain.sizes import MiB, parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
 from benchmarks.streaming_predict import environment, ratio, report_lines, simulate_this_run

@@ -66,12 +66,13 @@ def simulate_this_run(env: Mapping[str, str], catalog: Catalog, table_name: str,
     model = learned_output_model(table)
     weight = model.share
     policy = simulate_on_clock(writes, tuning, latency, output_ratio=weight, start_delay=start_delay, timer_lag=lag,
-                               file_overhead=model.file_overhead)
+                               file_overhead=model.file_overhead, pace=learned.pace)
     binpack = simulate_baseline(writes, tuning.target, every, weight, model.file_overhead)
     live_files, live_wa = live.get("live_files_mean"), live.get("write_amplification")
     return {"writes": len(writes), "tuning": tuning.as_dict(), "latency_seconds": round(latency, 3),
             "start_delay_seconds": None if start_delay is None else round(start_delay, 3),
-            "latency_merges": merges, "output_ratio": round(weight, 4), "file_overhead": model.file_overhead,
+            "latency_merges": merges, "size_pace": None if learned.pace is None else learned.pace.as_dict(),
+            "output_ratio": round(weight, 4), "file_overhead": model.file_overhead,
             "timer_lag_seconds": round(lag, 3), "timer_lag_merges": learned.timer_merges,
             "listener_pass_seconds": LISTENER_PASS_SECONDS, "clock_phases": CLOCK_PHASES,
             "policy": {"mean_live_files": round(policy.mean_live_files, 2),
@@ -89,9 +90,12 @@ def report_lines(sim: Mapping[str, Any], live_binpack: Mapping[str, float | None
     start = sim.get("start_delay_seconds")
     footer = sim.get("file_overhead")
     footers = "" if footer is None else f" less {footer} bytes for each file a merge removes"
+    pace = sim.get("size_pace")
+    paced = ("" if not pace else f", {100 * pace['seconds_per_mb']:.2f} s longer a run for each 100 MB over "
+             f"{pace['reference_mb']:.1f} MB")
     lines = [f"simulator on this run's own {sim['writes']} writer commits (latency {sim['latency_seconds']} s, "
              f"{'planned as it lands' if start is None else f'planned {start} s after the write'}, "
-             f"from {sim['latency_merges']} merges, timers judged {sim['timer_lag_seconds']} s late from "
+             f"from {sim['latency_merges']} merges{paced}, timers judged {sim['timer_lag_seconds']} s late from "
              f"{sim['timer_lag_merges']} timer merges on the listener's {sim['listener_pass_seconds']:g} s passes, the mean "
              f"of {sim['clock_phases']} phases, output ratio {sim['output_ratio']}{footers}): mean live files "
              f"{p['mean_live_files']}, WA {p['write_amplification']}, {p['actions']} merges; live / simulated: "

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from autooptimize.domain.simulate import WRITE_AMPLIFICATION_GOAL
+from autooptimize.domain.goals import WRITE_AMPLIFICATION_GOAL
 from benchmarks.streaming import measure, on_sigterm_unwind, parse_args
 from benchmarks.streaming_predict import ratio
 

@@ -222,6 +222,11 @@ def _suggest(args: argparse.Namespace) -> int:
                        f"of them recorded their start")
         print(f"a merge lands {out['latency_seconds']:.2f} s after the write that prompted it"
               + ("" if start is None else f" and plans {start:.2f} s after it") + f" ({source})")
+    pace = out.get("size_pace")
+    if pace:
+        print(f"a merge runs {100 * pace['seconds_per_mb']:.2f} s longer for each 100 MB it reads over "
+              f"{pace['reference_mb']:.1f} MB, and as much shorter under (fitted on {pace['merges']} merges' "
+              "bytes and runs" + ("" if pace["seconds_per_mb"] else ": their sizes too close to show a slope") + ")")
     if out.get("timer_lag_seconds") is not None:
         n = out.get("timer_lag_merges", 0)
         print(f"a settled or cold partition is judged {out['timer_lag_seconds']:.2f} s after its moment"

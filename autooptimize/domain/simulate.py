@@ -15,7 +15,8 @@ keeping the table:
   goes cold (the service's timers; each partition's cold-after time from its own recent gaps between
   writes, :meth:`~autooptimize.domain.policy.PolicyTuning.cold_after`). A merge lands ``latency`` seconds
   after its decision; it plans as it lands, or ``start_delay`` seconds after the decision as the service's
-  action plans when it starts. One merge in flight per partition. After the last write the clock runs on
+  action plans when it starts; with a pace (:mod:`~autooptimize.domain.pace`) its run from its start grows
+  with what it reads. One merge in flight per partition. After the last write the clock runs on
   until every partition is cold and judged.
 
 Figures (:class:`Figures`): live data files after each write (mean, max), files replaced, bytes
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autooptimize.domain.entropy import best_layout
+from autooptimize.domain.pace import SizePace
 from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
 from autooptimize.domain.planning.types import split_evenly
 from autooptimize.domain.policy import (
@@ -50,9 +52,8 @@ from autooptimize.domain.policy import (
 )
 from autooptimize.domain.time_spans import Spans, TimePartition
 
-__all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "Figures",
-           "Merge", "MergeLog", "PartitionState", "Planner", "TimePartition", "Write", "end_excess_limit",
-           "end_layout_holds", "simulate_baseline", "simulate_policy"]
+__all__ = ["BASELINE_EVERY", "LATENCY_SECONDS", "Figures", "Merge", "MergeLog", "PartitionState",
+           "Planner", "TimePartition", "Write", "simulate_baseline", "simulate_policy"]
 
 #: The baseline bin-packs after this many writes (benchmarks.streaming's ``--compact-every``).
 BASELINE_EVERY = 20
@@ -239,11 +240,14 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
                     measure_from: float | None = None, output_ratio: float = 1.0,
                     planner: Planner | None = None, start_delay: float | None = None,
                     timer_lag: float = 0.0, timer_every: float = 0.0, timer_phase: float = 0.0,
-                    on_merge: MergeLog | None = None, file_overhead: int | None = None) -> Figures:
+                    on_merge: MergeLog | None = None, file_overhead: int | None = None,
+                    pace: SizePace | None = None) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``start_delay``:
     seconds from a decision to the moment its merge plans (reads the partition's files), as the service's
     action does when it starts; it lands ``latency`` after the decision (None: it plans as it lands, so
-    it takes in the files written meanwhile). ``measure_from``
+    it takes in the files written meanwhile). With a ``pace`` (and a ``start_delay``), a merge runs from
+    its start as long as :meth:`SizePace.run` gives for what it reads: ``latency`` is then the latency of a
+    merge of the pace's reference size. ``measure_from``
     (seconds, as ``Write.at``): the whole history is replayed, but the figures count only the writes at
     or after it and what happens from then on (AutoAnalyze compares them with what the table did since
     a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same); with
@@ -267,6 +271,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     partition gets its first file, as the service's listener hands them over."""
     if start_delay is not None and not 0 <= start_delay <= latency:
         raise ValueError(f"start_delay must be None or within [0, latency ({latency})], got {start_delay!r}")
+    if pace is not None and start_delay is None:
+        raise ValueError("a pace needs a start_delay: a merge's run is known once it has planned")
     if not timer_lag >= 0:
         raise ValueError(f"timer_lag must be seconds ≥ 0, got {timer_lag!r}")
     if not timer_every >= 0:
@@ -332,7 +338,10 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
             at, _, kind, part, set_by = heapq.heappop(events)
             if kind == "start":  # the action plans on the files as they are when it starts
                 planned[part] = plan(part, at)
-                heapq.heappush(events, (at + latency - (start_delay or 0.0), next(seq), "land", part, at))
+                run = latency - (start_delay or 0.0)
+                if pace is not None:  # its run grows with what it reads
+                    run = pace.run(run, sum(g.bytes_in for g in planned[part]))
+                heapq.heappush(events, (at + run, next(seq), "land", part, at))
                 continue
             if kind == "land":
                 pending.discard(part)
@@ -377,24 +386,3 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     run_until(float("inf"))
     return t.figures(rules)
 
-
-#: The file goal ``suggest_tuning`` holds a tuning to: mean live files at most this times the bin-pack's.
-LIVE_FILES_GOAL = 1.05
-
-
-#: The write amplification goal a tuning is held to when no candidate keeps the file goal.
-WRITE_AMPLIFICATION_GOAL = 1.5
-
-
-#: Slack on the end excess MSE goal (bytes²): the bin-pack's own figure is often 0, and 10 % of 0 is nothing.
-END_EXCESS_SLACK = 1 << 40
-
-
-def end_excess_limit(base: Figures) -> float:
-    """The most excess MSE at the end the goal allows beside the bin-pack's ``base``."""
-    return 1.1 * base.end_excess_mse + END_EXCESS_SLACK
-
-
-def end_layout_holds(f: Figures, base: Figures) -> bool:
-    """Files and excess MSE at the end within 10 % of the bin-pack's (``END_EXCESS_SLACK`` on the MSE)."""
-    return f.end_files <= 1.1 * base.end_files and f.end_excess_mse <= end_excess_limit(base)

@@ -11,17 +11,20 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autooptimize.domain.goals import (
+    LIVE_FILES_GOAL,
+    WRITE_AMPLIFICATION_GOAL,
+    end_excess_limit,
+    end_layout_holds,
+)
+from autooptimize.domain.pace import SizePace
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import simulate_on_clock
 from autooptimize.domain.simulate import (
     BASELINE_EVERY,
     LATENCY_SECONDS,
-    LIVE_FILES_GOAL,
-    WRITE_AMPLIFICATION_GOAL,
     Figures,
     Write,
-    end_excess_limit,
-    end_layout_holds,
     simulate_baseline,
     simulate_policy,
 )
@@ -107,7 +110,7 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS,
                    output_ratio: float = 1.0, start_delay: float | None = None,
                    timer_lag: float = 0.0, timer_every: float = 0.0,
-                   file_overhead: int | None = None) -> Suggestion:
+                   file_overhead: int | None = None, pace: SizePace | None = None) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
@@ -115,8 +118,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     candidate (``default`` first), so the defaults are kept unless a tuning does strictly better. The best
     :data:`ABSORB_TRIED` candidates that end short of the bin-pack's end layout are tried again with
     ``cold_absorb`` on.
-    ``latency``, ``output_ratio``, ``start_delay``, ``timer_lag``, ``timer_every`` and ``file_overhead`` as
-    :func:`simulate_policy`'s. With ``timer_every`` (the listener's clock) the search runs on one phase of
+    ``latency``, ``output_ratio``, ``start_delay``, ``timer_lag``, ``timer_every``, ``file_overhead`` and
+    ``pace`` as :func:`simulate_policy`'s. With ``timer_every`` (the listener's clock) the search runs on one phase of
     the clock, and the figures of the tuning found and of the defaults are their means over
     :data:`~autooptimize.domain.replay_clock.CLOCK_PHASES` phases (:func:`simulate_on_clock`): that mean is
     the prediction, the goal is judged on it, and the defaults stay unless the tuning found is better on it
@@ -130,7 +133,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
 
     def replay(t: PolicyTuning) -> tuple[PolicyTuning, Figures]:
         return t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
-                                  timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead)
+                                  timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead,
+                                  pace=pace)
     results = [replay(t) for t in cands]
     results += [replay(t) for t in _absorbing(results, base)]
     defaults = next(f for t, f in results if t == default)
@@ -139,7 +143,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
 
         def on_clock(t: PolicyTuning) -> Figures:
             return simulate_on_clock(writes, t, latency, timer_lag=timer_lag, every=timer_every,
-                                     output_ratio=output_ratio, start_delay=start_delay, file_overhead=file_overhead)
+                                     output_ratio=output_ratio, start_delay=start_delay, file_overhead=file_overhead,
+                                     pace=pace)
         fig = on_clock(tuning)
         defaults = fig if tuning == default else on_clock(default)
         if _rank(defaults, base) <= _rank(fig, base):  # found on one phase, no better over all of them

@@ -41,6 +41,7 @@ from sqlalchemy.orm import Session
 
 from autooptimize.config import Settings
 from autooptimize.domain.output_model import OutputModel, fit_output_model
+from autooptimize.domain.pace import SizePace
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
 from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write
@@ -228,6 +229,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
             if borrowed is not None:
                 learned = replace(borrowed, timer_lag=learned.timer_lag, timer_merges=learned.timer_merges)
         merges, start_delay = (learned.merges, learned.start_delay) if latency is None else (0, None)
+        pace = learned.pace if latency is None else None
         latency = learned.latency if latency is None else latency
         if not model.commits:  # no merge of its own yet
             model = borrowed_output_model(session, row.id if row is not None else None) or model
@@ -237,11 +239,11 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     lag = learned.timer_lag
     check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio,
                               history=(writes, start_ms), start_delay=start_delay, timer_lag=lag,
-                              file_overhead=overhead) if last_at else None)
+                              file_overhead=overhead, pace=pace) if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
-                            timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead)
+                            timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead, pace=pace)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"], out["file_overhead"], out["output_commits"] = ratio, overhead, model.commits
@@ -250,6 +252,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out["latency_learned"] = merges >= MIN_LATENCY_ACTIONS  # else the simulator's assumed latency (or the given)
     out["latency_borrowed"] = learned.borrowed  # the other tables' merges' (borrowed_timings)
     out["latency_own_merges"] = own_merges
+    out["size_pace"] = pace.as_dict() if pace is not None else None  # how a merge's run grows with its bytes
     # else each merge is taken to run ASSUMED_RUN_SECONDS before it lands
     out["start_delay_learned"] = out["latency_learned"] and learned.starts >= MIN_LATENCY_ACTIONS
     out["assumed_run_seconds"] = ASSUMED_RUN_SECONDS
@@ -316,13 +319,13 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
                      min_commits: int = MIN_CHECK_COMMITS, output_ratio: float = 1.0,
                      history: tuple[list[Write], int] | None = None,
                      start_delay: float | None = None, timer_lag: float = 0.0,
-                     file_overhead: int | None = None) -> dict[str, Any] | None:
+                     file_overhead: int | None = None, pace: SizePace | None = None) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
     the time of its first (as :func:`table_writes` returns them), when the caller has read them already;
-    ``start_delay``, ``timer_lag`` and ``file_overhead`` as ``simulate_policy``'s. The prediction is the mean
+    ``start_delay``, ``timer_lag``, ``file_overhead`` and ``pace`` as ``simulate_policy``'s. The prediction is the mean
     over the listener clock's phases (``simulate_on_clock``), as the suggestion's."""
     writes, start_ms = history if history is not None else table_writes(table)
     measure_from = (since_ms - start_ms) / 1000
@@ -331,7 +334,7 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
         return None
     predicted = simulate_on_clock(writes, tuning, latency, timer_lag=timer_lag, measure_from=measure_from,
                                   output_ratio=output_ratio, start_delay=start_delay,
-                                  file_overhead=file_overhead).as_dict()
+                                  file_overhead=file_overhead, pace=pace).as_dict()
     realised = realised_since(table, since_ms)
     error = {}
     for key in ("write_amplification", "mean_live_files"):

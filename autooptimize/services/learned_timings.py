@@ -11,8 +11,11 @@ From the table's most recent succeeded merges (``ao_actions``) and its writer co
   replay that judged every timer at once re-finished small hours the service did not
   (docs/policy-history.md, "A late file re-reading a small partition").
 
-While a table has fewer merges than that takes, :func:`borrowed_timings` gives the latency and start delay
-of the service's recent merges of its other tables, each counted from the write recorded as its prompt.
+- the pace: how much longer a merge runs for each MB it reads (:func:`~autooptimize.domain.pace.fit_pace`),
+  from the same merges' bytes and their runs from start to commit.
+
+While a table has fewer merges than that takes, :func:`borrowed_timings` gives the latency, start delay and
+pace of the service's recent merges of its other tables, each counted from the write recorded as its prompt.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ from __future__ import annotations
 import bisect
 import collections
 import statistics
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from autooptimize.domain.pace import SizePace, fit_pace
 from autooptimize.domain.policy import COLD_GAPS_KEPT, DEFAULT_SETTLE_SECONDS, PolicyTuning
 from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write
 from autooptimize.storage.models import Action, ActionState
@@ -64,6 +69,7 @@ class LearnedTimings:
     timer_merges: int
     starts: int = 0  # the merges that recorded their start (the start delay is their median from MIN_LATENCY_ACTIONS)
     borrowed: bool = False  # the latency and start delay are the other tables' merges' (borrowed_timings)
+    pace: SizePace | None = None  # how a merge's run grows with its bytes (None: too few merges recorded them)
 
 
 #: Seconds a merge runs from its start to its commit: 0.28 s p50 through the Spark Connect server in the DoD 2
@@ -94,7 +100,8 @@ def learn_timings(session: Session, table_id: int, history: tuple[Sequence[Write
     settle verdict (:data:`SETTLE_VERDICT_LAG`)."""
     settle = tuning.settle_seconds if tuning is not None else DEFAULT_SETTLE_SECONDS
     rows = session.execute(
-        select(Action.created_at, Action.started_at, Action.finished_at, Action.spec_id, Action.partition_key)
+        select(Action.created_at, Action.started_at, Action.finished_at, Action.bytes_in, Action.spec_id,
+               Action.partition_key)
         .where(Action.table_id == table_id, Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value,
                Action.finished_at.is_not(None))
         .order_by(Action.finished_at.desc()).limit(LATENCY_ACTIONS)).all()
@@ -110,8 +117,9 @@ def learn_timings(session: Session, table_id: int, history: tuple[Sequence[Write
                     times.append(w.at)
     dones: list[float] = []
     starts: list[float] = []
+    runs: list[tuple[int, float]] = []
     lags: list[float] = []
-    for created, started, done, spec_id, key in rows:
+    for created, started, done, bytes_in, spec_id, key in rows:
         if done is None:  # the query asks for finished merges only
             continue
         at = created.timestamp() - start
@@ -124,48 +132,64 @@ def learn_timings(session: Session, table_id: int, history: tuple[Sequence[Write
             lag = _timer_lag(times, i, at, tuning)
             if lag is not None:
                 lags.append(lag)
-        _count(dones, starts, created, started, done, since)
-    return _timings(dones, starts, lags)
+        _count(dones, starts, runs, created, started, done, bytes_in, since)
+    return _timings(dones, starts, lags, runs)
 
 
 def borrowed_timings(session: Session, table_id: int | None,
                      settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> LearnedTimings | None:
-    """The latency and start delay of the service's :data:`LATENCY_ACTIONS` most recent succeeded merges of
-    tables other than ``table_id`` that recorded the write that prompted them (``Action.prompted_at``, set by
-    decide); None while fewer than :data:`MIN_LATENCY_ACTIONS` did. A table with too few merges of its own
+    """The latency, start delay and pace of the service's :data:`LATENCY_ACTIONS` most recent succeeded merges
+    of tables other than ``table_id`` that recorded the write that prompted them (``Action.prompted_at``, set
+    by decide); None while fewer than :data:`MIN_LATENCY_ACTIONS` did. A table with too few merges of its own
     replays with them rather than the simulator's assumed latency, which is 5× what merges take on a warm
     service today (2 s against 0.35–0.45 s; docs/policy-history.md, "Timings borrowed from the other tables").
-    A merge created within ``settle_seconds`` of its write counts from the write, as
-    :func:`learn_timings` counts a table's own; a later one (a timer prompted it) from its creation. The
-    timer lag is not borrowed: :data:`TIMER_LAG_SECONDS`, for the caller to replace with the table's own."""
-    query = (select(Action.created_at, Action.started_at, Action.finished_at, Action.prompted_at)
+    :func:`timings_of_merges` counts them."""
+    return timings_of_merges(session.execute(lendable_merges(table_id)).all(), settle_seconds)
+
+
+def lendable_merges(table_id: int | None) -> Select[tuple[datetime, datetime | None, datetime | None, int | None,
+                                                          datetime | None]]:
+    """The query :func:`borrowed_timings` reads: creation, start, finish, bytes read and prompt of the most
+    recent succeeded merges of tables other than ``table_id`` that recorded their prompt."""
+    query = (select(Action.created_at, Action.started_at, Action.finished_at, Action.bytes_in, Action.prompted_at)
              .where(Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value,
                     Action.finished_at.is_not(None), Action.prompted_at.is_not(None))
              .order_by(Action.finished_at.desc()).limit(LATENCY_ACTIONS))
-    if table_id is not None:
-        query = query.where(Action.table_id != table_id)
+    return query if table_id is None else query.where(Action.table_id != table_id)
+
+
+def timings_of_merges(rows: Iterable[Sequence[Any]], settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+                      ) -> LearnedTimings | None:
+    """Borrowed timings from merges as :func:`lendable_merges` reads them: a merge created within
+    ``settle_seconds`` of its write counts from the write, as :func:`learn_timings` counts a table's own; a
+    later one (a timer prompted it) from its creation. None while fewer than :data:`MIN_LATENCY_ACTIONS`. The
+    timer lag is not borrowed: :data:`TIMER_LAG_SECONDS`, for the caller to replace with the table's own."""
     dones: list[float] = []
     starts: list[float] = []
-    for created, started, done, prompted in session.execute(query):
+    runs: list[tuple[int, float]] = []
+    for created, started, done, bytes_in, prompted in rows:
         since = (created - prompted).total_seconds()
-        _count(dones, starts, created, started, done, since if 0 <= since <= settle_seconds else 0.0)
+        _count(dones, starts, runs, created, started, done, bytes_in, since if 0 <= since <= settle_seconds else 0.0)
     if len(dones) < MIN_LATENCY_ACTIONS:
         return None
-    return replace(_timings(dones, starts, []), borrowed=True)
+    return replace(_timings(dones, starts, [], runs), borrowed=True)
 
 
-def _count(dones: list[float], starts: list[float], created: datetime, started: datetime | None,
-           done: datetime, since: float) -> None:
+def _count(dones: list[float], starts: list[float], runs: list[tuple[int, float]], created: datetime,
+           started: datetime | None, done: datetime, bytes_in: int | None, since: float) -> None:
     """One merge's seconds to its commit and, when it recorded it, to its start, from what prompted it
-    (``since`` seconds before its creation)."""
+    (``since`` seconds before its creation); and with its bytes, what it read and its run from its start."""
     dones.append((done - created).total_seconds() + since)
     if started is not None:
         starts.append((started - created).total_seconds() + since)
+        if bytes_in is not None:
+            runs.append((bytes_in, max((done - started).total_seconds(), 0.0)))
 
 
-def _timings(dones: Sequence[float], starts: Sequence[float], lags: Sequence[float]) -> LearnedTimings:
-    """Timings from each merge's seconds to its commit and to its start (from what prompted it) and the timer
-    lags: their medians, or the assumed ones while too few."""
+def _timings(dones: Sequence[float], starts: Sequence[float], lags: Sequence[float],
+             runs: Sequence[tuple[int, float]] = ()) -> LearnedTimings:
+    """Timings from each merge's seconds to its commit and to its start (from what prompted it), the timer
+    lags and each merge's bytes and run: their medians and pace, or the assumed ones while too few."""
     if len(dones) < MIN_LATENCY_ACTIONS:
         return LearnedTimings(LATENCY_SECONDS, len(dones), ASSUMED.start_delay, _lag(lags), len(lags), len(starts))
     latency = min(max(statistics.median(dones), 0.1), 600.0)
@@ -173,7 +197,9 @@ def _timings(dones: Sequence[float], starts: Sequence[float], lags: Sequence[flo
     # to have run the assumed time, as a table's first merges are, since the service plans a merge at its start
     start_delay = (min(max(statistics.median(starts), 0.0), latency) if len(starts) >= MIN_LATENCY_ACTIONS
                    else max(latency - ASSUMED_RUN_SECONDS, 0.0))
-    return LearnedTimings(latency, len(dones), start_delay, _lag(lags), len(lags), len(starts))
+    # the pace needs each merge's start: without the learned start delay the replay plans at an assumed one
+    pace = fit_pace(runs) if len(starts) >= MIN_LATENCY_ACTIONS else None
+    return LearnedTimings(latency, len(dones), start_delay, _lag(lags), len(lags), len(starts), pace=pace)
 
 
 def _timer_lag(times: Sequence[float], i: int, at: float, tuning: PolicyTuning) -> float | None:

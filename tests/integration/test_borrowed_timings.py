@@ -25,9 +25,9 @@ LATER = datetime(2100, 1, 1, tzinfo=UTC)
 
 
 def _merge(table_id: int, created: datetime, ran: float, started_after: float | None, prompted: datetime | None,
-           state: str = "succeeded") -> Action:
+           state: str = "succeeded", bytes_in: int | None = None) -> Action:
     return Action(id=str(uuid.uuid4()), table_id=table_id, kind="merge", trigger="event",
-                  priority_class="interactive", state=state, created_at=created, prompted_at=prompted,
+                  priority_class="interactive", state=state, created_at=created, prompted_at=prompted, bytes_in=bytes_in,
                   started_at=None if started_after is None else created + timedelta(seconds=started_after),
                   finished_at=created + timedelta(seconds=ran))
 
@@ -81,5 +81,50 @@ def test_a_table_with_too_few_merges_borrows_its_timings_from_the_other_tables(s
         assert own["latency_borrowed"] is False and own["latency_merges"] == MIN_LATENCY_ACTIONS
         assert abs(own["latency_seconds"] - 9.0) < 1e-6
     finally:  # the merges dated 2100 would be every later test's most recent
+        with session_scope(settings) as session:
+            session.execute(delete(Action).where(Action.table_id.in_((table_id, other_id))))
+
+
+def test_a_table_borrows_how_a_merge_runs_longer_for_what_it_reads_and_learns_it_from_its_own(settings, catalog):
+    """The other tables' merges read 1 MB to 1 GB, each running 0.2 s plus 0.02 s a MB: the table borrows that
+    pace, the replay and ``whatif`` use and show it. Its own ten merges, all of one size, show no slope."""
+    table = make_table(catalog, {DAY1: 20}, rows=20, name="paced")
+    name = identifier(table)
+    tracking.track(settings, name, target_file_size="1MiB")
+    table_id = tracking.ensure_tracked(settings, name)
+    other_id = tracking.ensure_tracked(settings, identifier(make_table(catalog, {DAY1: 2}, rows=5, name="lends_pace")))
+    later = LATER + timedelta(days=400)  # after what the other test in this file dates its merges
+    try:
+        with session_scope(settings) as session:
+            for i in range(LATENCY_ACTIONS):
+                mb = 10 ** (3 * i / (LATENCY_ACTIONS - 1))  # 1 MB to 1 GB
+                created = later + timedelta(seconds=60 * i)
+                run = 0.2 + 0.02 * mb
+                session.add(_merge(other_id, created, 0.1 + run, 0.1, created, bytes_in=int(mb * 1e6)))
+        with session_scope(settings) as session:
+            lent = borrowed_timings(session, table_id, settle_seconds=3.0)
+        assert lent is not None and lent.pace is not None and lent.pace.merges == LATENCY_ACTIONS
+        assert abs(lent.pace.seconds_per_mb - 0.02) < 1e-6 and 28 < lent.pace.reference_mb < 36  # √1000 ≈ 31.6
+
+        out = suggest(settings, name, min_commits=10, record=False)
+        assert out["latency_borrowed"] is True
+        assert out["size_pace"] == lent.pace.as_dict()
+        shown = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
+                               capture_output=True, text=True, env=dict(os.environ), timeout=300)
+        assert shown.returncode == 0, shown.stderr
+        assert (f"a merge runs 2.00 s longer for each 100 MB it reads over {lent.pace.reference_mb:.1f} MB, and as "
+                f"much shorter under (fitted on {LATENCY_ACTIONS} merges' bytes and runs)") in shown.stdout, shown.stdout
+
+        with session_scope(settings) as session:  # ten of its own, of one size: its own pace, no slope
+            for i in range(MIN_LATENCY_ACTIONS):
+                created = later - timedelta(days=1, seconds=10 * i)
+                session.add(_merge(table_id, created, 1.0, 0.2, None, bytes_in=5_000_000 + 1000 * i))
+        own = suggest(settings, name, min_commits=10, record=False)
+        assert own["latency_borrowed"] is False
+        assert own["size_pace"]["seconds_per_mb"] == 0.0 and own["size_pace"]["merges"] == MIN_LATENCY_ACTIONS
+        shown = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
+                               capture_output=True, text=True, env=dict(os.environ), timeout=300)
+        assert "their sizes too close to show a slope" in shown.stdout, shown.stdout
+    finally:
         with session_scope(settings) as session:
             session.execute(delete(Action).where(Action.table_id.in_((table_id, other_id))))

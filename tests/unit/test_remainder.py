@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autooptimize.domain.goals import end_layout_holds
 from autooptimize.domain.planning import PlanFile
 from autooptimize.domain.policy import PolicyTuning, plan_partition
 from autooptimize.domain.remainder import remainder_home
-from autooptimize.domain.simulate import end_layout_holds, simulate_baseline, simulate_policy
+from autooptimize.domain.simulate import simulate_baseline, simulate_policy
 from autooptimize.domain.suggest import suggest_tuning
 from autooptimize.errors import InvalidArgument
 from benchmarks.policy_sim import family_writes

@@ -8,19 +8,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autooptimize.domain.entropy import EntropyStats, excess_needs_attention
+from autooptimize.domain.goals import end_layout_holds
 from autooptimize.domain.planning.types import RewriteGroup
 from autooptimize.domain.policy import PolicyTuning, capped_bytes
 from autooptimize.domain.priced import DEFAULT_PRICE
 from autooptimize.domain.replay_clock import mean_figures, simulate_on_clock
-from autooptimize.domain.simulate import (
-    Figures,
-    Merge,
-    Write,
-    _Table,
-    end_layout_holds,
-    simulate_baseline,
-    simulate_policy,
-)
+from autooptimize.domain.simulate import Figures, Merge, Write, _Table, simulate_baseline, simulate_policy
 from autooptimize.domain.suggest import SUGGEST_PRICES, _rank, candidate_tunings, shortfall, suggest_tuning
 from benchmarks.trace_family import FAMILY, LATE_P, MiB, make_commits, member
 

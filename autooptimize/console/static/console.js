@@ -235,6 +235,8 @@ async function tablePage(main) {
         `replayed with merges landing ${s.latency_seconds.toFixed(2)} s after the write that prompted them (` +
         (s.latency_borrowed ? `median of the service's last ${num(s.latency_merges)} merges of other tables; too few of its own`
           : (s.latency_learned ?? s.latency_merges >= 10) ? `median of the table's last ${num(s.latency_merges)} merges` : "assumed: too few merges yet") +
+        (s.size_pace && s.size_pace.seconds_per_mb ? `; ${(100 * s.size_pace.seconds_per_mb).toFixed(2)} s longer for each 100 MB ` +
+          `a merge reads over ${s.size_pace.reference_mb.toFixed(1)} MB` : "") +
         `), merged bytes weighing ${s.output_ratio.toFixed(2)}× their inputs` +
         (s.file_overhead === undefined || s.file_overhead === null ? "" : ` less ${(s.file_overhead / 1024).toFixed(1)} KiB per file removed (fitted on ${num(s.output_commits)} ` +
           (s.output_borrowed ? "merges of the service's other tables)" : "REPLACE commits)")) +
