@@ -30,28 +30,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pyiceberg.catalog import load_catalog
-
-from autooptimize.config import Settings
 from autooptimize.domain.replay_clock import simulate_on_clock
 from autooptimize.domain.simulate import Figures
-from autooptimize.domain.sizes import parse_size
-from autooptimize.iceberg.catalog import default_catalog_properties
-from autooptimize.services.autotune import default_tuning, learned_output_model, realised_since, table_writes
+from autooptimize.services.autotune import learned_output_model, realised_since
 from autooptimize.services.learned_timings import (
     LATENCY_ACTIONS,
     LearnedTimings,
-    learn_timings,
     lendable_merges,
     timings_of_merges,
 )
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.repositories import tracked_table
-
-
-def _settings(database: str, home: Path, target: str) -> Settings:
-    return Settings(database_url=f"postgresql+psycopg2://postgres@127.0.0.1:5432/{database}", home=home,
-                    catalog="autooptimize", default_target_file_size=parse_size(target))
+from benchmarks.replay_diff import kept_settings, open_kept_run
 
 
 def lenders_merges(databases: Sequence[str], home: Path, target: str) -> list[Any]:
@@ -59,7 +48,7 @@ def lenders_merges(databases: Sequence[str], home: Path, target: str) -> list[An
     :data:`LATENCY_ACTIONS`, then the newest of them all, as one service's query reads them)."""
     rows: list[Any] = []
     for db in databases:
-        with session_scope(_settings(db, home, target)) as session:
+        with session_scope(kept_settings(db, home, target)) as session:
             got = session.execute(lendable_merges(None)).all()
         if not got:
             raise SystemExit(f"--lender {db}: no succeeded merge that recorded its prompt: nothing to borrow")
@@ -84,15 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.home.is_dir():
         ap.error(f"--home {args.home} is not a directory: give the AO_HOME the kept run printed")
-    settings = _settings(args.database, args.home, args.target_size)
-    table = load_catalog("autooptimize", **default_catalog_properties(settings)).load_table(args.table)
-    writes, start_ms = table_writes(table)
-    with session_scope(settings) as session:
-        row = tracked_table(session, settings.catalog, args.table)
-        if row is None:
-            ap.error(f"{args.table} is not tracked in {args.database}: is it a kept benchmarks.streaming run?")
-        tuning = default_tuning(settings, row)
-        own = learn_timings(session, row.id, (writes, start_ms), tuning)
+    run = open_kept_run(args.database, args.home, args.table, args.target_size)
+    if run is None:
+        ap.error(f"{args.table} is not tracked in {args.database}: is it a kept benchmarks.streaming run?")
+    table, writes, tuning, own = run.table, run.writes, run.tuning, run.learned
     if own.merges == 0:
         print(f"{args.database}: the table has no succeeded merge: nothing to compare", file=sys.stderr)
         return 1

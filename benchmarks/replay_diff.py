@@ -26,15 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyiceberg.catalog import load_catalog
+from pyiceberg.table import Table
 from sqlalchemy import select
 
 from autooptimize.config import Settings
+from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import LISTENER_PASS_SECONDS
-from autooptimize.domain.simulate import Merge, TimePartition, simulate_policy
+from autooptimize.domain.simulate import Merge, TimePartition, Write, simulate_policy
 from autooptimize.domain.sizes import parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
 from autooptimize.services.autotune import default_tuning, learned_output_model, table_writes
-from autooptimize.services.learned_timings import learn_timings
+from autooptimize.services.learned_timings import LearnedTimings, learn_timings
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action
 from autooptimize.storage.repositories import tracked_table
@@ -95,6 +97,40 @@ def report(live: dict[str, list[Step]], replay: dict[str, list[Step]], around: i
     return lines
 
 
+def kept_settings(database: str, home: Path, target_size: str) -> Settings:
+    """The settings of a kept ``benchmarks.streaming`` run: its database and AO_HOME, at its target size."""
+    return Settings(database_url=f"postgresql+psycopg2://postgres@127.0.0.1:5432/{database}", home=home,
+                    catalog="autooptimize", default_target_file_size=parse_size(target_size))
+
+
+@dataclass(frozen=True)
+class KeptRun:
+    """A kept run's settings, its table, the table's writes and the time of its first, its tracked id, the
+    tuning the service ran and the timings its own merges show (``learn_timings``)."""
+
+    settings: Settings
+    table: Table
+    writes: list[Write]
+    start_ms: int
+    table_id: int
+    tuning: PolicyTuning
+    learned: LearnedTimings
+
+
+def open_kept_run(database: str, home: Path, name: str, target_size: str) -> KeptRun | None:
+    """The kept run's table ``name`` (:class:`KeptRun`); None when the run does not track it."""
+    settings = kept_settings(database, home, target_size)
+    table = load_catalog("autooptimize", **default_catalog_properties(settings)).load_table(name)
+    writes, start_ms = table_writes(table)
+    with session_scope(settings) as session:
+        row = tracked_table(session, settings.catalog, name)
+        if row is None:
+            return None
+        tuning = default_tuning(settings, row)
+        learned = learn_timings(session, row.id, (writes, start_ms), tuning)
+    return KeptRun(settings, table, writes, start_ms, row.id, tuning, learned)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--database", required=True, help="the kept run's database (ao_bench_stream_…)")
@@ -107,19 +143,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--home {args.home} is not a directory: give the AO_HOME the kept run printed")
     if not 0 <= args.phase < LISTENER_PASS_SECONDS:
         ap.error(f"--phase must be seconds in [0, {LISTENER_PASS_SECONDS:g}), got {args.phase}")
-    settings = Settings(database_url=f"postgresql+psycopg2://postgres@127.0.0.1:5432/{args.database}",
-                        home=args.home, catalog="autooptimize",
-                        default_target_file_size=parse_size(args.target_size))
-    table = load_catalog("autooptimize", **default_catalog_properties(settings)).load_table(args.table)
-    writes, start_ms = table_writes(table)
+    run = open_kept_run(args.database, args.home, args.table, args.target_size)
+    if run is None:
+        ap.error(f"{args.table} is not tracked in {args.database}: is it a kept benchmarks.streaming run?")
+    settings, table, writes, start_ms, tuning, learned = (run.settings, run.table, run.writes, run.start_ms,
+                                                           run.tuning, run.learned)
     with session_scope(settings) as session:
-        row = tracked_table(session, settings.catalog, args.table)
-        if row is None:
-            ap.error(f"{args.table} is not tracked in {args.database}: is it a kept benchmarks.streaming run?")
-        tuning = default_tuning(settings, row)
-        learned = learn_timings(session, row.id, (writes, start_ms), tuning)
         done = session.execute(select(Action.finished_at, Action.partition_key, Action.files_in, Action.bytes_in,
-                                      Action.plan).where(Action.table_id == row.id, Action.kind == "merge",
+                                      Action.plan).where(Action.table_id == run.table_id, Action.kind == "merge",
                                                          Action.state == "succeeded")
                                .order_by(Action.finished_at)).all()
     times = [w.at for w in writes]

@@ -214,7 +214,7 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
     model = learned_output_model(replay.refresh())  # and what its own merges wrote against what they read
     learned = simulate_on_clock(writes, PolicyTuning(**tuning), own.latency, start_delay=own.start_delay,
                                 timer_lag=own.timer_lag, output_ratio=model.share,
-                                file_overhead=model.file_overhead).as_dict()
+                                file_overhead=model.file_overhead, pace=own.pace).as_dict()
     why = (f"realised {realised}, predicted {predicted}, on the replay's own timing {again}, and with its own "
            f"timings {own} and output {model} {learned}, tuning {tuning}")
     assert realised["end_files"] == predicted["end_files"], why

@@ -8,10 +8,9 @@ import random
 import pytest
 
 from autooptimize.domain.pace import MIN_PACE_MERGES, MIN_RUN_SECONDS, SizePace, fit_pace
-from autooptimize.domain.planning import Plan
-from autooptimize.domain.planning.essential import MeasuredFiles
 from autooptimize.domain.policy import PolicyTuning
-from autooptimize.domain.simulate import Merge, PartitionState, Write, simulate_policy
+from autooptimize.domain.simulate import Merge, Write, simulate_policy
+from tests.unit.test_simulate_start import merge_everything  # every file of a partition written to, once two
 
 MB = 1_000_000
 
@@ -71,13 +70,6 @@ def test_a_nonsense_pace_is_refused(slope, ref):
 
 TARGET = 10 ** 12  # nothing is ever full: every partition written twice merges
 TUNING = PolicyTuning(TARGET, cold_after_seconds=600.0)
-
-
-def merge_everything(state: PartitionState) -> tuple[Plan, str] | None:
-    if state.cold:
-        return None
-    m = MeasuredFiles.checked(state.files, state.tuning.target, state.tuning.tolerance)
-    return m.plan([list(range(len(m.files)))] if len(m.files) >= 2 else []), "everything"
 
 
 def _landings(**kw: object) -> dict[int, float]:
