@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def describe(t: LearnedTimings) -> str:
         pace = "" if t.pace is None else (f", {100 * t.pace.seconds_per_mb:.2f} s per 100 MB over "
-                                          f"{t.pace.reference_mb:.1f} MB")
+                                          f"{t.pace.reference_mb:.1f} MB, floor {t.pace.floor_seconds:.2f} s")
         return f"latency {t.latency:.2f} s, start {t.start_delay:.2f} s, {t.merges} merges{pace}"
     print(f"{args.table}: {len(writes)} writer commits; live mean live files {live['mean_live_files']:.2f}, "
           f"WA {live['write_amplification']:.3f}")

@@ -225,8 +225,10 @@ def _suggest(args: argparse.Namespace) -> int:
     pace = out.get("size_pace")
     if pace:
         print(f"a merge runs {100 * pace['seconds_per_mb']:.2f} s longer for each 100 MB it reads over "
-              f"{pace['reference_mb']:.1f} MB, and as much shorter under (fitted on {pace['merges']} merges' "
-              "bytes and runs" + ("" if pace["seconds_per_mb"] else ": their sizes too close to show a slope") + ")")
+              f"{pace['reference_mb']:.1f} MB, and as much shorter under"
+              + (f" down to {pace['floor_seconds']:.2f} s" if pace["seconds_per_mb"] else "")
+              + f" (fitted on {pace['merges']} merges' bytes and runs"
+              + ("" if pace["seconds_per_mb"] else ": their sizes too close to show a slope") + ")")
     if out.get("timer_lag_seconds") is not None:
         n = out.get("timer_lag_merges", 0)
         print(f"a settled or cold partition is judged {out['timer_lag_seconds']:.2f} s after its moment"

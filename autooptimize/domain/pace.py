@@ -40,30 +40,36 @@ MIN_SPAN_MB = 16.0
 @dataclass(frozen=True, slots=True)
 class SizePace:
     """A merge runs ``seconds_per_mb`` longer for each MB it reads over ``reference_mb`` (the median of the
-    merges it was learned from), and that much shorter for each MB under; ``merges``: how many."""
+    merges it was learned from), and that much shorter for each MB under, but never shorter than
+    ``floor_seconds`` (the fixed cost the smallest of them show); ``merges``: how many."""
 
     seconds_per_mb: float
     reference_mb: float
     merges: int = 0
+    floor_seconds: float = MIN_RUN_SECONDS
 
     def __post_init__(self) -> None:
-        if not (self.seconds_per_mb >= 0 and self.reference_mb >= 0):
-            raise ValueError(f"a size pace needs seconds_per_mb and reference_mb ≥ 0, got {self.seconds_per_mb!r} "
-                             f"and {self.reference_mb!r}")
+        if not (self.seconds_per_mb >= 0 and self.reference_mb >= 0 and self.floor_seconds >= MIN_RUN_SECONDS):
+            raise ValueError(f"a size pace needs seconds_per_mb and reference_mb ≥ 0 and floor_seconds ≥ "
+                             f"{MIN_RUN_SECONDS}, got {self.seconds_per_mb!r}, {self.reference_mb!r} and "
+                             f"{self.floor_seconds!r}")
 
     def run(self, median_run: float, bytes_in: int) -> float:
         """Seconds from the start to the commit of a merge reading ``bytes_in``, when one of the reference
-        size runs ``median_run``; at least :data:`MIN_RUN_SECONDS`."""
-        return max(MIN_RUN_SECONDS, median_run + self.seconds_per_mb * (bytes_in / 1e6 - self.reference_mb))
+        size runs ``median_run``; at least ``floor_seconds``."""
+        return max(self.floor_seconds, median_run + self.seconds_per_mb * (bytes_in / 1e6 - self.reference_mb))
 
     def as_dict(self) -> dict[str, float | int]:
-        return {"seconds_per_mb": self.seconds_per_mb, "reference_mb": self.reference_mb, "merges": self.merges}
+        return {"seconds_per_mb": self.seconds_per_mb, "reference_mb": self.reference_mb, "merges": self.merges,
+                "floor_seconds": self.floor_seconds}
 
 
 def fit_pace(samples: Sequence[tuple[int, float]]) -> SizePace | None:
     """The pace of merges given as ``(bytes read, seconds from start to commit)``: the median of the slopes
     between every two merges whose reads differ by at least 2× and by a quarter of :data:`MIN_SPAN_MB`
-    (Theil–Sen, so a merge held up by something else moves it little), not below 0, at their median MB.
+    (Theil–Sen, so a merge held up by something else moves it little), not below 0, at their median MB;
+    with a slope, no run shorter than the median run of the merges at or under their 10th percentile of MB
+    (a line through merges of 1–170 MB ran merges of a few KB in nothing, where they take 0.24 s).
     None with fewer than :data:`MIN_PACE_MERGES` merges; a slope of 0 when their sizes spread less than
     :data:`SIZE_SPREAD` times or :data:`MIN_SPAN_MB` (10th to 90th percentile), or no two differ that much."""
     if len(samples) < MIN_PACE_MERGES:
@@ -77,4 +83,7 @@ def fit_pace(samples: Sequence[tuple[int, float]]) -> SizePace | None:
     slopes = [(r2 - r1) / ((b2 - b1) / 1e6) for (b1, r1), (b2, r2) in itertools.combinations(samples, 2)
               if max(b1, b2) >= 2 * min(b1, b2) and abs(b2 - b1) >= apart]
     slope = max(statistics.median(slopes), 0.0) if slopes else 0.0
-    return SizePace(slope, reference, len(samples))
+    if not slope:
+        return SizePace(0.0, reference, len(samples))
+    floor = statistics.median(r for b, r in samples if b / 1e6 <= low)
+    return SizePace(slope, reference, len(samples), max(floor, MIN_RUN_SECONDS))

@@ -112,8 +112,10 @@ def test_a_table_borrows_how_a_merge_runs_longer_for_what_it_reads_and_learns_it
         shown = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest"],
                                capture_output=True, text=True, env=dict(os.environ), timeout=300)
         assert shown.returncode == 0, shown.stderr
+        assert 0.2 < lent.pace.floor_seconds < 0.25  # what the smallest tenth (1–2 MB) ran
         assert (f"a merge runs 2.00 s longer for each 100 MB it reads over {lent.pace.reference_mb:.1f} MB, and as "
-                f"much shorter under (fitted on {LATENCY_ACTIONS} merges' bytes and runs)") in shown.stdout, shown.stdout
+                f"much shorter under down to {lent.pace.floor_seconds:.2f} s (fitted on {LATENCY_ACTIONS} merges' "
+                "bytes and runs)") in shown.stdout, shown.stdout
 
         with session_scope(settings) as session:  # ten of its own, of one size: its own pace, no slope
             for i in range(MIN_LATENCY_ACTIONS):

@@ -38,6 +38,20 @@ def test_the_slope_of_spread_merges_holds_against_a_few_held_up():
     assert pace is not None and abs(pace.seconds_per_mb - 0.03) < 0.003, pace
     mbs = sorted(b / MB for b, _ in samples)
     assert pace.reference_mb == pytest.approx((mbs[99] + mbs[100]) / 2)
+    # the smallest tenth (1–2 MB) run 0.28–0.31 s, less the one held up: the floor
+    assert 0.25 < pace.floor_seconds < 0.35
+    # 1.0 s at 34.7 MB, 0.03 s less for each MB under: a merge of 1 KB runs what the smallest ran, not 0
+    assert pace.run(1.0, 1000) == pace.floor_seconds
+
+
+def test_a_merge_far_smaller_than_the_line_runs_the_smallest_merges_fixed_cost():
+    # merges of 10 MB run 0.3 s, of 100–170 MB 0.3 + 0.02 s a MB over 10: the line gives a 1 KB merge 0.1 s
+    samples = [(10 * MB, 0.3)] * 20 + [(mb * MB, 0.3 + 0.02 * (mb - 10)) for mb in range(100, 171, 4)] * 2
+    pace = fit_pace(samples)
+    assert pace is not None and pace.seconds_per_mb == pytest.approx(0.02) and pace.floor_seconds == 0.3
+    at_reference = 0.3 + 0.02 * (pace.reference_mb - 10)
+    assert pace.run(at_reference, 150 * MB) == pytest.approx(0.3 + 0.02 * 140)
+    assert pace.run(at_reference, 1000) == 0.3  # the line: 0.1 s
 
 
 def test_merges_of_a_few_kb_give_no_slope_from_their_jitter():
@@ -62,10 +76,11 @@ def test_a_run_grows_from_the_median_and_never_falls_under_the_floor():
     assert SizePace(0.05, 10.0).run(0.3, 0) == MIN_RUN_SECONDS  # 0.3 − 0.5: the floor
 
 
-@pytest.mark.parametrize("slope, ref", [(-0.1, 1.0), (0.1, -1.0), (float("nan"), 1.0)])
-def test_a_nonsense_pace_is_refused(slope, ref):
+@pytest.mark.parametrize("slope, ref, floor", [(-0.1, 1.0, 0.1), (0.1, -1.0, 0.1), (float("nan"), 1.0, 0.1),
+                                              (0.1, 1.0, 0.0)])
+def test_a_nonsense_pace_is_refused(slope, ref, floor):
     with pytest.raises(ValueError, match="seconds_per_mb and reference_mb"):
-        SizePace(slope, ref)
+        SizePace(slope, ref, floor_seconds=floor)
 
 
 TARGET = 10 ** 12  # nothing is ever full: every partition written twice merges
