@@ -4,8 +4,8 @@ A merge's run, from its start (where the service's action reads the partition's 
 commit, is mostly a fixed cost while it reads a few MB, and grows with its bytes once it reads hundreds: on
 this project's two-core machine 0.2–0.3 s for a few MB, 2.4–3.3 s for 130–170 MB and about 16 s for 1 GB
 (docs/policy-history.md, "A merge's run grows with what it reads"). A replay that lands every merge at the
-median latency of small merges keeps a table of large merges too lean (m04 at 0.4 s: 0.86× the bin-pack's
-files; at the 4.4 s its merges took: 1.16×).
+median latency of small merges keeps a table of large merges too lean: m04 in the simulator at its nominal
+rate keeps 0.92× the bin-pack's files with merges landing 0.4 s after their write, 1.08× at 4.4 s.
 
 :func:`fit_pace` learns a :class:`SizePace` from merges that read sizes far enough apart to show the
 slope; :meth:`SizePace.run` gives a merge's run from the median run and what it reads.
