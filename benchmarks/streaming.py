@@ -614,6 +614,16 @@ def child_processes(pid: int) -> list[tuple[int, str]]:
     return out
 
 
+def stops_with_us(argv: list[str]) -> list[str]:
+    """``argv``, run so that the kernel sends it SIGTERM when this process dies, even by SIGKILL: the kernel
+    killed the benchmark's writer at 22 GB on m03's 5.7 GB burst commit, and `autooptimize up` and its Spark
+    Connect server ran on (2026-11-30). Through util-linux's ``setpriv --pdeathsig`` where it is installed,
+    else ``argv`` as it is. The signal comes when the thread that started it ends: start it from the main
+    thread."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", *argv] if setpriv else list(argv)
+
+
 class Service:
     """``autooptimize up`` as a subprocess with its own environment; ``stop`` always cleans up."""
 
@@ -626,8 +636,9 @@ class Service:
 
     def start(self) -> None:
         out = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "autooptimize.cli", "up", "--no-flower"], cwd=REPO,
-                                     env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(stops_with_us([sys.executable, "-m", "autooptimize.cli", "up", "--no-flower"]),
+                                     cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         out.close()
 
     def state(self) -> str | None:
