@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import logging
 import math
@@ -110,7 +111,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError
-from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.io.pyarrow import _dataframe_to_data_files, schema_to_pyarrow
 from pyiceberg.manifest import DataFile, ManifestContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
@@ -127,6 +128,7 @@ from benchmarks.trace import (
     Commit,
     Digest,
     TraceShape,
+    commit_row_parts,
     commit_rows,
     family_trace,
     make_trace,
@@ -273,6 +275,43 @@ def _find_writer_snapshot(table: Table, index: int) -> Snapshot:
     raise RuntimeError(f"writer commit {index} is not in the table's history")
 
 
+#: a commit of more rows than this (about 1.7 GB in Arrow) is written a part at a time (:func:`append_in_parts`)
+WHOLE_COMMIT_ROWS = 8_000_000
+#: rows per part of such a commit: about 850 MB in Arrow, two of pyiceberg's default 512 MiB write bins
+PART_ROWS = 4_000_000
+
+
+def append_in_parts(catalog: Catalog, ident: str, table: Table, shape: TraceShape, commit: Commit,
+                    expected: Digest | None, part_rows: int | None = None) -> tuple[Table, int]:
+    """Append one commit as one snapshot, its rows made and written ``part_rows`` at a time
+    (:func:`benchmarks.trace.row_parts`), so that a burst of gigabytes fits in memory. pyiceberg's own
+    ``append`` takes the commit whole; for a partitioned table it streams nothing. The files are written
+    once; a commit that fails is tried again with the same files, up to five times. Returns the table and
+    the failed tries."""
+    write_uuid, counter = uuid.uuid4(), itertools.count(0)
+    files: list[DataFile] = []
+    for part in commit_row_parts(shape, commit, part_rows or PART_ROWS):
+        if expected is not None:
+            expected.update(part)
+        files.extend(_dataframe_to_data_files(table_metadata=table.metadata, df=part, io=table.io,
+                                              write_uuid=write_uuid, counter=counter))
+        del part
+    failures = 0
+    while True:
+        try:
+            table.refresh()
+            with table.transaction() as tx:
+                with tx.update_snapshot(snapshot_properties={WRITER_PROP: str(commit.index)}).fast_append() as add:
+                    for data_file in files:
+                        add.append_data_file(data_file)
+            return table, failures
+        except CommitFailedException:
+            failures += 1
+            if failures >= 5:
+                raise
+            table = catalog.load_table(ident)
+
+
 def write_trace(catalog: Catalog, ident: str, shape: TraceShape, trace: Sequence[Commit], rate: float,
                 expected: Digest | None, after_commit: Callable[[int, Table], None] | None = None,
                 alive: Callable[[], str | None] | None = None, label: str = "") -> tuple[list[CommitRecord], float]:
@@ -291,21 +330,24 @@ def write_trace(catalog: Catalog, ident: str, shape: TraceShape, trace: Sequence
             wait = started + k / rate - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            data = commit_rows(shape, commit)
-            if expected is not None:
-                expected.update(data)
             before, failures = retries.count, 0
             t0 = time.monotonic()
-            while True:
-                try:
-                    table.refresh()
-                    table.append(data, snapshot_properties={WRITER_PROP: str(commit.index)})
-                    break
-                except CommitFailedException:
-                    failures += 1  # pyiceberg's own retries ran out: start the append again
-                    if failures >= 5:
-                        raise
-                    table = catalog.load_table(ident)
+            if commit.rows > WHOLE_COMMIT_ROWS:
+                table, failures = append_in_parts(catalog, ident, table, shape, commit, expected)
+            else:
+                data = commit_rows(shape, commit)
+                if expected is not None:
+                    expected.update(data)
+                while True:
+                    try:
+                        table.refresh()
+                        table.append(data, snapshot_properties={WRITER_PROP: str(commit.index)})
+                        break
+                    except CommitFailedException:
+                        failures += 1  # pyiceberg's own retries ran out: start the append again
+                        if failures >= 5:
+                            raise
+                        table = catalog.load_table(ident)
             seconds = time.monotonic() - t0
             snapshot = _find_writer_snapshot(table, commit.index)
             summary = snapshot.summary

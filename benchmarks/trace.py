@@ -30,6 +30,7 @@ import hashlib
 import io
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -145,20 +146,35 @@ def make_trace(shape: TraceShape) -> list[Commit]:
 
 def rows_for(seed: int, index: int, files: list[FileSpec] | tuple[FileSpec, ...], first_id: int) -> pa.Table:
     """The rows of one commit: the same for the same ``(seed, index)``, whatever table they go to."""
+    n = sum(f.rows for f in files)
+    return next(row_parts(seed, index, files, first_id, max(1, n)), pa.Table.from_batches([], schema=ARROW))
+
+
+def row_parts(seed: int, index: int, files: list[FileSpec] | tuple[FileSpec, ...], first_id: int,
+              part_rows: int) -> Iterator[pa.Table]:
+    """The rows of one commit (:func:`rows_for`), ``part_rows`` at a time, in order: concatenated they are
+    exactly :func:`rows_for`'s, and only one part's payload is in memory at once. A burst commit of m03
+    (5.7 GB on disk) built whole took this machine's 22 GB.
+
+    The generator draws every row's ``ts`` first and then the payload bytes, 96 per row; numpy's
+    ``Generator.bytes`` draws whole 32-bit words, so drawing them a part at a time continues one stream."""
+    if part_rows < 1:
+        raise ValueError(f"part_rows is a whole number ≥ 1, got {part_rows!r}")
     rng = np.random.default_rng([seed, index])
     n = sum(f.rows for f in files)
-    ids = np.arange(first_id, first_id + n, dtype=np.int64)
     ts = np.empty(n, dtype=np.int64)
     at = 0
     for f in files:
         span = f.span_hours * HOUR_US
         ts[at:at + f.rows] = f.part * span + rng.integers(0, span, size=f.rows, dtype=np.int64)
         at += f.rows
-    return pa.table({
-        "id": pa.array(ids, pa.int64()),
-        "ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "payload": hex_payloads(rng.bytes(n * PAYLOAD_BYTES)),
-    }, schema=ARROW)
+    for start in range(0, n, part_rows):
+        rows = min(part_rows, n - start)
+        yield pa.table({
+            "id": pa.array(np.arange(first_id + start, first_id + start + rows, dtype=np.int64), pa.int64()),
+            "ts": pa.array(ts[start:start + rows], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "payload": hex_payloads(rng.bytes(rows * PAYLOAD_BYTES)),
+        }, schema=ARROW)
 
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -187,6 +203,10 @@ def hex_payloads(blob: bytes) -> pa.ChunkedArray:
 
 def commit_rows(shape: TraceShape, commit: Commit) -> pa.Table:
     return rows_for(shape.seed, commit.index, commit.files, commit.first_id)
+
+
+def commit_row_parts(shape: TraceShape, commit: Commit, part_rows: int) -> Iterator[pa.Table]:
+    return row_parts(shape.seed, commit.index, commit.files, commit.first_id, part_rows)
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import benchmarks.trace as trace
@@ -37,3 +38,18 @@ def test_a_commits_rows_are_the_same_whatever_table_they_go_to_and_the_digest_co
     hashes = [int.from_bytes(hashlib.blake2b(b"%d|%d|%s" % (i, t, p.encode()), digest_size=8).digest(), "little")
               for i, t, p in zip(range(5_000, 6_000), ts, payload, strict=True)]
     assert whole.hash_sum == sum(hashes) & trace.MASK64
+
+
+@pytest.mark.parametrize("part_rows", [1, 7, 300, 999, 1000, 5000])
+def test_a_commits_rows_made_a_part_at_a_time_are_exactly_its_rows_made_whole(part_rows):
+    files = (trace.FileSpec(part=trace.BASE_HOUR, rows=700, drawn_bytes=0),
+             trace.FileSpec(part=trace.BASE_HOUR - 2, rows=300, drawn_bytes=0))
+    parts = list(trace.row_parts(7, 3, files, 5_000, part_rows))
+    assert [p.num_rows for p in parts] == [min(part_rows, 1000 - k) for k in range(0, 1000, part_rows)]
+    joined = pa.concat_tables(parts).combine_chunks()
+    assert joined.equals(trace.rows_for(7, 3, files, 5_000).combine_chunks())
+
+
+def test_a_part_must_hold_a_row():
+    with pytest.raises(ValueError, match="part_rows"):
+        next(trace.row_parts(7, 3, (trace.FileSpec(part=trace.BASE_HOUR, rows=5, drawn_bytes=0),), 0, 0))
