@@ -1215,6 +1215,18 @@ def flush_redis(url: str) -> int:
         client.close()
 
 
+def free_table(catalog: Catalog, ident: str, home: Path) -> int:
+    """Drop ``ident`` and delete every file under its location, which must lie in the benchmark's own
+    ``home``; returns the bytes deleted."""
+    location = Path(catalog.load_table(ident).location().removeprefix("file://")).resolve()
+    if not location.is_relative_to(home.resolve()):
+        raise RuntimeError(f"{ident} lies at {location}, outside the benchmark's {home}: not deleting it")
+    size = sum(p.stat().st_size for p in location.rglob("*") if p.is_file())
+    catalog.drop_table(ident)
+    shutil.rmtree(location)
+    return size
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     shape = TraceShape(commits=args.commits, seed=args.seed, commits_per_hour=args.commits_per_hour)
     trace = family_trace(args.family_member, args.seed, args.commits) if args.family_member else make_trace(shape)
@@ -1253,6 +1265,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             result["simulated_error"] = f"{type(exc).__name__}: {exc}"
             say(f"the simulator on this run's writes failed: {result['simulated_error']}")
         baseline = None
+        if args.free_disk:
+            say(f"service: its table's files deleted ({free_table(catalog, SERVICE_TABLE, home) / 1e9:.1f} GB), "
+                "so that the baseline's fit on the disk")
         if not args.no_baseline:
             say("baseline: the same trace into a table nothing tracks, blocking bin-pack every "
                 f"{args.compact_every} commits")
@@ -1318,6 +1333,9 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m benchma
     parser.add_argument("--track", action="append", metavar="NAME[=VALUE]",
                         help="the service table's own tuning, an option of `autooptimize track` set once the service "
                              "tracks it (repeatable), e.g. merge-fan-in=12, leave-alone-below=1MiB, quiet-merge")
+    parser.add_argument("--free-disk", action="store_true",
+                        help="delete the service table's files once its figures are taken, so that both runs of a "
+                             "member of tens of GB fit on the disk (m03 in full: about 46 GB a run)")
     parser.add_argument("--keep-home", action="store_true",
                         help="keep the temporary AO_HOME (logs, warehouse) and the run's database")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")

@@ -28,3 +28,26 @@ def test_a_commit_appended_in_parts_is_one_snapshot_of_exactly_its_rows(catalog)
     whole = Digest().update(commit_rows(shape, commit))
     read, unique = read_back(table)
     assert written.key() == whole.key() == read.key() and read.rows == 3_200 and unique
+
+
+def test_freeing_the_service_table_deletes_its_files_and_nothing_outside_the_benchmarks_home(catalog, settings,
+                                                                                           tmp_path):
+    from pathlib import Path
+
+    import pytest
+
+    from benchmarks.streaming import free_table
+    from benchmarks.trace import rows_for
+
+    table = create_table(catalog, "bench.freed")
+    table.append(rows_for(7, 1, (FileSpec(part=BASE_HOUR, rows=500, drawn_bytes=0),), 0))
+    location = Path(table.location().removeprefix("file://"))
+    assert any(location.rglob("*.parquet"))
+
+    with pytest.raises(RuntimeError, match="outside the benchmark's"):
+        free_table(catalog, "bench.freed", tmp_path)  # a home the table is not in: nothing changes
+    assert catalog.load_table("bench.freed").current_snapshot() is not None and location.exists()
+
+    freed = free_table(catalog, "bench.freed", Path(settings.home))
+    assert freed > 0 and not location.exists()
+    assert not catalog.table_exists("bench.freed")
