@@ -561,17 +561,22 @@ def table_figures(fig: RunFigures, table: Table, records: list[CommitRecord], se
 
 
 def drain_quiet_seconds(settings: Settings, args: argparse.Namespace) -> float:
-    """``--quiet-seconds``, else the service's cold-after time plus 20 s: a shorter wait stops the service
-    before its cold finishes, which leaves write amplification low and the end layout unfinished."""
+    """``--quiet-seconds``, else the cold-after time plus 20 s: a shorter wait stops the service before its
+    cold finishes, which leaves write amplification low and the end layout unfinished. The cold-after time
+    is the table's own (``--track cold-after=N``) before the service's (``--service-env
+    AO_COLD_AFTER_SECONDS=N``) before the default."""
     if args.quiet_seconds is not None:
         return float(args.quiet_seconds)
-    value = service_overrides(args).get("AO_COLD_AFTER_SECONDS")
-    if value is None:
-        return settings.cold_after_seconds + 20.0
-    try:
-        return float(value) + 20.0
-    except ValueError:
-        raise SystemExit(f"--service-env AO_COLD_AFTER_SECONDS wants seconds, got {value!r}") from None
+    tracked = [item.partition("=")[2] for item in args.track or () if item.partition("=")[0] == "cold-after"]
+    for name, value in (("--track cold-after", tracked[-1] if tracked else None),
+                        ("--service-env AO_COLD_AFTER_SECONDS", service_overrides(args).get("AO_COLD_AFTER_SECONDS"))):
+        if value is None:
+            continue
+        try:
+            return float(value) + 20.0
+        except ValueError:
+            raise SystemExit(f"{name} wants seconds, got {value!r}") from None
+    return settings.cold_after_seconds + 20.0
 
 
 def service_overrides(args: argparse.Namespace) -> dict[str, str]:
