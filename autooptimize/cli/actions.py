@@ -16,6 +16,16 @@ OPTIMIZE_FIELDS = ("id", "state", "reason", "files_in", "files_out", "rows_in", 
                    "bytes_out", "snapshot_id")
 
 
+
+def track_command(table: str, tuning: dict) -> str:
+    """The ``autooptimize track`` command that sets every knob of a suggested ``tuning``, those at their
+    off value included: a knob left out keeps the table's current value, not the suggestion's."""
+    flag = {True: "--", False: "--no-"}
+    return (f"autooptimize track {table} --merge-price {tuning.get('price', 0)} --merge-fan-in {tuning['fan_in']} "
+            f"--cold-after {tuning['cold_after_seconds']:g} --cold-gap-factor {tuning.get('cold_gap_factor', 0):g} "
+            f"--leave-alone-below {tuning['leave_alone_below']} {flag[bool(tuning['quiet_merge'])]}quiet-merge "
+            f"{flag[bool(tuning.get('cold_absorb'))]}cold-absorb")
+
 def cmd_track(args: argparse.Namespace) -> int:
     from autooptimize.api import track
 
@@ -200,6 +210,7 @@ def _suggest(args: argparse.Namespace) -> int:
           f"{', the cold finish absorbs its remainder' if t.get('cold_absorb') else ''} "
           f"(target {t['target']} bytes, settle {t['settle_seconds']:g} s)"
           + ("" if out["meets_goal"] else "; no candidate keeps the file goal: the fewest live files shown"))
+    print(f"the same by hand: {track_command(out['table'], t)}")
     if out.get("file_overhead") is not None:
         source = (f"the service's last {out['output_commits']} merges of other tables; the table has no "
                   f"REPLACE commit of its own" if out.get("output_borrowed")
