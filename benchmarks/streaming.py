@@ -129,7 +129,6 @@ from benchmarks.trace import (
     Digest,
     TraceShape,
     commit_row_parts,
-    commit_rows,
     family_trace,
     make_trace,
     parse_part_label,
@@ -283,19 +282,23 @@ PART_ROWS = 4_000_000
 
 def append_in_parts(catalog: Catalog, ident: str, table: Table, shape: TraceShape, commit: Commit,
                     expected: Digest | None, part_rows: int | None = None) -> tuple[Table, int]:
-    """Append one commit as one snapshot, its rows made and written ``part_rows`` at a time
-    (:func:`benchmarks.trace.row_parts`), so that a burst of gigabytes fits in memory. pyiceberg's own
-    ``append`` takes the commit whole; for a partitioned table it streams nothing. The files are written
+    """Append one commit as one snapshot, as pyiceberg's ``append`` would (a fast append, its files cut by
+    the same bin-packing), with the writer's index in the summary. A commit of up to
+    :data:`WHOLE_COMMIT_ROWS` is made and written whole, a larger one ``part_rows`` (:data:`PART_ROWS`) at a
+    time (:func:`benchmarks.trace.row_parts`), so that a burst of gigabytes fits in memory: pyiceberg's own
+    ``append`` takes a commit whole, and for a partitioned table streams nothing. The files are written
     once; a commit that fails is tried again with the same files, up to five times. Returns the table and
     the failed tries."""
+    if part_rows is None:
+        part_rows = commit.rows if commit.rows <= WHOLE_COMMIT_ROWS else PART_ROWS
     write_uuid, counter = uuid.uuid4(), itertools.count(0)
     files: list[DataFile] = []
-    for part in commit_row_parts(shape, commit, part_rows or PART_ROWS):
+    for part in commit_row_parts(shape, commit, max(1, part_rows)):
         if expected is not None:
             expected.update(part)
         files.extend(_dataframe_to_data_files(table_metadata=table.metadata, df=part, io=table.io,
                                               write_uuid=write_uuid, counter=counter))
-        del part
+        del part  # free this part before the next is made
     failures = 0
     while True:
         try:
@@ -332,22 +335,7 @@ def write_trace(catalog: Catalog, ident: str, shape: TraceShape, trace: Sequence
                 time.sleep(wait)
             before, failures = retries.count, 0
             t0 = time.monotonic()
-            if commit.rows > WHOLE_COMMIT_ROWS:
-                table, failures = append_in_parts(catalog, ident, table, shape, commit, expected)
-            else:
-                data = commit_rows(shape, commit)
-                if expected is not None:
-                    expected.update(data)
-                while True:
-                    try:
-                        table.refresh()
-                        table.append(data, snapshot_properties={WRITER_PROP: str(commit.index)})
-                        break
-                    except CommitFailedException:
-                        failures += 1  # pyiceberg's own retries ran out: start the append again
-                        if failures >= 5:
-                            raise
-                        table = catalog.load_table(ident)
+            table, failures = append_in_parts(catalog, ident, table, shape, commit, expected)
             seconds = time.monotonic() - t0
             snapshot = _find_writer_snapshot(table, commit.index)
             summary = snapshot.summary

@@ -16,7 +16,6 @@ OPTIMIZE_FIELDS = ("id", "state", "reason", "files_in", "files_out", "rows_in", 
                    "bytes_out", "snapshot_id")
 
 
-
 def track_command(table: str, tuning: dict) -> str:
     """The ``autooptimize track`` command that sets every knob of a suggested ``tuning``, those at their
     off value included: a knob left out keeps the table's current value, not the suggestion's."""
@@ -25,6 +24,7 @@ def track_command(table: str, tuning: dict) -> str:
             f"--cold-after {tuning['cold_after_seconds']:g} --cold-gap-factor {tuning.get('cold_gap_factor', 0):g} "
             f"--leave-alone-below {tuning['leave_alone_below']} {flag[bool(tuning['quiet_merge'])]}quiet-merge "
             f"{flag[bool(tuning.get('cold_absorb'))]}cold-absorb")
+
 
 def cmd_track(args: argparse.Namespace) -> int:
     from autooptimize.api import track
