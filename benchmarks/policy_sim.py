@@ -4,11 +4,16 @@
                                     [--target SIZE] [--every N] [--trace family|streaming] [--suggest]
                                     [--quiet-merge] [--cold-gap-factor K] [--commits N] [--no-late-horizon]
                                     [--price K] [--latency S] [--start-delay S] [--variant K]
-                                    [--seconds-per-mb S --reference-mb MB]
+                                    [--seconds-per-mb S --reference-mb MB] [--one-file-per-partition]
 
 For each member of :data:`benchmarks.trace_family.FAMILY` (or ``--trace streaming``: the trace of
 ``benchmarks.streaming`` at 8 and 128 MiB), the same writes are replayed twice by
 :mod:`autooptimize.domain.simulate`:
+
+A member's writes are its files as the live benchmark's writer puts them on the table: pyiceberg's append
+cuts a partition's rows into data files of 512 MiB of Arrow (about 284 MB on disk), so m03's 78 family
+files are 147 data files, m11's 556 are 675 (:func:`benchmarks.trace.writer_cut`); the others are cut
+nowhere. ``--one-file-per-partition`` replays the family's own files instead.
 
 * **bin-pack** (the baseline): a blocking Iceberg bin-pack of every partition after every ``--every``
   writes (20, as ``benchmarks.streaming``) and once more after the last; its live files are counted
@@ -73,8 +78,34 @@ GOALS = {"write_amplification": 1.5, "files_replaced": 0.5, "mean_live_files": 1
          "end_excess_mse_mib2": 1.10}
 
 
-def family_writes(m: Member) -> list[Write]:
-    return [Write(c.at, c.files) for c in make_commits(m)]
+def family_writes(m: Member, one_file_per_partition: bool = False) -> list[Write]:
+    """The member's commits as the live benchmark's writer puts them on the table: each family file cut into
+    the data files pyiceberg's append makes of it (:func:`benchmarks.trace.writer_cut`: files of about
+    2.5 M rows, 284 MB; only m03 and m11 have larger ones). ``one_file_per_partition``: the family's own
+    files, one per partition a commit touches, as a writer that never splits would put them."""
+    commits = make_commits(m)
+    if one_file_per_partition:
+        return [Write(c.at, c.files) for c in commits]
+    from benchmarks.trace import (
+        PYICEBERG_FILE_ARROW_BYTES,
+        STREAMING_SEED,
+        arrow_bytes_per_row,
+        bytes_per_row,
+        family_trace,
+        writer_cut,
+    )
+
+    per_row = bytes_per_row(STREAMING_SEED)
+    rows_per_file = max(1, int(PYICEBERG_FILE_ARROW_BYTES // arrow_bytes_per_row(STREAMING_SEED)))
+    out = []
+    for c, t in zip(commits, family_trace(m, STREAMING_SEED), strict=True):
+        cut = writer_cut(t.files, rows_per_file)
+        if len(cut) == len(c.files):  # nothing cut: the family's own sizes, exactly
+            out.append(Write(c.at, c.files))
+            continue
+        base = t.files[0].part - c.files[0][0] if c.files else 0
+        out.append(Write(c.at, tuple((part - base, max(1, round(rows * per_row))) for part, rows in cut)))
+    return out
 
 
 def streaming_writes(seed: int = 7, commits: int = 320) -> list[Write]:
@@ -194,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file-overhead", type=int,
                     help="with --output-ratio: bytes a merge's output weighs less per file it removes (a Parquet "
                          "footer; about 50000 in benchmarks.streaming)")
+    ap.add_argument("--one-file-per-partition", action="store_true",
+                    help="the family's own files, one per partition a commit touches, not cut as the live "
+                         "benchmark's writer (pyiceberg's append) cuts them; only m03 and m11 differ")
     ap.add_argument("--suggest", action="store_true", help="also the tuning suggested per member (AutoAnalyze)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -225,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             members = [variant(m, args.variant) for m in members]
         except ValueError as e:
             ap.error(f"--variant: {e}")
-        work = [(m.name, m.target, family_writes(m)[:args.commits]) for m in members]
+        work = [(m.name, m.target, family_writes(m, args.one_file_per_partition)[:args.commits]) for m in members]
     else:
         work = streaming_members()
     started = time.monotonic()

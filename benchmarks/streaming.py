@@ -125,6 +125,9 @@ from autooptimize.domain.sizes import MiB, parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
 from benchmarks.streaming_predict import environment, ratio, report_lines, simulate_this_run
 from benchmarks.trace import (
+    PART_ROWS,
+    STREAMING_SEED,
+    WHOLE_COMMIT_ROWS,
     Commit,
     Digest,
     TraceShape,
@@ -272,12 +275,6 @@ def _find_writer_snapshot(table: Table, index: int) -> Snapshot:
         if snapshot.summary is not None and snapshot.summary.get(WRITER_PROP) == str(index):
             return snapshot
     raise RuntimeError(f"writer commit {index} is not in the table's history")
-
-
-#: a commit of more rows than this (about 1.7 GB in Arrow) is written a part at a time (:func:`append_in_parts`)
-WHOLE_COMMIT_ROWS = 8_000_000
-#: rows per part of such a commit: about 850 MB in Arrow, two of pyiceberg's default 512 MiB write bins
-PART_ROWS = 4_000_000
 
 
 def append_in_parts(catalog: Catalog, ident: str, table: Table, shape: TraceShape, commit: Commit,
@@ -1305,7 +1302,7 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m benchma
         extra(parser)
     parser.add_argument("--commits", type=int, default=300, help="writer commits (default 300)")
     parser.add_argument("--rate", type=float, default=1.6, help="writer commits per second (default 1.6)")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=STREAMING_SEED)
     parser.add_argument("--commits-per-hour", type=int, default=60, help="commits per simulated hour (default 60)")
     parser.add_argument("--target-size", default="8MiB", help="target file size of both runs (default 8MiB)")
     parser.add_argument("--compact-every", type=int, default=20, help="baseline: commits between bin-packs")

@@ -58,6 +58,8 @@ ARROW = pa.schema([
 BASE = dt.datetime(2026, 3, 2, 0, 0, tzinfo=dt.UTC)
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 BASE_HOUR = int((BASE - EPOCH).total_seconds()) // 3600
+#: the seed benchmarks.streaming draws its rows from unless told (``--seed``)
+STREAMING_SEED = 7
 PAYLOAD_BYTES = 96  # random bytes per row, written as 192 hex characters
 HOUR_US = 3600 * 1_000_000
 MASK64 = (1 << 64) - 1
@@ -247,6 +249,55 @@ class Digest:
     def as_dict(self) -> dict[str, object]:
         return {"rows": self.rows, "id_sum": self.id_sum, "hash_sum": f"{self.hash_sum:016x}",
                 "hash_xor": f"{self.hash_xor:016x}"}
+
+
+#: pyiceberg's default ``write.target-file-size-bytes``. Its append cuts each partition's rows into files of
+#: about this many bytes *in Arrow memory* (``bin_pack_arrow_table``), not on disk: for these rows a file of
+#: about 2.5 M rows
+PYICEBERG_FILE_ARROW_BYTES = 512 << 20
+#: a commit of more rows than this (about 1.7 GB in Arrow) is written a part at a time
+#: (``benchmarks.streaming.append_in_parts``)
+WHOLE_COMMIT_ROWS = 8_000_000
+#: rows per part of such a commit: about 850 MB in Arrow, two of pyiceberg's default 512 MiB write bins
+PART_ROWS = 4_000_000
+
+
+def arrow_bytes_per_row(seed: int = 0, rows: int = 4000) -> float:
+    """In-memory Arrow bytes per row of this trace's rows (what pyiceberg's write cut weighs)."""
+    return rows_for(seed, 0, [FileSpec(BASE_HOUR, rows, 0)], 0).combine_chunks().nbytes / rows
+
+
+def writer_cut(files: list[FileSpec] | tuple[FileSpec, ...], rows_per_file: int,
+               whole_rows: int = WHOLE_COMMIT_ROWS, part_rows: int = PART_ROWS) -> list[tuple[int, int]]:
+    """``(partition, rows)`` of each data file ``benchmarks.streaming``'s writer makes of one commit.
+
+    The writer hands pyiceberg the commit whole when it has at most ``whole_rows`` rows, else
+    ``part_rows`` rows at a time, in the order of ``files``. pyiceberg splits what it is handed by
+    partition and cuts each partition's rows into files of ``rows_per_file`` rows (its 512 MiB of Arrow) and
+    one of the rest. So a family file of 300 MB is two data files on the table, not one."""
+    if rows_per_file < 1 or whole_rows < 1 or part_rows < 1:
+        raise ValueError(f"rows_per_file, whole_rows and part_rows are whole numbers ≥ 1, got "
+                         f"{rows_per_file!r}, {whole_rows!r}, {part_rows!r}")
+    total = sum(f.rows for f in files)
+    step = total if total <= whole_rows else part_rows
+    out: list[tuple[int, int]] = []
+    start = 0
+    while start < total:
+        end = min(total, start + max(1, step))
+        handed: dict[int, int] = {}  # partition -> rows of this hand-over, in first-seen order
+        at = 0
+        for f in files:
+            lo, hi = max(start, at), min(end, at + f.rows)
+            if hi > lo:
+                handed[f.part] = handed.get(f.part, 0) + hi - lo
+            at += f.rows
+        for part, rows in handed.items():
+            full, rest = divmod(rows, rows_per_file)
+            out.extend([(part, rows_per_file)] * full)
+            if rest:
+                out.append((part, rest))
+        start = end
+    return out
 
 
 def family_trace(member: object, seed: int = 7, commits: int | None = None) -> list[Commit]:

@@ -51,3 +51,31 @@ def test_freeing_the_service_table_deletes_its_files_and_nothing_outside_the_ben
     freed = free_table(catalog, "bench.freed", Path(settings.home))
     assert freed > 0 and not location.exists()
     assert not catalog.table_exists("bench.freed")
+
+
+def test_the_writer_cut_model_makes_the_files_pyiceberg_makes(catalog):
+    """benchmarks.trace.writer_cut, which the simulator replays the family with, against the data files
+    the writer really adds: pyiceberg cuts each partition's rows of what it is handed at its write target,
+    weighed in Arrow bytes (here 500 rows a file, as 512 MiB is about 2.5 M rows)."""
+    from benchmarks.trace import arrow_bytes_per_row, writer_cut
+
+    table = create_table(catalog, "bench.cut")
+    per_row = arrow_bytes_per_row()
+    target = int(per_row * 500 + per_row / 2)  # 500 rows and a half: the cut is at 500 rows
+    with table.transaction() as tx:
+        tx.set_properties({"write.target-file-size-bytes": str(target)})
+    table = catalog.load_table("bench.cut")
+    files = (FileSpec(part=BASE_HOUR, rows=1_730, drawn_bytes=0), FileSpec(part=BASE_HOUR - 2, rows=260, drawn_bytes=0),
+             FileSpec(part=BASE_HOUR - 1, rows=1_020, drawn_bytes=0))
+    commit = Commit(index=1, first_id=5_000, files=files)
+
+    table, _ = append_in_parts(catalog, "bench.cut", table, TraceShape(seed=3), commit, None, part_rows=1_200)
+
+    table.refresh()
+    made = sorted((f.partition[0], f.record_count) for f in table.scan().plan_files() for f in [f.file])
+    modelled = sorted(writer_cut(files, 500, whole_rows=1_200, part_rows=1_200))
+    # parts of 1,200 rows: [1200 of hour 0], [530 of hour 0, 260 of hour -2, 410 of hour -1], [610 of hour -1]
+    assert modelled == sorted([(BASE_HOUR, 500), (BASE_HOUR, 500), (BASE_HOUR, 200), (BASE_HOUR, 500),
+                               (BASE_HOUR, 30), (BASE_HOUR - 2, 260), (BASE_HOUR - 1, 410),
+                               (BASE_HOUR - 1, 500), (BASE_HOUR - 1, 110)])
+    assert made == modelled
