@@ -263,6 +263,9 @@ def _suggest(args: argparse.Namespace) -> int:
               f"WA {p['write_amplification']:.2f} and {p['mean_live_files']:.1f} live files, realised "
               f"WA {_fmt(r['write_amplification'], '{:.2f}')} ({rel['write_amplification']}) and "
               f"{_fmt(r['mean_live_files'], '{:.1f}')} ({rel['mean_live_files']})")
+    if out.get("live_files_bias", 1.0) > 1.0:
+        print(f"so this suggestion keeps the file goal with that margin: judged on {out['live_files_bias']:.3f}× "
+              f"the live files its replay predicts")
     print("applied as the table's tuning" if out["applied"] else
           "recorded (apply with --apply, or let it apply itself: track --auto-tune)")
     return 0

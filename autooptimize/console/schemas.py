@@ -164,7 +164,8 @@ class TableDetail(Open):
     suggested_tuning: dict[str, Any] | None = Field(
         None, description="AutoAnalyze's last suggestion (whatif --suggest, beat): tuning, predicted, current "
                           "and bin-pack figures, whether it keeps the file goal, whether it was applied, and "
-                          "`check`: the previous suggestion's prediction beside what the table did since")
+                          "`check`: the previous suggestion's prediction beside what the table did since, and "
+                          "`live_files_bias`: the margin that check put on this suggestion's file goal")
     budget: dict[str, Any] | None = Field(
         None, description="the budget (AO_BUDGET_CORE_SECONDS_PER_HOUR, mode) and its latest verdict per partition: "
                           "value, estimated core-seconds, value per cost, admit or defer and why")

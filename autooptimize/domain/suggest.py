@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autooptimize.domain.goals import (
@@ -29,8 +29,8 @@ from autooptimize.domain.simulate import (
     simulate_policy,
 )
 
-__all__ = ["ABSORB_TRIED", "SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "shortfall",
-           "suggest_tuning"]
+__all__ = ["ABSORB_TRIED", "MAX_LIVE_FILES_BIAS", "SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion",
+           "candidate_tunings", "live_files_bias", "shortfall", "suggest_tuning"]
 
 #: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
 SUGGEST_FAN_INS = (4, 6, 8, 12, 16, 24, 32)
@@ -41,6 +41,9 @@ SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
 SUGGEST_PRICES = (16, 20, 24, 32, 48)
 #: The candidates short of the end layout that ``suggest_tuning`` tries again with ``cold_absorb`` on.
 ABSORB_TRIED = 8
+#: The most a table's own check tightens the file goal (:func:`live_files_bias`): a table that kept more
+#: than twice the live files its replay said has a replay that does not describe it, and no margin mends that.
+MAX_LIVE_FILES_BIAS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +56,26 @@ class Suggestion:
     defaults: Figures
     meets_goal: bool  # mean live files within LIVE_FILES_GOAL × the bin-pack's; end files and excess within 10 %
     tried: int
+    live_files_bias: float = 1.0  # the goal was judged on the predicted live files times this
 
     def as_dict(self) -> dict[str, object]:
         return {"tuning": self.tuning.as_dict(), "predicted": self.predicted.as_dict(),
                 "baseline": self.baseline.as_dict(), "defaults": self.defaults.as_dict(),
-                "meets_goal": self.meets_goal, "tried": self.tried}
+                "meets_goal": self.meets_goal, "tried": self.tried, "live_files_bias": self.live_files_bias}
+
+
+def live_files_bias(check: Mapping[str, object] | None) -> float:
+    """The margin a table's own record asks of its next suggestion: 1 + how much more mean live files the
+    table kept than the replay of the same commits predicted (``check["relative_error"]["mean_live_files"]``,
+    :func:`autooptimize.services.autotune.check_prediction`), at most :data:`MAX_LIVE_FILES_BIAS`. 1 without a
+    check, or where the table kept as few files as predicted or fewer: the margin only tightens the goal.
+    On m03 a suggestion predicted at 0.95× the bin-pack's files kept 1.06× live, where the replay of its own
+    commits said 0.99×."""
+    error = check.get("relative_error") if check else None
+    value = error.get("mean_live_files") if isinstance(error, Mapping) else None
+    if not isinstance(value, int | float) or not value > 0:
+        return 1.0
+    return min(MAX_LIVE_FILES_BIAS, 1.0 + float(value))
 
 
 
@@ -110,7 +128,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    every: int = BASELINE_EVERY, latency: float = LATENCY_SECONDS,
                    output_ratio: float = 1.0, start_delay: float | None = None,
                    timer_lag: float = 0.0, timer_every: float = 0.0,
-                   file_overhead: int | None = None, pace: SizePace | None = None) -> Suggestion:
+                   file_overhead: int | None = None, pace: SizePace | None = None,
+                   live_files_bias: float = 1.0) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
@@ -123,9 +142,17 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     the clock, and the figures of the tuning found and of the defaults are their means over
     :data:`~autooptimize.domain.replay_clock.CLOCK_PHASES` phases (:func:`simulate_on_clock`): that mean is
     the prediction, the goal is judged on it, and the defaults stay unless the tuning found is better on it
-    too."""
+    too. ``live_files_bias`` (at least 1; :func:`live_files_bias`): the file goal is judged on the replay's
+    mean live files times it, for a table whose replays have kept fewer files than the table did; the
+    figures returned stay the replay's own."""
     if not writes:
         raise ValueError("suggest_tuning needs at least one write in the history")
+    if not 1.0 <= live_files_bias <= MAX_LIVE_FILES_BIAS:
+        raise ValueError(f"live_files_bias must be within [1, {MAX_LIVE_FILES_BIAS:g}], got {live_files_bias!r}")
+
+    def judged(f: Figures) -> Figures:
+        return dataclasses.replace(f, mean_live_files=f.mean_live_files * live_files_bias)
+
     cands = list(candidates) if candidates is not None else candidate_tunings(default)
     if default not in cands:
         cands.insert(0, default)
@@ -136,9 +163,9 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                                   timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead,
                                   pace=pace)
     results = [replay(t) for t in cands]
-    results += [replay(t) for t in _absorbing(results, base)]
+    results += [replay(t) for t in _absorbing([(t, judged(f)) for t, f in results], base)]
     defaults = next(f for t, f in results if t == default)
-    tuning, fig = min(results, key=lambda tf: _rank(tf[1], base))  # the first of equals: the defaults first
+    tuning, fig = min(results, key=lambda tf: _rank(judged(tf[1]), base))  # the first of equals: the defaults first
     if timer_every:
 
         def on_clock(t: PolicyTuning) -> Figures:
@@ -147,9 +174,9 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                                      pace=pace)
         fig = on_clock(tuning)
         defaults = fig if tuning == default else on_clock(default)
-        if _rank(defaults, base) <= _rank(fig, base):  # found on one phase, no better over all of them
+        if _rank(judged(defaults), base) <= _rank(judged(fig), base):  # found on one phase, no better over all
             tuning, fig = default, defaults
-    return Suggestion(tuning, fig, base, defaults, _meets(fig, base), len(results))
+    return Suggestion(tuning, fig, base, defaults, _meets(judged(fig), base), len(results), live_files_bias)
 
 
 def _absorbing(results: Sequence[tuple[PolicyTuning, Figures]], base: Figures) -> list[PolicyTuning]:

@@ -23,7 +23,8 @@ REPLACE commits removed over bytes the writers added). Each re-evaluation first 
 (:func:`check_prediction`): the simulator's figures for the writer commits since that suggestion, under
 the tuning in force, beside what the table did, with their relative error; recorded with the new
 suggestion (``check``), in the audit log (``table.tuning_checked``), and shown by ``whatif --suggest``
-and the console.
+and the console. Where the table kept more live files than that replay said, the new suggestion's file
+goal is judged with that margin (``live_files_bias``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,13 @@ from autooptimize.domain.pace import SizePace
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
 from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write
-from autooptimize.domain.suggest import SUGGEST_COLD_AFTER, Suggestion, candidate_tunings, suggest_tuning
+from autooptimize.domain.suggest import (
+    SUGGEST_COLD_AFTER,
+    Suggestion,
+    candidate_tunings,
+    live_files_bias,
+    suggest_tuning,
+)
 from autooptimize.errors import InvalidArgument
 from autooptimize.iceberg.catalog import load_table
 from autooptimize.iceberg.partitions import time_ordinal
@@ -243,7 +250,8 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
-                            timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead, pace=pace)
+                            timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead, pace=pace,
+                            live_files_bias=live_files_bias(check))  # the margin the table's last check asks
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"], out["file_overhead"], out["output_commits"] = ratio, overhead, model.commits

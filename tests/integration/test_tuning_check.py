@@ -12,6 +12,7 @@ import time
 from sqlalchemy import select
 
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS
+from autooptimize.domain.suggest import MAX_LIVE_FILES_BIAS
 from autooptimize.services import tracking
 from autooptimize.services.autotune import suggest
 from autooptimize.storage.db import session_scope
@@ -48,6 +49,12 @@ def test_the_next_suggestion_checks_the_previous_prediction_against_what_the_tab
     assert realised["mean_live_files"] == 20 + 6.5  # 21, 22, … 32 files after the 12 commits
     assert predicted["write_amplification"] > 0 and predicted["mean_live_files"] < realised["mean_live_files"]
     assert check["relative_error"]["mean_live_files"] > 0
+    # the table kept more files than its replay said: the new suggestion's goal was judged with that margin
+    # (here far more: nothing merged the table, so the margin is at its most)
+    bias = min(MAX_LIVE_FILES_BIAS, 1 + check["relative_error"]["mean_live_files"])
+    assert abs(row.suggested_tuning["live_files_bias"] - bias) < 1e-9
+    assert f"judged on {bias:.3f}× the live files its replay predicts" in shown.stdout, shown.stdout
+    assert first["live_files_bias"] == 1.0  # nothing checked, no margin
     assert predicted["bytes_written"] == realised["bytes_written"]  # the same commits, the same bytes
     again = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest", "--json"],
                            capture_output=True, text=True, env=dict(os.environ), timeout=300)

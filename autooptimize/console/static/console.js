@@ -247,7 +247,9 @@ async function tablePage(main) {
       s.check ? el("p", {"data-testid": "suggestion-check"}, `since the previous suggestion (${num(s.check.commits)} commits): ` +
         `predicted ${fig(s.check.predicted)}; realised ` +
         `${s.check.realised.mean_live_files === null ? "–" : s.check.realised.mean_live_files.toFixed(1)} live files, ` +
-        `WA ${s.check.realised.write_amplification === null ? "–" : s.check.realised.write_amplification.toFixed(2)}`) : null));
+        `WA ${s.check.realised.write_amplification === null ? "–" : s.check.realised.write_amplification.toFixed(2)}` +
+        (s.live_files_bias > 1 ? `; so this suggestion's file goal is judged on ${s.live_files_bias.toFixed(3)}× ` +
+          `the live files its replay predicts` : "")) : null));
   }
   main.append(el("h2", {}, "Latest actions: before and after"));
   const withPlans = t.actions.filter((a) => a.before_after);
