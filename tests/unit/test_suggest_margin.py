@@ -8,7 +8,12 @@ import pytest
 
 from autooptimize.domain.goals import LIVE_FILES_GOAL
 from autooptimize.domain.policy import PolicyTuning
-from autooptimize.domain.suggest import MAX_LIVE_FILES_BIAS, candidate_tunings, live_files_bias, suggest_tuning
+from autooptimize.domain.suggest import (
+    MAX_LIVE_FILES_BIAS,
+    candidate_tunings,
+    live_files_bias,
+    suggest_tuning,
+)
 from benchmarks.policy_sim import family_writes
 from benchmarks.trace_family import member
 
