@@ -258,7 +258,7 @@ def _suggest(args: argparse.Namespace) -> int:
     if check:
         p, r, e = check["predicted"], check["realised"], check["relative_error"]
         rel = {k: "-" if v is None else f"{v:+.0%}" for k, v in e.items()}
-        print(f"since the previous suggestion ({check['commits']} writer commits, tuning in force: fan-in "
+        print(f"since the last suggestion or tuning ({check['commits']} writer commits, tuning in force: fan-in "
               f"{check['tuning']['fan_in']}, cold after {check['tuning']['cold_after_seconds']:g} s): predicted "
               f"WA {p['write_amplification']:.2f} and {p['mean_live_files']:.1f} live files, realised "
               f"WA {_fmt(r['write_amplification'], '{:.2f}')} ({rel['write_amplification']}) and "

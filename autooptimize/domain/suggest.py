@@ -68,12 +68,16 @@ def live_files_bias(check: Mapping[str, object] | None) -> float:
     """The margin a table's own record asks of its next suggestion: 1 + how much more mean live files the
     table kept than the replay of the same commits predicted (``check["relative_error"]["mean_live_files"]``,
     :func:`autooptimize.services.autotune.check_prediction`), at most :data:`MAX_LIVE_FILES_BIAS`. 1 without a
-    check, or where the table kept as few files as predicted or fewer: the margin only tightens the goal.
+    check; where the table kept as few files as predicted or fewer (the margin only tightens the goal); and
+    where nothing merged the table in the checked time (``check["realised"]["bytes_rewritten"]`` 0: the
+    service was stopped, or the table paused or out of budget, which says nothing of the replay).
     On m03 a suggestion predicted at 0.95× the bin-pack's files kept 1.06× live, where the replay of its own
     commits said 0.99×."""
     error = check.get("relative_error") if check else None
+    realised = check.get("realised") if check else None
     value = error.get("mean_live_files") if isinstance(error, Mapping) else None
-    if not isinstance(value, int | float) or not value > 0:
+    merged = realised.get("bytes_rewritten") if isinstance(realised, Mapping) else None
+    if not isinstance(value, int | float) or not value > 0 or not isinstance(merged, int) or merged <= 0:
         return 1.0
     return min(MAX_LIVE_FILES_BIAS, 1.0 + float(value))
 

@@ -20,7 +20,8 @@ tracked tables every AO_AUTOTUNE_SECONDS, in rotation and within AO_AUTOTUNE_PAS
 Afterwards, :func:`realised_since` measures what the table really did from its snapshot summaries:
 mean live data files after each writer commit (``total-data-files``), and write amplification (bytes our
 REPLACE commits removed over bytes the writers added). Each re-evaluation first checks the previous one
-(:func:`check_prediction`): the simulator's figures for the writer commits since that suggestion, under
+(:func:`check_prediction`): the simulator's figures for the writer commits since that suggestion (or since
+the tuning in force was set, when that is later or there was none: ``tracking.tuning_in_force_since``), under
 the tuning in force, beside what the table did, with their relative error; recorded with the new
 suggestion (``check``), in the audit log (``table.tuning_checked``), and shown by ``whatif --suggest``
 and the console. Where the table kept more live files than that replay said, the new suggestion's file
@@ -66,6 +67,7 @@ from autooptimize.services.learned_timings import (
     borrowed_timings,
     learn_timings,
 )
+from autooptimize.services.tracking import tuning_in_force_since
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, ActionState, TrackedTable
 from autooptimize.storage.repositories import audit, now, tracked_table, tracked_tables
@@ -228,7 +230,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         row = tracked_table(session, settings.catalog, identifier)
         current = default_tuning(settings, row)
         auto = bool(row is not None and row.auto_tune)
-        last_at = row.suggested_at if row is not None else None
+        last_at = tuning_in_force_since(session, row) if row is not None else None
         learned = learn_timings(session, row.id, (writes, start_ms), current) if row is not None else ASSUMED
         own_merges = learned.merges
         if latency is None and own_merges < MIN_LATENCY_ACTIONS:  # too few merges of its own: the other tables'

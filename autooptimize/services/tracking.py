@@ -12,11 +12,13 @@ from __future__ import annotations
 import fnmatch
 import logging
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from autooptimize.config import Settings
 from autooptimize.domain.checks import bounded_float, bounded_int
@@ -28,7 +30,7 @@ from autooptimize.services.kinds import KINDS
 from autooptimize.services.sort import parse_sort_order
 from autooptimize.services.zorder import parse_zorder_columns
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import TrackedTable
+from autooptimize.storage.models import AuditLog, TrackedTable
 from autooptimize.storage.repositories import audit, tracked_table
 
 log = logging.getLogger(__name__)
@@ -243,6 +245,22 @@ def track(settings: Settings, identifier: str, **tuning: Any) -> dict[str, Any]:
             session.flush()
             audit(session, "table.tuned", table_id=row.id, identifier=identifier, tuning=new.as_dict())
         return {"table": identifier, "id": row.id, **new.as_dict()}
+
+
+#: The audit events that set a tracked table's tuning (``track``, auto-tracking, AutoAnalyze applying one).
+TUNING_EVENTS = ("table.tracked", "table.tuned", "table.auto_tuned")
+
+
+def tuning_in_force_since(session: Session, row: TrackedTable) -> datetime | None:
+    """Since when ``row``'s tuning has been in force and last looked at: the later of its last suggestion
+    (``suggested_at``) and the newest audit event that set its tuning (:data:`TUNING_EVENTS`); None when
+    neither is on record (the audit log's retention may have dropped the event). AutoAnalyze checks its
+    replay against what the table did since then (``autotune.check_prediction``): the whole time the
+    tuning now in force has run, and no earlier than the previous suggestion."""
+    newest = session.scalar(select(func.max(AuditLog.at)).where(AuditLog.table_id == row.id,
+                                                                 AuditLog.event.in_(TUNING_EVENTS)))
+    times = [t for t in (row.suggested_at, newest) if t is not None]
+    return max(times) if times else None
 
 
 def ensure_tracked(settings: Settings, identifier: str) -> int:

@@ -244,7 +244,7 @@ async function tablePage(main) {
           `after their moment (` + (s.timer_lag_learned ? `median of ${num(s.timer_lag_merges)} merges a timer prompted`
             : "the service's measured lag") + ")") +
         (s.clock_phases ? `; the mean of ${num(s.clock_phases)} replays on the listener's ${s.listener_pass_seconds} s passes at other phases` : "")),
-      s.check ? el("p", {"data-testid": "suggestion-check"}, `since the previous suggestion (${num(s.check.commits)} commits): ` +
+      s.check ? el("p", {"data-testid": "suggestion-check"}, `since the last suggestion or tuning (${num(s.check.commits)} commits): ` +
         `predicted ${fig(s.check.predicted)}; realised ` +
         `${s.check.realised.mean_live_files === null ? "–" : s.check.realised.mean_live_files.toFixed(1)} live files, ` +
         `WA ${s.check.realised.write_amplification === null ? "–" : s.check.realised.write_amplification.toFixed(2)}` +
