@@ -160,7 +160,9 @@ def test_measure_from_counts_only_what_happens_from_then_on() -> None:
 
 
 def test_an_output_ratio_shrinks_a_writers_files_when_first_merged() -> None:
-    writes = [Write(float(i), (("h", 50),)) for i in range(40)]
+    # hour "g", a target's bytes in one file, sets the scale of "h" at the target under both ratios (the
+    # policy judges a partition by what the table's partitions hold, and merges at 0.5 hold less)
+    writes = [Write(0.0, (("g", 2 * TARGET),))] + [Write(float(i + 1), (("h", 50),)) for i in range(40)]
     tuning = PolicyTuning(TARGET, fan_in=4)
     assert simulate_policy(writes, tuning, output_ratio=1.0) == simulate_policy(writes, tuning)
     same = simulate_policy(writes, tuning)
@@ -300,3 +302,23 @@ def test_the_replay_plans_with_what_a_writers_file_will_weigh_once_merged_as_the
     plain = _Table(8 << 20)
     plain.add("p", 1_000_000, 0.0)
     assert plain.files("p")[0].rewritten_size == 1_000_000
+
+
+def test_the_policy_is_told_the_bytes_a_partition_holds_as_the_service_reads_them():
+    """The service's policy sets a partition's scale by the bytes its files hold now (what merges saved
+    is gone) and the other partitions' statistics; the replay tells it the same, not the writers' bytes."""
+    from autooptimize.domain.simulate import PartitionState, simulate_policy
+
+    seen: list[PartitionState] = []
+
+    def planner(state: PartitionState):
+        seen.append(state)
+        return None  # the shipped policy plans
+
+    writes = [Write(i * 0.6, ((0, 300_000), (1, 90_000))) for i in range(40)]
+    fig = simulate_policy(writes, PolicyTuning(8 * MiB), 0.4, output_ratio=0.9, planner=planner)
+    assert fig.files_replaced > 0 and seen
+    for state in seen:
+        assert state.received_bytes == sum(f.size for f in state.files)
+    # after a merge a partition holds less than its writers gave it (0.9 of what the merge read)
+    assert any(s.partition == 0 and s.received_bytes % 300_000 for s in seen)
