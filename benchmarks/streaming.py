@@ -125,14 +125,13 @@ from autooptimize.domain.sizes import MiB, parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
 from benchmarks.streaming_predict import environment, ratio, report_lines, simulate_this_run
 from benchmarks.trace import (
-    PART_ROWS,
     STREAMING_SEED,
-    WHOLE_COMMIT_ROWS,
     Commit,
     Digest,
     TraceShape,
     commit_row_parts,
     family_trace,
+    hand_over_rows,
     make_trace,
     parse_part_label,
 )
@@ -280,17 +279,15 @@ def _find_writer_snapshot(table: Table, index: int) -> Snapshot:
 def append_in_parts(catalog: Catalog, ident: str, table: Table, shape: TraceShape, commit: Commit,
                     expected: Digest | None, part_rows: int | None = None) -> tuple[Table, int]:
     """Append one commit as one snapshot, as pyiceberg's ``append`` would (a fast append, its files cut by
-    the same bin-packing), with the writer's index in the summary. A commit of up to
-    :data:`WHOLE_COMMIT_ROWS` is made and written whole, a larger one ``part_rows`` (:data:`PART_ROWS`) at a
-    time (:func:`benchmarks.trace.row_parts`), so that a burst of gigabytes fits in memory: pyiceberg's own
+    the same bin-packing), with the writer's index in the summary. A commit of up to 8 M rows is made and
+    written whole, a larger one ``part_rows`` (4 M: :func:`benchmarks.trace.hand_over_rows`) at a time
+    (:func:`benchmarks.trace.row_parts`), so that a burst of gigabytes fits in memory: pyiceberg's own
     ``append`` takes a commit whole, and for a partitioned table streams nothing. The files are written
     once; a commit that fails is tried again with the same files, up to five times. Returns the table and
     the failed tries."""
-    if part_rows is None:
-        part_rows = commit.rows if commit.rows <= WHOLE_COMMIT_ROWS else PART_ROWS
     write_uuid, counter = uuid.uuid4(), itertools.count(0)
     files: list[DataFile] = []
-    for part in commit_row_parts(shape, commit, max(1, part_rows)):
+    for part in commit_row_parts(shape, commit, part_rows or hand_over_rows(commit.rows)):
         if expected is not None:
             expected.update(part)
         files.extend(_dataframe_to_data_files(table_metadata=table.metadata, df=part, io=table.io,

@@ -262,6 +262,12 @@ WHOLE_COMMIT_ROWS = 8_000_000
 PART_ROWS = 4_000_000
 
 
+def hand_over_rows(total: int, whole_rows: int = WHOLE_COMMIT_ROWS, part_rows: int = PART_ROWS) -> int:
+    """Rows ``benchmarks.streaming``'s writer hands pyiceberg at a time for a commit of ``total`` rows: all
+    of them up to ``whole_rows``, else ``part_rows``."""
+    return max(1, total) if total <= whole_rows else part_rows
+
+
 def arrow_bytes_per_row(seed: int = 0, rows: int = 4000) -> float:
     """In-memory Arrow bytes per row of this trace's rows (what pyiceberg's write cut weighs)."""
     return rows_for(seed, 0, [FileSpec(BASE_HOUR, rows, 0)], 0).combine_chunks().nbytes / rows
@@ -279,11 +285,11 @@ def writer_cut(files: list[FileSpec] | tuple[FileSpec, ...], rows_per_file: int,
         raise ValueError(f"rows_per_file, whole_rows and part_rows are whole numbers ≥ 1, got "
                          f"{rows_per_file!r}, {whole_rows!r}, {part_rows!r}")
     total = sum(f.rows for f in files)
-    step = total if total <= whole_rows else part_rows
+    step = hand_over_rows(total, whole_rows, part_rows)
     out: list[tuple[int, int]] = []
     start = 0
     while start < total:
-        end = min(total, start + max(1, step))
+        end = min(total, start + step)
         handed: dict[int, int] = {}  # partition -> rows of this hand-over, in first-seen order
         at = 0
         for f in files:
@@ -300,7 +306,7 @@ def writer_cut(files: list[FileSpec] | tuple[FileSpec, ...], rows_per_file: int,
     return out
 
 
-def family_trace(member: object, seed: int = 7, commits: int | None = None) -> list[Commit]:
+def family_trace(member: object, seed: int = STREAMING_SEED, commits: int | None = None) -> list[Commit]:
     """A member of :data:`benchmarks.trace_family.FAMILY` as commits of this module's table (``hour(ts)``
     for an hourly member, ``day(ts)`` for a daily one: :data:`GRAINS`): each family file becomes a file of
     ``round(bytes / bytes per row)`` rows in partition ``BASE_HOUR + partition`` (a daily member's:
