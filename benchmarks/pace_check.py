@@ -32,13 +32,14 @@ from typing import Any
 
 from autooptimize.domain.replay_clock import simulate_on_clock
 from autooptimize.domain.simulate import Figures
-from autooptimize.services.autotune import learned_output_model, realised_since
+from autooptimize.services.autotune import realised_since
 from autooptimize.services.learned_timings import (
     LATENCY_ACTIONS,
     LearnedTimings,
     lendable_merges,
     timings_of_merges,
 )
+from autooptimize.services.output_models import learned_output_model
 from autooptimize.storage.db import session_scope
 from benchmarks.replay_diff import kept_settings, open_kept_run
 

@@ -35,8 +35,9 @@ from autooptimize.domain.replay_clock import LISTENER_PASS_SECONDS
 from autooptimize.domain.simulate import Merge, TimePartition, Write, simulate_policy
 from autooptimize.domain.sizes import parse_size
 from autooptimize.iceberg.catalog import default_catalog_properties
-from autooptimize.services.autotune import default_tuning, learned_output_model, table_writes
+from autooptimize.services.autotune import default_tuning, table_writes
 from autooptimize.services.learned_timings import LearnedTimings, learn_timings
+from autooptimize.services.output_models import learned_output_model
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action
 from autooptimize.storage.repositories import tracked_table

@@ -26,8 +26,9 @@ from pyiceberg.catalog import Catalog
 from autooptimize.config import Settings, load_settings
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
 from autooptimize.domain.simulate import simulate_baseline
-from autooptimize.services.autotune import default_tuning, learned_output_model, table_writes
+from autooptimize.services.autotune import default_tuning, table_writes
 from autooptimize.services.learned_timings import ASSUMED, learn_timings
+from autooptimize.services.output_models import learned_output_model
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.repositories import tracked_table
 

@@ -163,8 +163,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
     if args.suggest:
         return _suggest(args)
-    if args.apply or args.cold_after:
-        raise InvalidArgument("--apply and --cold-after go with --suggest")
+    if args.apply or args.cold_after or args.no_calibrate:
+        raise InvalidArgument("--apply, --cold-after and --no-calibrate go with --suggest")
     if not args.target_size:
         raise InvalidArgument("whatif needs --target-size (e.g. 64MiB,128MiB) or --suggest")
     # spaces around the commas are fine; any other character (a newline) is part of a size and refused there
@@ -181,6 +181,14 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibration_text(c: dict[str, Any]) -> str:
+    alone = (f"a writer's file rewritten alone weighs {c['first_ratio']:.3f}× its bytes, before that; "
+             if c.get("file_overhead") is not None and c.get("first_ratio", 1.0) != 1.0 else "")
+    return (f"calibrated: {alone}{c['groups']} groups and {c.get('singles', 0)} single files of the table's, "
+            f"{c['bytes_read']} bytes, rewritten by the {c['engine']} engine and removed; the table has no fit "
+            f"of its own")
+
+
 def _suggest(args: argparse.Namespace) -> int:
     from autooptimize.services.autotune import suggest
 
@@ -195,7 +203,13 @@ def _suggest(args: argparse.Namespace) -> int:
             cold = ()
         if not cold or not all(0 <= c <= 86400 for c in cold):
             raise InvalidArgument(f"--cold-after must be seconds from 0 to 86400, comma-separated (got {args.cold_after!r})")
-    out = suggest(current_settings(), args.table, apply=True if args.apply else None, cold_after=cold)
+    settings = current_settings()
+
+    def spark() -> object:  # only for a table with no output model of its own and no calibration recorded
+        return get_session(settings)
+
+    out = suggest(settings, args.table, apply=True if args.apply else None, cold_after=cold,
+                  spark=None if args.no_calibrate else spark)
     if args.json:
         print(json.dumps(out, default=str))
         return 0
@@ -211,14 +225,21 @@ def _suggest(args: argparse.Namespace) -> int:
           f"(target {t['target']} bytes, settle {t['settle_seconds']:g} s)"
           + ("" if out["meets_goal"] else "; no candidate keeps the file goal: the fewest live files shown"))
     print(f"the same by hand: {track_command(out['table'], t)}")
+    calibration = out.get("output_calibration")
     if out.get("file_overhead") is not None:
         source = (f"the service's last {out['output_commits']} merges of other tables; the table has no "
                   f"REPLACE commit of its own" if out.get("output_borrowed")
+                  else _calibration_text(calibration) if calibration
                   else f"the table's {out['output_commits']} REPLACE commits")
         print(f"a merge writes {out['output_ratio']:.3f}× the bytes it reads, less {out['file_overhead'] / 1024:.1f} KiB "
               f"for each file it removes (fitted on {source})")
+    elif calibration:
+        print(f"merged bytes weigh {out['output_ratio']:.3f}× their inputs ({_calibration_text(calibration)}; "
+              "too alike to tell a weight per file apart)")
     elif out.get("output_ratio", 1.0) != 1.0:
         print(f"merged bytes weigh {out['output_ratio']:.2f}× their inputs (learned from the table's REPLACE commits)")
+    if out.get("output_calibration_failed"):
+        print(f"calibrating the output model failed ({out['output_calibration_failed']}); replayed without it")
     if out.get("latency_learned") or out.get("latency_merges"):
         start = out.get("start_delay_seconds")
         if out.get("latency_borrowed"):

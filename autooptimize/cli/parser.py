@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     wi.add_argument("--cold-after", metavar="SECONDS", help="with --suggest: the cold-after times to try, "
                                                          "comma-separated (default 30,60,120,300)")
     wi.add_argument("--tolerance", help="comma-separated tolerances (default: a quarter of each target)")
+    wi.add_argument("--no-calibrate", action="store_true",
+                    help="with --suggest: for a table with no fitted output model of its own and none recorded, "
+                         "replay with the other tables' instead of rewriting a few groups of its files with the "
+                         "merge engine (removed afterwards) to measure what merged files weigh")
     wi.add_argument("--json", action="store_true")
     wi.set_defaults(func=actions.cmd_whatif)
 

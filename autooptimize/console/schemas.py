@@ -165,7 +165,9 @@ class TableDetail(Open):
         None, description="AutoAnalyze's last suggestion (whatif --suggest, beat): tuning, predicted, current "
                           "and bin-pack figures, whether it keeps the file goal, whether it was applied, and "
                           "`check`: the previous suggestion's prediction beside what the table did since, and "
-                          "`live_files_bias`: the margin that check put on this suggestion's file goal")
+                          "`live_files_bias`: the margin that check put on this suggestion's file goal, and "
+                          "`output_calibration`: what a few groups of the table's files weighed once rewritten "
+                          "by the merge engine, for a table with no fitted output model of its own")
     budget: dict[str, Any] | None = Field(
         None, description="the budget (AO_BUDGET_CORE_SECONDS_PER_HOUR, mode) and its latest verdict per partition: "
                           "value, estimated core-seconds, value per cost, admit or defer and why")

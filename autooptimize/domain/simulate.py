@@ -26,7 +26,8 @@ rewritten, write amplification (bytes rewritten / bytes written), files and exce
 Output model: a writer's file weighs ``output_ratio`` times its bytes once first merged (1 by default);
 a merged file keeps its size when merged again. With ``file_overhead`` instead, every merge writes
 ``output_ratio`` × what it read less ``file_overhead`` bytes for each file it removed
-(:mod:`~autooptimize.domain.output_model`; AutoAnalyze fits both on the table's REPLACE commits).
+(:mod:`~autooptimize.domain.output_model`), a writer's file counted at ``first_ratio`` × its bytes (1 for
+a fit on REPLACE commits, whose share takes it in; a calibration measures it on single files).
 Pure: the standard library and :mod:`autooptimize.domain` only.
 """
 
@@ -102,6 +103,7 @@ class _Table:
     #: None: the ratio model above. Bytes: every merge writes ``output_ratio`` × what it read, less this
     #: many bytes for each file it removed (a Parquet file's footer and metadata), as ``OutputModel`` fits it
     file_overhead: int | None = None
+    first_ratio: float = 1.0  # with ``file_overhead``: what the engine's writer makes of a writer's file alone
     parts: dict[Hashable, dict[str, int]] = field(default_factory=dict)
     #: the bytes each partition holds now: what it received, less what merges saved (the service reads the
     #: table's files, so its policy is told these, not the writers' bytes)
@@ -133,10 +135,11 @@ class _Table:
         # what a writer's file will weigh once merged, as the service's planner estimates it from the table's
         # rewrites (services/sizing: bytes per row, to 0.1 % of what its merges wrote): the ratio, less the
         # footer a merge drops with each file under the fitted model; a merged file keeps its size
-        if self.output_ratio == 1.0 and not self.file_overhead:
+        if self.output_ratio == 1.0 and not self.file_overhead and self.first_ratio == 1.0:
             return [PlanFile(p, s) for p, s in self.parts[part].items()]
         overhead = self.file_overhead or 0
-        return [PlanFile(p, s, out_size=max(1, round(s * self.output_ratio) - overhead) if p[0] == "w" else None)
+        ratio = self.output_ratio * (self.first_ratio if self.file_overhead is not None else 1.0)
+        return [PlanFile(p, s, out_size=max(1, round(s * ratio) - overhead) if p[0] == "w" else None)
                 for p, s in self.parts[part].items()]
 
     def apply(self, part: Hashable, groups: Sequence[RewriteGroup]) -> None:
@@ -148,7 +151,8 @@ class _Table:
                 del files[f.path]
             outputs = g.output_sizes()
             if self.file_overhead is not None:
-                weight = round(g.bytes_in * self.output_ratio) - self.file_overhead * (len(g.files) - len(outputs))
+                read = sum(f.size * self.first_ratio if f.path[0] == "w" else f.size for f in g.files)
+                weight = round(read * self.output_ratio) - self.file_overhead * (len(g.files) - len(outputs))
                 outputs = split_evenly(max(weight, len(outputs)), len(outputs))
             for size in outputs:
                 files[f"m{next(self.names)}"] = size
@@ -176,9 +180,10 @@ class _Table:
 
 
 def simulate_baseline(writes: Sequence[Write], target: int, every: int = BASELINE_EVERY,
-                      output_ratio: float = 1.0, file_overhead: int | None = None) -> Figures:
+                      output_ratio: float = 1.0, file_overhead: int | None = None,
+                      first_ratio: float = 1.0) -> Figures:
     """A blocking Iceberg bin-pack of every partition after every ``every`` writes and after the last."""
-    t = _Table(target, output_ratio, file_overhead)
+    t = _Table(target, output_ratio, file_overhead, first_ratio)
 
     def binpack() -> None:
         for part in t.parts:
@@ -245,7 +250,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
                     planner: Planner | None = None, start_delay: float | None = None,
                     timer_lag: float = 0.0, timer_every: float = 0.0, timer_phase: float = 0.0,
                     on_merge: MergeLog | None = None, file_overhead: int | None = None,
-                    pace: SizePace | None = None) -> Figures:
+                    pace: SizePace | None = None, first_ratio: float = 1.0) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``start_delay``:
     seconds from a decision to the moment its merge plans (reads the partition's files), as the service's
     action does when it starts; it lands ``latency`` after the decision (None: it plans as it lands, so
@@ -256,7 +261,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     or after it and what happens from then on (AutoAnalyze compares them with what the table did since
     a suggestion). ``output_ratio``: what a writer's bytes weigh once merged (1: the same); with
     ``file_overhead`` (bytes), what every merge's output weighs against its input, less that many bytes for
-    each file it removes (the table's fitted ``OutputModel``). ``timer_lag``:
+    each file it removes (the table's fitted ``OutputModel``), a writer's file counted at ``first_ratio`` ×
+    its bytes (a calibrated model's). ``timer_lag``:
     seconds from a partition's settle or cold-after moment to its judgement (0: at that moment). The
     service's listener hands such partitions over at most once a second, so it judges them 0.35–1.8 s
     late (docs/policy-history.md, "A late file re-reading a small partition"); a write then cancels it.
@@ -287,7 +293,7 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
         if not timer_every:
             return moment + timer_lag
         return math.ceil((moment - timer_phase) / timer_every) * timer_every + timer_phase + after_pass
-    t = _Table(tuning.target, output_ratio, file_overhead)
+    t = _Table(tuning.target, output_ratio, file_overhead, first_ratio)
     spans = Spans()
     planned: dict[Hashable, tuple[RewriteGroup, ...]] = {}  # with start_delay: each started merge's plan
 

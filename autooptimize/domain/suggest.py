@@ -133,7 +133,7 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    output_ratio: float = 1.0, start_delay: float | None = None,
                    timer_lag: float = 0.0, timer_every: float = 0.0,
                    file_overhead: int | None = None, pace: SizePace | None = None,
-                   live_files_bias: float = 1.0) -> Suggestion:
+                   live_files_bias: float = 1.0, first_ratio: float = 1.0) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
@@ -141,8 +141,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     candidate (``default`` first), so the defaults are kept unless a tuning does strictly better. The best
     :data:`ABSORB_TRIED` candidates that end short of the bin-pack's end layout are tried again with
     ``cold_absorb`` on.
-    ``latency``, ``output_ratio``, ``start_delay``, ``timer_lag``, ``timer_every``, ``file_overhead`` and
-    ``pace`` as :func:`simulate_policy`'s. With ``timer_every`` (the listener's clock) the search runs on one phase of
+    ``latency``, ``output_ratio``, ``start_delay``, ``timer_lag``, ``timer_every``, ``file_overhead``,
+    ``first_ratio`` and ``pace`` as :func:`simulate_policy`'s. With ``timer_every`` (the listener's clock) the search runs on one phase of
     the clock, and the figures of the tuning found and of the defaults are their means over
     :data:`~autooptimize.domain.replay_clock.CLOCK_PHASES` phases (:func:`simulate_on_clock`): that mean is
     the prediction, the goal is judged on it, and the defaults stay unless the tuning found is better on it
@@ -160,12 +160,12 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     cands = list(candidates) if candidates is not None else candidate_tunings(default)
     if default not in cands:
         cands.insert(0, default)
-    base = simulate_baseline(writes, default.target, every, output_ratio, file_overhead)
+    base = simulate_baseline(writes, default.target, every, output_ratio, file_overhead, first_ratio)
 
     def replay(t: PolicyTuning) -> tuple[PolicyTuning, Figures]:
         return t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
                                   timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead,
-                                  pace=pace)
+                                  pace=pace, first_ratio=first_ratio)
     results = [replay(t) for t in cands]
     results += [replay(t) for t in _absorbing([(t, judged(f)) for t, f in results], base)]
     defaults = next(f for t, f in results if t == default)
@@ -175,7 +175,7 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
         def on_clock(t: PolicyTuning) -> Figures:
             return simulate_on_clock(writes, t, latency, timer_lag=timer_lag, every=timer_every,
                                      output_ratio=output_ratio, start_delay=start_delay, file_overhead=file_overhead,
-                                     pace=pace)
+                                     pace=pace, first_ratio=first_ratio)
         fig = on_clock(tuning)
         defaults = fig if tuning == default else on_clock(default)
         if _rank(judged(defaults), base) <= _rank(judged(fig), base):  # found on one phase, no better over all

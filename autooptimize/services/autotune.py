@@ -7,8 +7,10 @@ quiet merging, for very small partitions leaving them alone, and where the end l
 that gives its remainder a home; the table's target and settle time stay). The suggestion is
 the one that rewrites the fewest bytes while keeping the file goal (mean live files within 1.05× and end
 files within 1.1× of a blocking bin-pack every 20 commits of the same history). Merged files weigh what
-the table's own REPLACE commits say they do (:func:`learned_output_model`), or, while it has none, what
-the service's merges of its other tables wrote (:func:`borrowed_output_model`); a merge lands as long after
+the table's own REPLACE commits say they do (``output_models.learned_output_model``); while it has no fit
+of its own, what a calibration measured: a few groups of its files rewritten by the merge engine and removed
+(:mod:`~autooptimize.services.output_calibration`, once a table, recorded with the suggestion); without one,
+what the service's merges of its other tables wrote (``output_models.borrowed_output_model``); a merge lands as long after
 the write that prompted it as the table's own recent merges did (while it has too few, as the service's
 merges of its other tables did), and a settle or cold-after moment is
 judged as late as the table's own timer merges were (:mod:`autooptimize.services.learned_timings`). It is
@@ -38,11 +40,8 @@ from dataclasses import replace
 from typing import Any
 
 from pyiceberg.table import Table
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from autooptimize.config import Settings
-from autooptimize.domain.output_model import OutputModel, fit_output_model
 from autooptimize.domain.pace import SizePace
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
@@ -67,10 +66,18 @@ from autooptimize.services.learned_timings import (
     borrowed_timings,
     learn_timings,
 )
+from autooptimize.services.output_calibration import choose_output_model
+from autooptimize.services.output_models import (
+    borrowed_output_model,
+    is_replace,
+    learned_output_model,
+    main_snapshots,
+)
 from autooptimize.services.tracking import tuning_in_force_since
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import Action, ActionState, TrackedTable
+from autooptimize.storage.models import TrackedTable
 from autooptimize.storage.repositories import audit, now, tracked_table, tracked_tables
+from spark_actors.session import get_session
 
 log = logging.getLogger(__name__)
 
@@ -78,22 +85,6 @@ log = logging.getLogger(__name__)
 MAX_COMMITS = 5000
 #: A suggestion needs at least this many writer commits of history.
 MIN_COMMITS = 20
-
-
-def _writer_snapshots(table: Table) -> list[Any]:
-    """The main branch's snapshots still in the metadata, oldest first, back to the first missing parent."""
-    chain = []
-    snapshot = table.current_snapshot()
-    while snapshot is not None:
-        chain.append(snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
-    chain.reverse()
-    return chain
-
-
-def _is_replace(snapshot: Any) -> bool:
-    return snapshot.summary is not None and snapshot.summary.operation.value == "replace"
 
 
 def table_history(table: Table, max_commits: int = MAX_COMMITS) -> list[Write]:
@@ -105,7 +96,7 @@ def table_history(table: Table, max_commits: int = MAX_COMMITS) -> list[Write]:
 
 def table_writes(table: Table, max_commits: int = MAX_COMMITS) -> tuple[list[Write], int]:
     """:func:`table_history` and the time of its first commit (ms since the epoch; its ``Write.at`` 0)."""
-    writers = [s for s in _writer_snapshots(table) if not _is_replace(s)][-max_commits:]
+    writers = [s for s in main_snapshots(table) if not is_replace(s)][-max_commits:]
     writes: list[Write] = []
     start = writers[0].timestamp_ms if writers else 0
     for snapshot in writers:
@@ -127,73 +118,6 @@ def _partition(table: Table, spec_id: int, key: str) -> Hashable:
     return (spec_id, key) if ordinal is None else TimePartition(spec_id, ordinal, key)
 
 
-#: The learned output ratio is kept within these bounds (a handful of odd merges must not skew a replay).
-OUTPUT_RATIO_BOUNDS = (0.01, 2.0)
-
-
-def learned_output_ratio(table: Table) -> float:
-    """What the table's merged bytes weigh against their inputs, from its REPLACE commits still in the
-    metadata (``added-files-size`` over ``removed-files-size``; ours or any compaction's); 1.0 when none.
-    The simulator applies it to a writer's file the first time it is merged."""
-    return _mean_ratio(_replace_commits(table))
-
-
-def learned_output_model(table: Table) -> OutputModel:
-    """What the table's merges write against what they read (``domain.output_model``), fitted on its REPLACE
-    commits still in the metadata (``removed-files-size``, ``added-files-size``, and ``deleted-data-files``
-    less ``added-data-files``); the mean ratio alone (:func:`learned_output_ratio`) while the fit is not
-    possible or not believable."""
-    commits = _replace_commits(table)
-    read = [c for c in commits if c[0]]
-    fit = fit_output_model(read)
-    if fit is None:
-        return OutputModel(_mean_ratio(commits), None, len(read))
-    return OutputModel(fit[0], fit[1], len(read))
-
-
-#: The most recent succeeded merges of the service's other tables a table borrows its output model from.
-BORROWED_MERGES = 200
-
-
-def borrowed_output_model(session: Session, table_id: int | None) -> OutputModel | None:
-    """What merges write against what they read, fitted (``fit_output_model``) on the service's
-    :data:`BORROWED_MERGES` most recent succeeded merges of tables other than ``table_id`` (``ao_actions``:
-    bytes and files in and out); None when they allow no fit. A table with no REPLACE commit of its own
-    replays with it (with one or more, with its own mean ratio until it has a fit): its merges run on the
-    same engine, whose Parquet writer weighs a merged file otherwise than the table's writer did (8.4–8.6 KB
-    less per file removed in the DoD 2 live test, where none was assumed; docs/policy-history.md, "An output
-    model borrowed from the other tables")."""
-    query = (select(Action.bytes_in, Action.bytes_out, Action.files_in, Action.files_out)
-             .where(Action.kind == "merge", Action.state == ActionState.SUCCEEDED.value, Action.bytes_in > 0,
-                    Action.bytes_out.is_not(None), Action.files_in.is_not(None), Action.files_out.is_not(None))
-             .order_by(Action.finished_at.desc()).limit(BORROWED_MERGES))
-    if table_id is not None:
-        query = query.where(Action.table_id != table_id)
-    merges = [(int(i), int(o), int(fi) - int(fo)) for i, o, fi, fo in session.execute(query)]
-    fit = fit_output_model(merges)
-    return None if fit is None else OutputModel(fit[0], fit[1], len(merges), borrowed=True)
-
-
-def _replace_commits(table: Table) -> list[tuple[int, int, int]]:
-    """(bytes removed, bytes added, data files removed net) of each REPLACE commit still in the metadata."""
-    out = []
-    for snapshot in _writer_snapshots(table):
-        summary = snapshot.summary
-        if _is_replace(snapshot) and summary is not None:
-            out.append((int(summary.get("removed-files-size") or 0), int(summary.get("added-files-size") or 0),
-                        int(summary.get("deleted-data-files") or 0) - int(summary.get("added-data-files") or 0)))
-    return out
-
-
-def _mean_ratio(commits: Sequence[tuple[int, int, int]]) -> float:
-    """Bytes added over bytes removed by ``commits``, within :data:`OUTPUT_RATIO_BOUNDS`; 1.0 without either."""
-    removed, added = sum(c[0] for c in commits), sum(c[1] for c in commits)
-    if not removed or not added:
-        return 1.0
-    low, high = OUTPUT_RATIO_BOUNDS
-    return min(high, max(low, added / removed))
-
-
 def default_tuning(settings: Settings, row: TrackedTable | None, table_target: int | None = None) -> PolicyTuning:
     """The tuning the table runs with now: its own where set, else the service's defaults."""
     target = table_target or tracked_target(settings, row)
@@ -211,15 +135,19 @@ def suggestion_dict(s: Suggestion, commits: int, seconds: float) -> dict[str, An
 
 def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: bool | None = None,
             min_commits: int = MIN_COMMITS, cold_after: Sequence[float] = SUGGEST_COLD_AFTER,
-            latency: float | None = None, table: Table | None = None) -> dict[str, Any]:
+            latency: float | None = None, table: Table | None = None,
+            spark: Callable[[], Any] | None = None) -> dict[str, Any]:
     """The suggested tuning for ``identifier`` from its own history, with predicted, baseline and
     current-tuning figures. ``record``: store it on the tracked table. ``apply``: set it as the table's
     tuning (None: only when the table allows auto-tuning). ``cold_after``: the cold-after times tried;
     ``latency``: seconds from a decision to its commit in the replay (None: the table's own,
     :func:`~autooptimize.services.learned_timings.learn_timings`, with each merge planned when the table's
     own merges started); each timer is judged as late as the table's own timer merges were (the service's
-    measured lag until it has enough of them); ``table``: ``identifier`` already loaded (None: loaded here). Raises
-    InvalidArgument when the history is shorter than ``min_commits`` writer commits."""
+    measured lag until it has enough of them); ``table``: ``identifier`` already loaded (None: loaded here);
+    ``spark``: returns a Spark session, called only to calibrate the output model of a table with no fit of
+    its own and none recorded (:func:`~autooptimize.services.output_calibration.choose_output_model`; None:
+    no calibration, unless the rewrite engine is ``local``). Raises InvalidArgument when the history is
+    shorter than ``min_commits`` writer commits."""
     table = table if table is not None else load_table(settings, identifier)
     writes, start_ms = table_writes(table)
     if len(writes) < min_commits:
@@ -240,24 +168,29 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         merges, start_delay = (learned.merges, learned.start_delay) if latency is None else (0, None)
         pace = learned.pace if latency is None else None
         latency = learned.latency if latency is None else latency
-        if not model.commits:  # no merge of its own yet
-            model = borrowed_output_model(session, row.id if row is not None else None) or model
+        borrowed = borrowed_output_model(session, row.id if row is not None else None) if not model.commits else None
+        recorded = (row.suggested_tuning or {}).get("output_calibration") if row is not None else None
+    model, calibration, calibration_failed = choose_output_model(settings, table, model, borrowed, recorded,
+                                                                 current.target, spark)
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
     # simulator's prediction for the same commits
     ratio, overhead = model.share, model.file_overhead
     lag = learned.timer_lag
     check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio,
                               history=(writes, start_ms), start_delay=start_delay, timer_lag=lag,
-                              file_overhead=overhead, pace=pace) if last_at else None)
+                              file_overhead=overhead, pace=pace, first_ratio=model.first_ratio) if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
                             timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead, pace=pace,
-                            live_files_bias=live_files_bias(check))  # the margin the table's last check asks
+                            live_files_bias=live_files_bias(check),  # the margin the table's last check asks
+                            first_ratio=model.first_ratio)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"], out["file_overhead"], out["output_commits"] = ratio, overhead, model.commits
+    out["output_first_ratio"] = model.first_ratio
     out["output_borrowed"] = model.borrowed
+    out["output_calibration"], out["output_calibration_failed"] = calibration, calibration_failed
     out["latency_seconds"], out["latency_merges"], out["start_delay_seconds"] = latency, merges, start_delay
     out["latency_learned"] = merges >= MIN_LATENCY_ACTIONS  # else the simulator's assumed latency (or the given)
     out["latency_borrowed"] = learned.borrowed  # the other tables' merges' (borrowed_timings)
@@ -302,13 +235,13 @@ def realised_since(table: Table, since_ms: int | None = None) -> dict[str, Any]:
     commits = 0
     files: list[int] = []
     written = rewritten = 0
-    for snapshot in _writer_snapshots(table):
+    for snapshot in main_snapshots(table):
         if since_ms is not None and snapshot.timestamp_ms < since_ms:
             continue
         summary = snapshot.summary
         if summary is None:
             continue
-        if _is_replace(snapshot):
+        if is_replace(snapshot):
             rewritten += int(summary.get("removed-files-size") or 0)
             continue
         commits += 1
@@ -329,13 +262,14 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
                      min_commits: int = MIN_CHECK_COMMITS, output_ratio: float = 1.0,
                      history: tuple[list[Write], int] | None = None,
                      start_delay: float | None = None, timer_lag: float = 0.0,
-                     file_overhead: int | None = None, pace: SizePace | None = None) -> dict[str, Any] | None:
+                     file_overhead: int | None = None, pace: SizePace | None = None,
+                     first_ratio: float = 1.0) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files.
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
     the time of its first (as :func:`table_writes` returns them), when the caller has read them already;
-    ``start_delay``, ``timer_lag``, ``file_overhead`` and ``pace`` as ``simulate_policy``'s. The prediction is the mean
+    ``start_delay``, ``timer_lag``, ``file_overhead``, ``first_ratio`` and ``pace`` as ``simulate_policy``'s. The prediction is the mean
     over the listener clock's phases (``simulate_on_clock``), as the suggestion's."""
     writes, start_ms = history if history is not None else table_writes(table)
     measure_from = (since_ms - start_ms) / 1000
@@ -344,7 +278,7 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
         return None
     predicted = simulate_on_clock(writes, tuning, latency, timer_lag=timer_lag, measure_from=measure_from,
                                   output_ratio=output_ratio, start_delay=start_delay,
-                                  file_overhead=file_overhead, pace=pace).as_dict()
+                                  file_overhead=file_overhead, pace=pace, first_ratio=first_ratio).as_dict()
     realised = realised_since(table, since_ms)
     error = {}
     for key in ("write_amplification", "mean_live_files"):
@@ -359,7 +293,7 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
 def writer_commits_since(table: Table, since_ms: int) -> int:
     """Writer commits (not REPLACE) on the main branch at or after ``since_ms``: snapshot summaries only,
     no manifest read."""
-    return sum(1 for s in _writer_snapshots(table) if s.timestamp_ms >= since_ms and not _is_replace(s))
+    return sum(1 for s in main_snapshots(table) if s.timestamp_ms >= since_ms and not is_replace(s))
 
 
 def reevaluate(settings: Settings, clock: Callable[[], float] = time.monotonic) -> dict[str, str]:
@@ -387,7 +321,7 @@ def reevaluate(settings: Settings, clock: Callable[[], float] = time.monotonic) 
                 outcome[name] = (f"unchanged: {new} writer commit(s) since its last suggestion; re-evaluated "
                                  f"after {settings.autotune_min_new_commits} (AO_AUTOTUNE_MIN_NEW_COMMITS)")
                 continue
-            out = suggest(settings, name, table=table)
+            out = suggest(settings, name, table=table, spark=lambda: get_session(settings))
             outcome[name] = "applied" if out["applied"] else "recorded"
         except InvalidArgument as exc:
             outcome[name] = f"skipped: {exc}"

@@ -41,7 +41,8 @@ CALIBRATION_TARGETS = 4
 #: … and never more than this many raw bytes.
 CALIBRATION_MAX_BYTES = 256 * 1024 * 1024
 
-__all__ = ["NO_SIZING", "REWRITE_KINDS", "Sizing", "calibrate_spark_sql", "calibration_sample", "learned"]
+__all__ = ["NO_SIZING", "REWRITE_KINDS", "Sizing", "calibrate_spark_sql", "calibration_sample", "learned",
+           "write_sample_spark_sql"]
 
 
 def learned(settings: Settings, identifier: str) -> Sizing:
@@ -89,6 +90,13 @@ def calibrate_arrow(table: Any, inputs: list[Any], directory: str, codec: str, p
 
 def calibrate_spark_sql(spark: Any, table: Any, paths: list[str], directory: str, codec: str) -> Sizing:
     """Write ``paths`` as one file with Spark under ``directory`` (removed afterwards) and measure."""
+    rows, size = write_sample_spark_sql(spark, table, paths, directory, codec)
+    return Sizing(size / rows, "calibration") if rows else NO_SIZING
+
+
+def write_sample_spark_sql(spark: Any, table: Any, paths: list[str], directory: str, codec: str) -> tuple[int, int]:
+    """(rows, bytes) of ``paths`` written as one file by Spark's own writer under ``directory`` (removed
+    afterwards)."""
     import pyarrow.parquet as pq
 
     delete_tree(table.location(), directory, table.io)
@@ -103,4 +111,4 @@ def calibrate_spark_sql(spark: Any, table: Any, paths: list[str], directory: str
             size += len(f)
     finally:
         delete_tree(table.location(), directory, table.io)
-    return Sizing(size / rows, "calibration") if rows else NO_SIZING
+    return rows, size

@@ -24,9 +24,10 @@ from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import simulate_on_clock
 from autooptimize.engines.digest import arrow_digest
 from autooptimize.services import actions, tracking
-from autooptimize.services.autotune import learned_output_model, realised_since, table_history, table_writes
+from autooptimize.services.autotune import realised_since, table_history, table_writes
 from autooptimize.services.learned_timings import learn_timings
 from autooptimize.services.observe.roll import observe_table
+from autooptimize.services.output_models import learned_output_model
 from autooptimize.services.submit_decided import on_attention_handler
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action
@@ -107,6 +108,10 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
     out = json.loads(shown.stdout)
     tuning, predicted = out["tuning"], out["predicted"]
     assert out["commits"] == COMMITS and predicted["bytes_rewritten"] > 0 and out["applied"] is False
+    # no merge of its own: what merged files weigh comes from a calibration on the Spark executors (before
+    # any other tables' merges), made by the first run and reused by the second
+    assert out["output_calibration"] is not None and out["output_calibration"]["engine"] == "spark", out
+    assert "calibrated: " in run.stdout and out["file_overhead"] == out["output_calibration"]["file_overhead"]
 
     # the same history, live, into a table tracked with the suggested tuning
     replay = catalog.create_table(f"test.autotune_replay_{os.getpid()}", schema=SCHEMA, partition_spec=SPEC)
@@ -216,7 +221,7 @@ def test_suggest_from_history_then_replay_live_within_15_percent(settings, spark
                                 timer_lag=own.timer_lag, output_ratio=model.share,
                                 file_overhead=model.file_overhead, pace=own.pace).as_dict()
     why = (f"realised {realised}, predicted {predicted}, on the replay's own timing {again}, and with its own "
-           f"timings {own} and output {model} {learned}, tuning {tuning}")
+           f"timings {own} and output {model} {learned}, tuning {tuning}, calibration {out['output_calibration']}")
     assert realised["end_files"] == predicted["end_files"], why
     for key in ("write_amplification", "mean_live_files"):
         assert abs(realised[key] - predicted[key]) <= 0.15 * predicted[key], f"{key}: {why}"

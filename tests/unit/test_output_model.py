@@ -48,3 +48,25 @@ def test_the_replay_weighs_each_merge_by_the_share_less_the_weight_of_the_files_
     simulate_policy(writes + [Write(60.0, (("a", 10),))], tuning, latency=0.3, output_ratio=0.99,
                     on_merge=older.append)
     assert older[-1].bytes_in == 4 * round(0.99 * 60_000) + 10
+
+
+def test_a_calibrated_model_counts_a_writers_file_at_its_first_ratio_and_a_merged_file_at_its_size() -> None:
+    """A calibration measures what the engine's writer makes of a writer's file alone (``first_ratio``); the
+    share and the footers come on top, and a merged file, the engine's own, is read at its size."""
+    writes = [Write(at, (("a", 60_000),)) for at in (0.0, 0.5, 1.0, 1.5)]
+    tuning = PolicyTuning(8 << 20, price=0)
+    captured: list[Merge] = []
+    simulate_policy(writes + [Write(60.0, (("a", 10_000),))], tuning, latency=0.3, output_ratio=1.0,
+                    file_overhead=1_000, first_ratio=0.9, on_merge=captured.append)
+    first = round(0.9 * 240_000) - 3 * 1_000  # four writer files into one
+    # the merged file at its size, the late writer file at 0.9 of its; one file removed
+    assert [m.bytes_in for m in captured] == [240_000, first + 10_000]
+    plain: list[Merge] = []  # the same without a first ratio: only the footers come off
+    simulate_policy(writes + [Write(60.0, (("a", 10_000),))], tuning, latency=0.3, output_ratio=1.0,
+                    file_overhead=1_000, on_merge=plain.append)
+    assert [m.bytes_in for m in plain] == [240_000, 240_000 - 3 * 1_000 + 10_000]
+    # a fit on REPLACE commits has no first ratio: the share takes the writer's part in, as before
+    same: list[Merge] = []
+    simulate_policy(writes, tuning, latency=0.3, output_ratio=0.99, file_overhead=4_000, first_ratio=1.0,
+                    on_merge=same.append)
+    assert [m.bytes_in for m in same] == [240_000]

@@ -238,8 +238,13 @@ async function tablePage(main) {
         (s.size_pace && s.size_pace.seconds_per_mb ? `; ${(100 * s.size_pace.seconds_per_mb).toFixed(2)} s longer for each 100 MB ` +
           `a merge reads over ${s.size_pace.reference_mb.toFixed(1)} MB` : "") +
         `), merged bytes weighing ${s.output_ratio.toFixed(2)}× their inputs` +
-        (s.file_overhead === undefined || s.file_overhead === null ? "" : ` less ${(s.file_overhead / 1024).toFixed(1)} KiB per file removed (fitted on ${num(s.output_commits)} ` +
-          (s.output_borrowed ? "merges of the service's other tables)" : "REPLACE commits)")) +
+        (s.file_overhead === undefined || s.file_overhead === null ? "" : ` less ${(s.file_overhead / 1024).toFixed(1)} KiB per file removed`) +
+        (s.output_calibration ? ` (calibrated: ${num(s.output_calibration.groups)} groups and ${num(s.output_calibration.singles || 0)} ` +
+          `single files of the table's rewritten by the ${s.output_calibration.engine} engine and removed` +
+          (s.output_calibration.first_ratio && s.output_calibration.first_ratio !== 1 && s.file_overhead !== null
+            ? `; a writer's file alone weighs ${s.output_calibration.first_ratio.toFixed(3)}× its bytes before that)` : ")")
+          : (s.file_overhead === undefined || s.file_overhead === null ? "" : ` (fitted on ${num(s.output_commits)} ` +
+            (s.output_borrowed ? "merges of the service's other tables)" : "REPLACE commits)"))) +
         (s.timer_lag_seconds === undefined ? "" : `, settled and cold partitions judged ${s.timer_lag_seconds.toFixed(2)} s ` +
           `after their moment (` + (s.timer_lag_learned ? `median of ${num(s.timer_lag_merges)} merges a timer prompted`
             : "the service's measured lag") + ")") +
