@@ -157,12 +157,14 @@ def _card(driver, testid: str) -> str:  # type: ignore[no-untyped-def]
                                  testid)
 
 
-def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalog, service):
+def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalog, spark, service):
     table = make_table(catalog, {day: 8 for day in DAYS}, rows=300, name="demo")
     name = identifier(table)
     api.track(name, settings=settings, target_file_size="1MiB", sort_order="id",
               allowed_actions="merge,sort,expire_snapshots")
-    suggestion = suggest(settings, name)  # AutoAnalyze's, recorded on the table (the expiry below ends the history)
+    # AutoAnalyze's, recorded on the table (the expiry below ends the history); the table has no merge of its
+    # own yet, so what merged files weigh is calibrated on the executors
+    suggestion = suggest(settings, name, spark=lambda: spark)
     merges = [api.optimize(name, partition=f"day={d.isoformat()}", settings=settings).id for d in DAYS[:3]]
     sort = api.optimize(name, partition=f"day={DAYS[3].isoformat()}", action="sort", settings=settings).id
     _wait_for_actions(settings, name, [*merges, sort])
@@ -221,11 +223,14 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
                if tuning["cold_gap_factor"] else "")
         assert f"cold after {tuning['cold_after_seconds']:g} s{own}, leave alone" in _card(driver, "suggestion")
         assert f"from {suggestion['commits']} commits" in _card(driver, "suggestion")
-        # the table has no merge of its own yet: it borrows the other tables' fit when this run has merged them
-        borrowed = ("" if suggestion["file_overhead"] is None else
-                    f" less {_to_fixed(suggestion['file_overhead'] / 1024, 1)} KiB per file removed (fitted on "
-                    f"{suggestion['output_commits']} merges of the service's other tables)")
-        assert suggestion["output_borrowed"] == bool(borrowed)
+        # the table has no merge of its own yet: its calibration, which comes before the other tables' fit
+        cal, overhead = suggestion["output_calibration"], suggestion["file_overhead"]
+        assert cal is not None and cal["groups"] >= 6 and not suggestion["output_borrowed"], suggestion
+        alone = (f"; a writer's file alone weighs {_to_fixed(cal['first_ratio'], 3)}× its bytes before that)"
+                 if overhead is not None and cal["first_ratio"] != 1 else ")")
+        borrowed = (("" if overhead is None else f" less {_to_fixed(overhead / 1024, 1)} KiB per file removed")
+                    + f" (calibrated: {cal['groups']} groups and {cal['singles']} single files of the table's "
+                    f"rewritten by the spark engine and removed{alone}")
         # and the other tables' merge timings, when this run has merged enough of them after deciding them
         timed = (f"median of the service's last {suggestion['latency_merges']} merges of other tables; too few of its own"
                  if suggestion["latency_borrowed"] else "assumed: too few merges yet")
