@@ -125,3 +125,19 @@ def test_too_few_small_files_calibrate_nothing(settings, catalog, files):
     on_disk = files_on_disk(table)
     assert calibrate_output_model(local, table, TARGET, None) is None  # 2 + 3 files make two groups, not six
     assert files_on_disk(table) == on_disk
+
+
+@pytest.mark.s3
+@pytest.mark.spark
+def test_a_calibration_on_an_s3_table_writes_only_under_its_location_and_leaves_nothing(s3_settings, s3_catalog,
+                                                                                        spark):
+    from autooptimize.iceberg.fileio import iter_files
+
+    table = make_table(s3_catalog, {DAY1: 30}, rows=100, name="calibrated_s3")
+    root = table.location().rsplit("/", 1)[0]  # the warehouse's namespace: every table of it
+    before = {uri for uri, _ in iter_files(table.io, root)}
+    record = calibrate_output_model(s3_settings, table, TARGET, lambda: spark)
+    assert record is not None and record["engine"] == "spark" and record["groups"] >= MIN_CALIBRATION_GROUPS
+    assert record["singles"] == 6 and 0.5 < record["first_ratio"] <= 1.5
+    # every object it wrote is gone again, under the table's location and beside it
+    assert {uri for uri, _ in iter_files(table.io, root)} == before
