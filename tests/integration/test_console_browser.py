@@ -31,7 +31,7 @@ from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, AuditLog, TrackedTable
 from autooptimize.storage.repositories import audit_events
 from tests.helpers import free_port
-from tests.integration.tables import identifier, live_files, make_table
+from tests.integration.tables import batch, identifier, live_files, make_table
 from tests.integration.web import ROOT, get, wait_until_answering
 
 pytestmark = [pytest.mark.spark, pytest.mark.browser]
@@ -162,12 +162,21 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
     name = identifier(table)
     api.track(name, settings=settings, target_file_size="1MiB", sort_order="id",
               allowed_actions="merge,sort,expire_snapshots")
-    # AutoAnalyze's, recorded on the table (the expiry below ends the history); the table has no merge of its
-    # own yet, so what merged files weigh is calibrated on the executors
-    suggestion = suggest(settings, name, spark=lambda: spark)
+    # AutoAnalyze's, recorded on the table; the table has no merge of its own yet, so what merged files weigh
+    # is calibrated on the executors
+    first = suggest(settings, name, spark=lambda: spark)
+    time.sleep(1.1)  # eleven writer commits after it, then real merges: the table kept more files meanwhile
+    for i in range(11):  # than the replay of the same commits says
+        table.append(batch(100_000 + 300 * i, 300, DAYS[0]))
+        time.sleep(0.3)
     merges = [api.optimize(name, partition=f"day={d.isoformat()}", settings=settings).id for d in DAYS[:3]]
     sort = api.optimize(name, partition=f"day={DAYS[3].isoformat()}", action="sort", settings=settings).id
     _wait_for_actions(settings, name, [*merges, sort])
+    # the next suggestion checks the first against what the table did, and asks a margin (the expiry below
+    # ends the history); it reuses the first's calibration
+    suggestion = suggest(settings, name, spark=lambda: spark)
+    assert suggestion["output_calibration"] == first["output_calibration"]
+    assert suggestion["check"]["commits"] == 11 and suggestion["live_files_bias"] > 1, suggestion["check"]
     expiry = api.optimize(name, action="expire_snapshots", settings=settings,
                           options={"older_than": "1s", "allow_short_retention": "true", "retain_last": "2"}).id
     _wait_for_actions(settings, name, [expiry])
@@ -240,6 +249,13 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
             f"inputs{borrowed}, settled and cold partitions judged {_to_fixed(suggestion['timer_lag_seconds'], 2)} s after their moment (the service's measured lag); "
             f"the mean of {suggestion['clock_phases']} replays on the listener's {suggestion['listener_pass_seconds']:g} s "
             f"passes at other phases")
+        check = suggestion["check"]
+        assert _card(driver, "suggestion-check").startswith(
+            "since the last suggestion or tuning (11 commits): predicted ")
+        assert _card(driver, "suggestion-check").endswith(
+            f"; realised {_to_fixed(check['realised']['mean_live_files'], 1)} live files, WA "
+            f"{_to_fixed(check['realised']['write_amplification'], 2)}; so this suggestion's file goal is judged on "
+            f"{_to_fixed(suggestion['live_files_bias'], 3)}× the live files its replay predicts"), _card(driver, "suggestion-check")
         edges = power_of_two_edges(every, 1024 * 1024)
         assert _histogram(driver, "hist-table") == {"table": list(size_histogram(every, edges).counts)}
         assert len(_cells(driver, "partitions", "partition")) == len(DAYS)
