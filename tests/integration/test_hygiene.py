@@ -303,22 +303,26 @@ def test_remove_orphans_deletes_only_old_unreferenced_files_and_dry_run_lists_th
     unknown = _write_stray(f"{data}/day=2026-01-01/ao-{uuid.uuid4()}/g0/part-0.parquet")
     hidden = _write_stray(f"{data}/.hidden.parquet")
     young = _write_stray(f"{data}/day=2026-01-01/young.parquet", when=None)
+    # a calibration sample a crash left (never an action, never committed): litter once old; one being
+    # written now stays
+    probe = _write_stray(f"{data}/day=2026-01-02/ao-calibrate-0123456789ab/g3/part-0.parquet")
+    probing = _write_stray(f"{data}/day=2026-01-01/ao-explain-ba9876543210/calibration/part-0.parquet", when=None)
     on_disk = files_on_disk(table)
 
     dry = _run(settings, table, "remove_orphans", dry_run=True, min_age="1h")
     assert (dry["state"], dry["reason"]) == ("skipped", "dry_run")
     listed = {_local(p) for p in dry["plan"]["orphan_sample"]}
-    assert listed == {stray, leftover}
-    assert dry["files_in"] == 2
-    assert dry["plan"]["kept"] == {"in_flight_action": 1, "unknown_ao_directory": 1, "hidden": 1, "too_young": 1}
+    assert listed == {stray, leftover, probe}
+    assert dry["files_in"] == 3
+    assert dry["plan"]["kept"] == {"in_flight_action": 1, "unknown_ao_directory": 1, "hidden": 1, "too_young": 2}
     assert files_on_disk(table) == on_disk, "a dry run deleted something"
 
     out = _run(settings, table, "remove_orphans", min_age="1h")
     assert out["state"] == "succeeded", out
-    assert (out["files_in"], out["files_out"]) == (2, 2)
+    assert (out["files_in"], out["files_out"]) == (3, 3)
     assert out["bytes_out"] == out["bytes_in"] > 0
-    assert files_on_disk(table) == on_disk - {stray, leftover}
-    for kept in (in_flight, unknown, hidden, young):
+    assert files_on_disk(table) == on_disk - {stray, leftover, probe}
+    for kept in (in_flight, unknown, hidden, young, probing):
         assert os.path.exists(kept)
     assert sorted(ReferenceReader(table).table_references(table)) == referenced_before
     assert {_local(p) for p in referenced_before} <= files_on_disk(table)
@@ -328,7 +332,7 @@ def test_remove_orphans_deletes_only_old_unreferenced_files_and_dry_run_lists_th
         events = [e.event for e in audit_events(s, out["id"])]
         deleted = next(e for e in audit_events(s, out["id"]) if e.event == "orphans.deleted").detail
     assert events == ["action.submitted", "action.started", "orphans.deleted", "action.succeeded"]
-    assert {_local(p) for p in deleted["paths"]} == {stray, leftover}
+    assert {_local(p) for p in deleted["paths"]} == {stray, leftover, probe}
 
     again = _run(settings, table, "remove_orphans", min_age="1h")
     assert (again["state"], again["reason"]) == ("skipped", "no_orphans")

@@ -11,7 +11,8 @@ The rules they share:
   is skipped; remove_orphans recomputes everything each time.
 - When in doubt nothing is deleted and the reason is recorded: a file too young, one in the output
   directory (``ao-<id>``) of an action that is queued, running or unknown, a hidden file, one whose age
-  the filesystem does not give.
+  the filesystem does not give. A measuring sample's directory (``ao-explain-…``, ``ao-calibrate-…``)
+  belongs to no action and is removed by its writer: once older than the minimum age it is litter.
 """
 
 from __future__ import annotations

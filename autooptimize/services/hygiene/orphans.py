@@ -44,6 +44,9 @@ _UUID_TEXT = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _UUID = re.compile(f"^{_UUID_TEXT}$")
 # a manifest an action wrote before its commit (services/rewrite/ahead.py): ao-<action id>-<uuid>-m<n>.avro
 _AO_MANIFEST = re.compile(rf"^ao-({_UUID_TEXT})-.+\.avro$")
+# a sample written to measure and removed by its writer within seconds, never committed and never an action
+# (explain's sizing, AutoAnalyze's output calibration): left only by a crash, then litter like a finished action's
+_PROBE = re.compile(r"^(explain|calibrate)-[0-9a-f]{12}$")
 
 
 def validate_remove_orphans(table: Table, options: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +82,8 @@ def _ao_segments(relative: str) -> list[str]:
 def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_age: int, now: float) -> OrphanScan:
     """Files in the data and metadata directories that no snapshot or metadata references and that no
     guard keeps: younger than ``min_age``, inside the ``ao-<id>`` directory of an action that is not
-    finished (or not known) or a manifest such an action wrote ahead of its commit (``ao-<id>-….avro``),
+    finished (or not known; a calibration sample's ``ao-explain-…`` or ``ao-calibrate-…`` counts as finished)
+    or a manifest such an action wrote ahead of its commit (``ao-<id>-….avro``),
     hidden (``.x``/``_x``) unless inside a finished action's directory (Spark's ``_temporary`` left by a
     killed job), Hadoop's version hint, a symlink (listed, never followed, never deleted), or of unknown
     age."""
@@ -99,6 +103,7 @@ def scan_orphans(settings: Settings, table: Table, reader: ReferenceReader, min_
     referenced = {canonical(p) for p in references}  # both sides canonical: links and spellings resolved
     ao_ids = {i for f in files.values() for i in _ao_segments(f.path[len(location):])}
     states = action_states(settings, [i for i in ao_ids if _UUID.match(i)])
+    states.update({i: ActionState.SUCCEEDED.value for i in ao_ids if _PROBE.match(i)})
     for path, stored in sorted(files.items()):
         scan.listed += 1
         scan.existing[canonical(stored.uri)] = stored.uri
