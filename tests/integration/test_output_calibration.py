@@ -141,3 +141,19 @@ def test_a_calibration_on_an_s3_table_writes_only_under_its_location_and_leaves_
     assert record["singles"] == 6 and 0.5 < record["first_ratio"] <= 1.5
     # every object it wrote is gone again, under the table's location and beside it
     assert {uri for uri, _ in iter_files(table.io, root)} == before
+
+
+def test_a_calibration_that_fails_on_an_executor_removes_what_the_others_wrote(settings, spark_server, catalog):
+    table = make_table(catalog, {DAY1: 30}, rows=100, name="calibration_fails")
+    name = identifier(table)
+    tracking.track(settings, name, target_file_size="1MiB")
+    largest = max(table.inspect.files().to_pylist(), key=lambda r: r["file_size_in_bytes"])["file_path"]
+    os.remove(largest.removeprefix("file://"))  # one single-file rewrite cannot read its input
+    on_disk = files_on_disk(table)
+    out = suggest(settings, name, min_commits=10, spark=lambda: get_session(settings))
+    assert out["output_calibration"] is None and out["output_calibration_failed"], out
+    assert out["output_calibration_failed"].startswith("FileNotFoundError") and largest.split("/")[-1] in \
+        out["output_calibration_failed"]  # the reason, naming the file it could not read
+    # every other group wrote its output on an executor; none is left, and nothing was committed
+    assert files_on_disk(table) == on_disk and not _dirs(table)
+    assert len(table.refresh().snapshots()) == 30
