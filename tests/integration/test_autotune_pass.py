@@ -37,7 +37,7 @@ def own(settings, tmp_path, monkeypatch):
     return s, cat
 
 
-def test_a_pass_defers_tables_past_its_time_then_rotates_and_skips_the_unchanged(own, caplog):
+def test_a_pass_defers_tables_past_its_time_then_rotates_and_skips_the_unchanged(own, spark_server, caplog):
     settings, catalog = own
     tables = [make_table(catalog, {DAY1: 22}, rows=20, name=f"pass_{k}") for k in range(3)]
     names = sorted(identifier(t) for t in tables)
@@ -74,3 +74,9 @@ def test_a_pass_defers_tables_past_its_time_then_rotates_and_skips_the_unchanged
     with session_scope(settings) as session:
         row = tracked_table(session, CATALOG, names[0])
         assert row.suggested_at > done[names[0]] and row.suggested_tuning["commits"] == 42
+        # 22 files made too few calibration groups; 42 make enough: the pass calibrated what merged files
+        # weigh on the Spark executors, and the others, never calibrated, have none
+        calibrated = row.suggested_tuning["output_calibration"]
+        assert calibrated is not None and calibrated["engine"] == "spark" and calibrated["groups"] >= 6
+        assert row.suggested_tuning["file_overhead"] == calibrated["file_overhead"]
+        assert tracked_table(session, CATALOG, names[1]).suggested_tuning["output_calibration"] is None
