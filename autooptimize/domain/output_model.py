@@ -111,15 +111,16 @@ def calibration_groups(partitions: Sequence[Sequence[tuple[int, str]]], target: 
 CALIBRATION_SINGLES = 6
 
 
-def calibration_singles(partitions: Sequence[Sequence[tuple[int, str]]], target: int,
+def calibration_singles(partitions: Sequence[Sequence[tuple[int, str]]], target: int, max_bytes: int,
                         count: int = CALIBRATION_SINGLES) -> list[tuple[int, str]]:
     """``count`` files under ``target`` as ``(partition index, path)``, at evenly spaced ranks of all such
-    files by size (the smallest and the largest among them): each is rewritten alone, so the calibration
-    measures the engine's writer apart from what merging saves. Deterministic."""
+    files by size (the smallest and the largest among them), the largest left out while they read more than
+    ``max_bytes``: each is rewritten alone, so the calibration measures the engine's writer apart from what
+    merging saves. Deterministic."""
     pool = sorted((s, p, i) for i, files in enumerate(partitions) for s, p in files if s < target)
-    if not pool:
-        return []
-    if len(pool) <= count:
-        return [(i, p) for _, p, i in pool]
-    ranks = sorted({round(j * (len(pool) - 1) / (count - 1)) for j in range(count)})
-    return [(pool[r][2], pool[r][1]) for r in ranks]
+    if len(pool) > count:
+        ranks = sorted({round(j * (len(pool) - 1) / (count - 1)) for j in range(count)})
+        pool = [pool[r] for r in ranks]
+    while pool and sum(s for s, _, _ in pool) > max_bytes:
+        pool.pop()  # the largest
+    return [(i, p) for _, p, i in pool]

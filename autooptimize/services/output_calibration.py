@@ -11,13 +11,17 @@ amplification (docs/policy-history.md, "A first output model from a calibration"
 
 The calibration (:func:`calibrate_output_model`): up to twelve groups of the table's files under the target,
 each from one partition, of 2, 3, 4, 6, 8 and 12 files in turn
-(:func:`~autooptimize.domain.output_model.calibration_groups`), at most :data:`CALIBRATION_MAX_BYTES` read
-in all. Each group is written as one file by the engine the table's merges use: a task on an executor for
-``spark`` (one job for all groups, as an action's groups), Spark's own writer for ``spark_sql`` where it
-can reach the table, this process for ``local``. Each lands in a directory of its own under the table's
-data location (``ao-calibrate-<id>``), is measured, and is removed; nothing is committed. A crash between
-the write and the removal leaves files no snapshot references, for orphan removal. The result is recorded
-with the suggestion and reused until the table fits its own model, so a table is calibrated once.
+(:func:`~autooptimize.domain.output_model.calibration_groups`), and six single files across the sizes, each
+rewritten alone (``calibration_singles``), at most :data:`CALIBRATION_MAX_BYTES` read in all. Each group
+is written as one file by the engine the table's merges use: a task on an executor for ``spark`` (one job
+for all of them, as an action's groups), Spark's own writer for ``spark_sql`` where it can reach the table,
+this process for ``local``. Each lands in a directory of its own under the table's data location
+(``ao-calibrate-<id>``), is measured, and is removed; nothing is committed. A crash between the write and
+the removal leaves files no snapshot references, which orphan removal deletes once they are older than its
+minimum age. The single files give what the engine's writer makes of a writer's file alone
+(``first_ratio``); the groups, read at that ratio, give the share and the weight per file removed. The
+result is recorded with the suggestion and reused until the table fits its own model, so a table is
+calibrated once.
 """
 
 from __future__ import annotations
@@ -74,7 +78,8 @@ def calibrate_output_model(settings: Settings, table: Table, target: int,
     chosen = calibration_groups(sized, target, CALIBRATION_MAX_BYTES)
     if len(chosen) < MIN_CALIBRATION_GROUPS:
         return None
-    singles = [(i, [p]) for i, p in calibration_singles(sized, target)]
+    spent = sum(size for files in sized for size, path in files if path in {p for _, ps in chosen for p in ps})
+    singles = [(i, [p]) for i, p in calibration_singles(sized, target, CALIBRATION_MAX_BYTES - spent)]
     started = time.monotonic()
     cid = f"calibrate-{uuid.uuid4().hex[:12]}"
     codec = table.properties.get("write.parquet.compression-codec", "zstd")

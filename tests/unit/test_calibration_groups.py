@@ -87,7 +87,7 @@ def test_the_fit_on_groups_of_these_fans_tells_the_share_from_the_weight_per_fil
 def test_single_files_are_taken_across_the_sizes_under_the_target() -> None:
     a = _files("a", [10 * KB * (i + 1) for i in range(20)])  # 10 … 200 KB
     b = _files("b", [5 * KB, 300 * KB, 9 << 20])  # the last is over the target
-    singles = calibration_singles([a, b], target=8 << 20)
+    singles = calibration_singles([a, b], target=8 << 20, max_bytes=1 << 30)
     assert len(singles) == CALIBRATION_SINGLES
     sizes = {p: s for files in (a, b) for s, p in files}
     picked = sorted(sizes[p] for _, p in singles)
@@ -95,5 +95,9 @@ def test_single_files_are_taken_across_the_sizes_under_the_target() -> None:
     assert len(set(p for _, p in singles)) == CALIBRATION_SINGLES
     assert all(p.startswith("ab"[i]) for i, p in singles)  # each with its own partition
     two = [(0, "a/000.parquet"), (0, "a/001.parquet")]
-    assert calibration_singles([_files("a", [KB, 2 * KB])], target=8 << 20) == two
-    assert calibration_singles([_files("a", [9 << 20])], target=8 << 20) == []
+    assert calibration_singles([_files("a", [KB, 2 * KB])], target=8 << 20, max_bytes=1 << 30) == two
+    assert calibration_singles([_files("a", [9 << 20])], target=8 << 20, max_bytes=1 << 30) == []
+    # within the bytes left: the largest are left out first
+    # (the six: 5, 40, 80, 130, 170 and 300 KB; with the third they would read 125 KB)
+    assert [p for _, p in calibration_singles([a, b], 8 << 20, max_bytes=100 * KB)] == ["b/000.parquet",
+                                                                                        "a/003.parquet"]
