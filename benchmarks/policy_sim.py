@@ -70,7 +70,7 @@ from autooptimize.domain.simulate import (
     simulate_policy,
 )
 from autooptimize.domain.sizes import parse_size
-from autooptimize.domain.suggest import candidate_tunings, shortfall, suggest_tuning
+from autooptimize.domain.suggest import MAX_LIVE_FILES_BIAS, candidate_tunings, shortfall, suggest_tuning
 from benchmarks.trace_family import FAMILY, HOUR_SECONDS, Member, make_commits, variant
 
 MiB = 1 << 20
@@ -229,8 +229,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="the family's own files, one per partition a commit touches, not cut as the live "
                          "benchmark's writer (pyiceberg's append) cuts them; only m03 and m11 differ")
     ap.add_argument("--suggest", action="store_true", help="also the tuning suggested per member (AutoAnalyze)")
+    ap.add_argument("--live-files-bias", type=float, default=1.0,
+                    help="with --suggest: judge the file goal on the replay's live files times this, the margin "
+                         "a table's own check asks (domain.suggest.live_files_bias; 1 to 2, default 1)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if not 1.0 <= args.live_files_bias <= MAX_LIVE_FILES_BIAS:
+        ap.error(f"--live-files-bias must be within [1, {MAX_LIVE_FILES_BIAS:g}], got {args.live_files_bias}")
     if args.price < 0:
         ap.error(f"--price must be a whole number ≥ 0 (0: the tiers), got {args.price}")
     if not args.latency >= 0:
@@ -278,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             s = suggest_tuning(writes, tuning, candidate_tunings(tuning, leave_alone=leave), args.every,
                                args.latency, start_delay=args.start_delay, timer_lag=args.timer_lag,
                                timer_every=LISTENER_PASS_SECONDS if args.clock else 0.0,
-                               output_ratio=args.output_ratio, file_overhead=args.file_overhead, pace=pace)
+                               output_ratio=args.output_ratio, file_overhead=args.file_overhead, pace=pace,
+                               live_files_bias=args.live_files_bias)
             row = compare(name, writes, s.tuning, args.every, s.predicted, output_ratio=args.output_ratio,
                           file_overhead=args.file_overhead)
             row["member"] = f"  {name[:3]} suggested"
