@@ -7,7 +7,7 @@ of its other tables, and a lone table assumed merged bytes weigh what they read.
 the merge engine's writer weighs a merged file otherwise than the table's writer did (in the DoD 2 live
 test, each file a merge of pyiceberg's files removed saved 8.4–8.6 KB, where footers explain 1.2 KB), and
 how rows compress together is the table's own. A first prediction without it ran 7–15 % high on write
-amplification (docs/policy-history.md, "A first output model from a calibration").
+amplification (docs/policy-history.md, "A first output model from a calibration, and m03 with the margin").
 
 The calibration (:func:`calibrate_output_model`): up to twelve groups of the table's files under the target,
 each from one partition, of 2, 3, 4, 6, 8 and 12 files in turn
