@@ -285,7 +285,9 @@ def _suggest(args: argparse.Namespace) -> int:
               f"WA {_fmt(r['write_amplification'], '{:.2f}')} ({rel['write_amplification']}) and "
               f"{_fmt(r['mean_live_files'], '{:.1f}')} ({rel['mean_live_files']})")
     if out.get("live_files_bias", 1.0) > 1.0:
-        print(f"so this suggestion keeps the file goal with that margin: judged on {out['live_files_bias']:.3f}× "
+        weighed = out.get("margin_checks", 1)
+        which = "that margin" if weighed <= 1 else f"the largest margin its last {weighed} checks ask"
+        print(f"so this suggestion keeps the file goal with {which}: judged on {out['live_files_bias']:.3f}× "
               f"the live files its replay predicts")
     print("applied as the table's tuning" if out["applied"] else
           "recorded (apply with --apply, or let it apply itself: track --auto-tune)")

@@ -27,7 +27,8 @@ the tuning in force was set, when that is later or there was none: ``tracking.tu
 the tuning in force, beside what the table did, with their relative error; recorded with the new
 suggestion (``check``), in the audit log (``table.tuning_checked``), and shown by ``whatif --suggest``
 and the console. Where the table kept more live files than that replay said, the new suggestion's file
-goal is judged with that margin (``live_files_bias``).
+goal is judged with that margin: the largest of what the table's last three checks ask
+(``domain.suggest.live_files_margin``, recorded as ``live_files_bias``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from dataclasses import replace
 from typing import Any
 
 from pyiceberg.table import Table
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from autooptimize.config import Settings
 from autooptimize.domain.pace import SizePace
@@ -47,10 +50,11 @@ from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
 from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write
 from autooptimize.domain.suggest import (
+    MARGIN_CHECKS,
     SUGGEST_COLD_AFTER,
     Suggestion,
     candidate_tunings,
-    live_files_bias,
+    live_files_margin,
     suggest_tuning,
 )
 from autooptimize.errors import InvalidArgument
@@ -75,7 +79,7 @@ from autooptimize.services.output_models import (
 )
 from autooptimize.services.tracking import tuning_in_force_since
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import TrackedTable
+from autooptimize.storage.models import AuditLog, TrackedTable
 from autooptimize.storage.repositories import audit, now, tracked_table, tracked_tables
 from spark_actors.session import get_session
 
@@ -170,6 +174,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         latency = learned.latency if latency is None else latency
         borrowed = borrowed_output_model(session, row.id if row is not None else None) if not model.commits else None
         recorded = (row.suggested_tuning or {}).get("output_calibration") if row is not None else None
+        earlier = earlier_checks(session, row.id) if row is not None else []
     model, calibration, calibration_failed = choose_output_model(settings, table, model, borrowed, recorded,
                                                                  current.target, spark)
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
@@ -183,7 +188,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
                             timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead, pace=pace,
-                            live_files_bias=live_files_bias(check),  # the margin the table's last check asks
+                            live_files_bias=live_files_margin([check, *earlier]),  # what its recent checks ask
                             first_ratio=model.first_ratio)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
@@ -203,6 +208,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out["timer_lag_learned"] = learned.timer_merges >= MIN_LATENCY_ACTIONS
     out["listener_pass_seconds"], out["clock_phases"] = LISTENER_PASS_SECONDS, CLOCK_PHASES
     out["check"] = check
+    out["margin_checks"] = sum(1 for c in [check, *earlier][:MARGIN_CHECKS] if c)  # the checks the margin weighed
     applied = False
     if record or apply:
         with session_scope(settings) as session:
@@ -226,6 +232,14 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
                           predicted=result.predicted.as_dict())
     out["applied"] = applied
     return out
+
+
+def earlier_checks(session: Session, table_id: int) -> list[dict[str, Any]]:
+    """The table's checks before this one, newest first (``table.tuning_checked`` in the audit log), as many as
+    :data:`~autooptimize.domain.suggest.MARGIN_CHECKS` leaves room for beside the new one."""
+    return [e.detail for e in session.scalars(
+        select(AuditLog).where(AuditLog.table_id == table_id, AuditLog.event == "table.tuning_checked")
+        .order_by(AuditLog.at.desc(), AuditLog.id.desc()).limit(MARGIN_CHECKS - 1))]
 
 
 def realised_since(table: Table, since_ms: int | None = None) -> dict[str, Any]:

@@ -97,6 +97,13 @@ def test_a_table_tuned_by_hand_is_checked_from_when_its_tuning_was_set(settings,
     with session_scope(settings) as session:
         row = session.scalars(select(TrackedTable).where(TrackedTable.identifier == name)).one()
         assert tuning_in_force_since(session, row) == row.suggested_at > set_at  # the suggestion is later now
+    # the next suggestion has no check of its own (no commit since): the margin its earlier check asked stays
+    again = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", name, "--suggest", "--json"],
+                           capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert again.returncode == 0, again.stderr
+    later = json.loads(again.stdout)
+    assert later["check"] is None and later["margin_checks"] == 1
+    assert later["live_files_bias"] == pytest.approx(first["live_files_bias"])
 
 
 def test_the_replay_learns_what_merged_bytes_weigh_from_the_tables_replace_commits(settings, catalog):

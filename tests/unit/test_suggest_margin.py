@@ -9,9 +9,11 @@ import pytest
 from autooptimize.domain.goals import LIVE_FILES_GOAL
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.suggest import (
+    MARGIN_CHECKS,
     MAX_LIVE_FILES_BIAS,
     candidate_tunings,
     live_files_bias,
+    live_files_margin,
     suggest_tuning,
 )
 from benchmarks.policy_sim import family_writes
@@ -38,6 +40,24 @@ MERGED = {"bytes_rewritten": 5_000_000}
 ])
 def test_the_margin_is_how_many_more_files_the_table_kept_than_its_replay_said(check, bias):
     assert live_files_bias(check) == pytest.approx(bias)
+
+
+def _kept(error: float) -> dict[str, object]:
+    return {"realised": MERGED, "relative_error": {"mean_live_files": error}}
+
+
+def test_the_margin_is_the_largest_its_recent_checks_ask():
+    """m03 (session 48): a check of +6.8 % moved the suggestion to a tuning with room; that tuning's own check,
+    +4 %, does not take the margin back, until it is older than the last three checks."""
+    assert live_files_margin([]) == live_files_margin([None]) == 1.0
+    assert live_files_margin([_kept(0.04), _kept(0.068)]) == pytest.approx(1.068)
+    assert live_files_margin([None, _kept(0.068)]) == pytest.approx(1.068)  # no check now: the earlier ones
+    assert live_files_margin([_kept(-0.1), _kept(0.02), None]) == pytest.approx(1.02)
+    newest = [_kept(0.01)] * MARGIN_CHECKS
+    assert live_files_margin([*newest, _kept(0.5)]) == pytest.approx(1.01)  # the fourth is too old to count
+    # a check in which nothing merged the table still teaches nothing
+    assert live_files_margin([{"realised": {"bytes_rewritten": 0}, "relative_error": {"mean_live_files": 0.3}},
+                              _kept(0.05)]) == pytest.approx(1.05)
 
 
 def test_a_margin_the_tuning_found_cannot_keep_moves_the_suggestion_to_one_that_can():
