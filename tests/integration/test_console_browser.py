@@ -165,18 +165,20 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
     # AutoAnalyze's, recorded on the table; the table has no merge of its own yet, so what merged files weigh
     # is calibrated on the executors
     first = suggest(settings, name, spark=lambda: spark)
-    time.sleep(1.1)  # eleven writer commits after it, then real merges: the table kept more files meanwhile
-    for i in range(11):  # than the replay of the same commits says
+    time.sleep(1.1)  # eleven writer commits after it, then real merges
+    for i in range(11):
         table.append(batch(100_000 + 300 * i, 300, DAYS[0]))
         time.sleep(0.3)
     merges = [api.optimize(name, partition=f"day={d.isoformat()}", settings=settings).id for d in DAYS[:3]]
     sort = api.optimize(name, partition=f"day={DAYS[3].isoformat()}", action="sort", settings=settings).id
     _wait_for_actions(settings, name, [*merges, sort])
-    # the next suggestion checks the first against what the table did, and asks a margin (the expiry below
-    # ends the history); it reuses the first's calibration
+    # the next suggestion checks the first against what the table did (the expiry below ends the history); it
+    # reuses the first's calibration. Whether the check asks a margin depends on whether the replay merged
+    # during these commits and the table did not (seen both ways: both kept 38.0 files, no margin; the replay
+    # merged first, a margin); the page is checked either way
     suggestion = suggest(settings, name, spark=lambda: spark)
     assert suggestion["output_calibration"] == first["output_calibration"]
-    assert suggestion["check"]["commits"] == 11 and suggestion["live_files_bias"] > 1, suggestion["check"]
+    assert suggestion["check"]["commits"] == 11, suggestion["check"]
     expiry = api.optimize(name, action="expire_snapshots", settings=settings,
                           options={"older_than": "1s", "allow_short_retention": "true", "retain_last": "2"}).id
     _wait_for_actions(settings, name, [expiry])
@@ -254,8 +256,10 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
             "since the last suggestion or tuning (11 commits): predicted ")
         assert _card(driver, "suggestion-check").endswith(
             f"; realised {_to_fixed(check['realised']['mean_live_files'], 1)} live files, WA "
-            f"{_to_fixed(check['realised']['write_amplification'], 2)}; so this suggestion's file goal is judged on "
-            f"{_to_fixed(suggestion['live_files_bias'], 3)}× the live files its replay predicts"), _card(driver, "suggestion-check")
+            f"{_to_fixed(check['realised']['write_amplification'], 2)}"
+            + (f"; so this suggestion's file goal is judged on {_to_fixed(suggestion['live_files_bias'], 3)}× the "
+               "live files its replay predicts" if suggestion["live_files_bias"] > 1 else "")), \
+            _card(driver, "suggestion-check")
         edges = power_of_two_edges(every, 1024 * 1024)
         assert _histogram(driver, "hist-table") == {"table": list(size_histogram(every, edges).counts)}
         assert len(_cells(driver, "partitions", "partition")) == len(DAYS)
