@@ -3,14 +3,16 @@ re-created when the server restarted or the channel broke."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from autooptimize.config import Settings
 from autooptimize.errors import ServiceUnavailable
-from spark_actors.server import resolve_remote
+from spark_actors.server import resolve_remote, running_server, stop_local_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -141,3 +143,22 @@ def reset_after_fork() -> None:
     global _session, _owner_pid
     _session = None
     _owner_pid = None
+
+
+@contextlib.contextmanager
+def stop_server_started_within(settings: Settings) -> Iterator[None]:
+    """For a command that asks for a session only when it needs one (``explain`` and ``whatif --suggest``
+    calibrate before a table's first merge): a local Spark Connect server that its asking started is stopped
+    when the block ends, however it ends; one that was running before is left alone, and nothing is started
+    here. With AO_SPARK_REMOTE set, nothing is started or stopped."""
+    if settings.spark_remote != "local":
+        yield
+        return
+    before = running_server(settings)
+    try:
+        yield
+    finally:
+        now = running_server(settings)
+        if now is not None and (before is None or now.pid != before.pid):
+            close_session()
+            stop_local_server(settings)

@@ -10,7 +10,7 @@ from autooptimize.cli.common import current_settings, print_result
 from autooptimize.cli.progress import wait_with_progress
 from autooptimize.domain.suggest import SUGGEST_COLD_AFTER
 from autooptimize.errors import InvalidArgument
-from spark_actors.session import get_session
+from spark_actors.session import get_session, stop_server_started_within
 
 OPTIMIZE_FIELDS = ("id", "state", "reason", "files_in", "files_out", "rows_in", "rows_out", "bytes_in",
                    "bytes_out", "snapshot_id")
@@ -132,8 +132,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
         return get_session(settings)
 
-    result = explain(settings, args.table, args.partition, args.target_size,
-                     spark=None if args.no_calibrate else spark)
+    with stop_server_started_within(settings):  # a local server its calibration started does not outlive it
+        result = explain(settings, args.table, args.partition, args.target_size,
+                         spark=None if args.no_calibrate else spark)
     if args.json:
         print(json.dumps(result, default=str))
         return 0
@@ -208,8 +209,9 @@ def _suggest(args: argparse.Namespace) -> int:
     def spark() -> object:  # only for a table with no output model of its own and no calibration recorded
         return get_session(settings)
 
-    out = suggest(settings, args.table, apply=True if args.apply else None, cold_after=cold,
-                  spark=None if args.no_calibrate else spark)
+    with stop_server_started_within(settings):  # a local server its calibration started does not outlive it
+        out = suggest(settings, args.table, apply=True if args.apply else None, cold_after=cold,
+                      spark=None if args.no_calibrate else spark)
     if args.json:
         print(json.dumps(out, default=str))
         return 0

@@ -164,3 +164,34 @@ def test_the_demo_recreates_its_table_when_an_earlier_demos_files_are_gone(setti
     shutil.rmtree(urlsplit(first.location()).path)
     again = create_demo_table(settings, files=3, partitions=1)
     assert len(list(again.scan().plan_files())) == 3
+
+
+def _processes_naming(path: Path) -> list[int]:
+    """Pids of the running processes whose command line names ``path`` (a Spark server started for a home
+    names its properties file there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(path).encode() in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_whatif_suggest_stops_the_spark_server_its_calibration_started(settings, catalog, tmp_path):
+    """``whatif --suggest`` asks for a Spark session only to calibrate a table with no merge of its own; with no
+    server running for its home it starts one, and stops it before it exits (``explain`` the same way)."""
+    from tests.integration.tables import DAY1, identifier, make_table
+
+    table = make_table(catalog, {DAY1: 30}, rows=100, name="lone_cli")
+    home = tmp_path / "home"
+    home.mkdir()
+    run = subprocess.run([sys.executable, "-m", "autooptimize.cli", "whatif", identifier(table), "--suggest", "--json"],
+                         env=_env(home), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout)
+    assert out["output_calibration"] is not None and out["output_calibration"]["engine"] == "spark"
+    assert (home / "spark").is_dir()  # it did start a server of its own
+    assert _processes_naming(home) == [] and running_server(settings.model_copy(update={"home": home})) is None
