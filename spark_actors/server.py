@@ -297,9 +297,14 @@ def local_server_while(settings: Settings, stop_timeout: float = 8.0) -> Iterato
     try:
         yield before or ensure_local_server(settings)
     finally:
-        now = _read(settings)
-        if now is not None and (before is None or now.pid != before.pid):
+        if started_since(settings, before):
             stop_local_server(settings, timeout=stop_timeout)
+
+
+def started_since(settings: Settings, before: ServerInfo | None) -> bool:
+    """A local server is recorded now that is not ``before`` (the one running when a block began, or None)."""
+    now = _read(settings)
+    return now is not None and (before is None or now.pid != before.pid)
 
 
 def resolve_remote(settings: Settings) -> str:

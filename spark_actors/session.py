@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from autooptimize.config import Settings
 from autooptimize.errors import ServiceUnavailable
-from spark_actors.server import resolve_remote, running_server, stop_local_server
+from spark_actors.server import resolve_remote, running_server, started_since, stop_local_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -158,7 +158,6 @@ def stop_server_started_within(settings: Settings) -> Iterator[None]:
     try:
         yield
     finally:
-        now = running_server(settings)
-        if now is not None and (before is None or now.pid != before.pid):
+        if started_since(settings, before):
             close_session()
             stop_local_server(settings)

@@ -105,8 +105,7 @@ class _Table:
     file_overhead: int | None = None
     first_ratio: float = 1.0  # with ``file_overhead``: what the engine's writer makes of a writer's file alone
     parts: dict[Hashable, dict[str, int]] = field(default_factory=dict)
-    #: the bytes each partition holds now: what it received, less what merges saved (the service reads the
-    #: table's files, so its policy is told these, not the writers' bytes)
+    #: what each partition holds now: it received, less what merges saved (the service reads its files)
     held: dict[Hashable, int] = field(default_factory=dict)
     newest: dict[Hashable, float] = field(default_factory=dict)
     names: itertools.count = field(default_factory=itertools.count)
@@ -151,7 +150,8 @@ class _Table:
                 del files[f.path]
             outputs = g.output_sizes()
             if self.file_overhead is not None:
-                read = sum(f.size * self.first_ratio if f.path[0] == "w" else f.size for f in g.files)
+                read = g.bytes_in if self.first_ratio == 1.0 else sum(  # writer files at their first ratio
+                    f.size * self.first_ratio if f.path[0] == "w" else f.size for f in g.files)
                 weight = round(read * self.output_ratio) - self.file_overhead * (len(g.files) - len(outputs))
                 outputs = split_evenly(max(weight, len(outputs)), len(outputs))
             for size in outputs:

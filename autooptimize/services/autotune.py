@@ -193,7 +193,6 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"], out["file_overhead"], out["output_commits"] = ratio, overhead, model.commits
-    out["output_first_ratio"] = model.first_ratio
     out["output_borrowed"] = model.borrowed
     out["output_calibration"], out["output_calibration_failed"] = calibration, calibration_failed
     out["latency_seconds"], out["latency_merges"], out["start_delay_seconds"] = latency, merges, start_delay

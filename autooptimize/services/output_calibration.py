@@ -12,7 +12,8 @@ amplification (docs/policy-history.md, "A first output model from a calibration,
 The calibration (:func:`calibrate_output_model`): up to twelve groups of the table's files under the target,
 each from one partition, of 2, 3, 4, 6, 8 and 12 files in turn
 (:func:`~autooptimize.domain.output_model.calibration_groups`), and six single files across the sizes, each
-rewritten alone (``calibration_singles``), at most :data:`CALIBRATION_MAX_BYTES` read in all. Each group
+rewritten alone (``calibration_singles``), at most ``sizing.CALIBRATION_MAX_BYTES`` read in all (a sizing
+calibration's budget). Each group
 is written as one file by the engine the table's merges use: a task on an executor for ``spark`` (one job
 for all of them, as an action's groups), Spark's own writer for ``spark_sql`` where it can reach the table,
 this process for ``local``. Each lands in a directory of its own under the table's data location
@@ -50,16 +51,13 @@ from autooptimize.iceberg.paths import delete_tree
 from autooptimize.services import evolution
 from autooptimize.services.rewrite.merge import merge_refusal
 from autooptimize.services.rewrite.outputs import action_dir
-from autooptimize.services.sizing import write_sample_spark_sql
+from autooptimize.services.sizing import CALIBRATION_MAX_BYTES, write_sample_spark_sql
 from spark_actors import group_tasks
 from spark_actors.action_job import TableContext, run_action_job
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CALIBRATION_MAX_BYTES", "calibrate_output_model", "choose_output_model", "model_of"]
-
-#: A calibration reads at most this many bytes of the table's files.
-CALIBRATION_MAX_BYTES = 256 * 1024 * 1024
+__all__ = ["calibrate_output_model", "choose_output_model", "model_of"]
 
 
 def calibrate_output_model(settings: Settings, table: Table, target: int,
@@ -78,14 +76,14 @@ def calibrate_output_model(settings: Settings, table: Table, target: int,
     chosen = calibration_groups(sized, target, CALIBRATION_MAX_BYTES)
     if len(chosen) < MIN_CALIBRATION_GROUPS:
         return None
-    spent = sum(size for files in sized for size, path in files if path in {p for _, ps in chosen for p in ps})
+    files = {f.path: f for pf in parts for f in pf.data_files}
+    spent = sum(files[p].size for _, paths in chosen for p in paths)
     singles = [(i, [p]) for i, p in calibration_singles(sized, target, CALIBRATION_MAX_BYTES - spent)]
     started = time.monotonic()
     cid = f"calibrate-{uuid.uuid4().hex[:12]}"
     codec = table.properties.get("write.parquet.compression-codec", "zstd")
     runs = chosen + singles  # each written as one file: the groups, then the single files alone
     dirs = {i: action_dir(table, parts[i], cid) for i, _ in runs}
-    files = {f.path: f for pf in parts for f in pf.data_files}
     calls = [(group_tasks.calibrate, ([files[p].data_file for p in paths], f"{dirs[i]}/g{n}", codec,
                                       (parts[i].spec_id, parts[i].record)))
              for n, (i, paths) in enumerate(runs)]
