@@ -81,7 +81,7 @@ def consolidate_files_arrow(table: Table, spec: PartitionSpec, groups: list[list
     del tables
     writers = Writers(table, schema_to_pyarrow(schema, include_field_ids=True), codec)
     by_dir: dict[str, tuple[tuple[Any, ...], list[str]]] = {}
-    try:
+    with writers:  # a failure closes the open files and is raised as it was
         parts = split_by_partition(spec, schema, data) if spec.fields else None
         claimed: dict[str, tuple[Any, ...]] = {}
         pieces = ([(_directory(output_dir, p.partition_key.to_path(), p.partition_key.partition, claimed),
@@ -94,8 +94,7 @@ def consolidate_files_arrow(table: Table, spec: PartitionSpec, groups: list[list
                     write_rolling(writers, directory, batch, rows_per_file, (spec.spec_id, record))
             writers.roll(directory)
             by_dir[directory] = (_values(record), [])
-    finally:
-        written = writers.close()
+    written = writers.close()
     for w in written:
         directory = w.path.rsplit("/", 1)[0]
         by_dir[directory][1].append(w.path)

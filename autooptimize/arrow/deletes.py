@@ -184,7 +184,7 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
     kept = DigestAccumulator()
     kept_lineage = DigestAccumulator()
     rows_read = 0
-    try:
+    with writers:  # a failure closes the open files and is raised as it was
         read = scan_files(table, [f for f, _ in data_files])  # read ahead across files, each in file order
         for (data_file, seq), (_, batches) in zip(data_files, read, strict=True):
             raise_if_stopped(output_dir)
@@ -213,8 +213,7 @@ def compact_group_arrow(table: Table, data_files: list[tuple[DataFile, int]], de
                 raise VerificationFailed(f"read {offset} rows of {data_file.file_path}, whose metadata says "
                                          f"{data_file.record_count}")
             rows_read += offset
-    finally:
-        written = writers.close()
+    written = writers.close()
     paths = [w.path for w in written]
     check_outputs(table, paths, written_schema)
     return CompactionOutput(paths=tuple(paths), rows_read=rows_read, digest_kept=kept.digest,

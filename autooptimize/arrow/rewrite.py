@@ -188,7 +188,7 @@ def rewrite_group_arrow(
     writers = Writers(table, arrow_schema, codec)
     digest_in = DigestAccumulator()
     held: list[pa.Table] = []  # a sort needs the whole group
-    try:
+    with writers:  # a failure closes the open files and is raised as it was
         for batch in scan(table, inputs):
             raise_if_stopped(output_dir)  # an attempt stopped from outside ends here (domain/cancel.py)
             digest_in.add(batch)
@@ -212,8 +212,7 @@ def rewrite_group_arrow(
                 for chunk in piece.to_batches():
                     write(writers.get(output_dir, input_partition), schema, chunk)
                 writers.roll(output_dir)
-    finally:
-        written = writers.close()
+    written = writers.close()
     paths = [w.path for w in written]
     check_outputs(table, paths)
     return ArrowOutput(

@@ -8,6 +8,7 @@ row group's worth of batches, and a dictionary only for columns where one pays.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,8 @@ from pyiceberg.typedef import Record
 
 from autooptimize.iceberg.fileio import exists, list_files
 from autooptimize.iceberg.internals import parquet_writer_kwargs, to_file_schema
+
+log = logging.getLogger(__name__)
 
 ROW_GROUP_ROWS = 1_048_576  # pyiceberg's write.parquet.row-group-limit default
 ROW_GROUP_BYTES = 128 * 1024 * 1024  # in memory; Iceberg's write.parquet.row-group-size-bytes default
@@ -73,6 +76,18 @@ class FileWriter:
             self.writer = pq.ParquetWriter(self.stream, schema=self.arrow_schema, **self.kwargs)
         self.writer.close()
         self.stream.close()
+
+    def abandon(self) -> None:
+        """Close the file after a failed write without writing what is held, each error of closing logged
+        and dropped (:meth:`Writers.__exit__`)."""
+        self.pending, self.pending_rows = [], 0
+        for close in (self.writer.close if self.writer is not None else None, self.stream.close):
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as exc:  # the stream already failed: the write's own error is the one raised
+                log.debug("closing %s after a failed write: %s", self.path, exc)
 
 
 #: A column whose first row group has more distinct values than this share of its rows is written
@@ -133,9 +148,23 @@ class Writers:
             self.done.append(current)
 
     def close(self) -> list[FileWriter]:
-        for directory in list(self.open):
-            self.roll(directory)
+        with self:  # one that fails to close leaves the others closed too
+            for directory in list(self.open):
+                self.roll(directory)
         return self.done
+
+    def __enter__(self) -> Writers:
+        return self
+
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
+        """On a failure inside the block, every open file is closed without raising, and the failure goes on
+        as it was. Closing them as on success wrote what they held to a stream that had failed: a disk that
+        filled mid-merge was reported as ``ArrowInvalid: Operation on closed file`` instead of ``[errno 28] No
+        space left on device`` (2026-12-01). What they wrote is the action's to remove (its group's
+        directory)."""
+        if error is not None:
+            for directory in list(self.open):
+                self.open.pop(directory).abandon()
 
 
 def is_empty_dir(table: Table, directory: str) -> bool:
