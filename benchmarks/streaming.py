@@ -1214,9 +1214,35 @@ def free_table(catalog: Catalog, ident: str, home: Path) -> int:
     return size
 
 
+#: What a run's table holds on disk against the bytes its writer wrote: the writer's files, and the merges'
+#: outputs beside the files they replaced until those expire (m03 in full: 42 GB kept for 23.3 GB drawn).
+DISK_PER_BYTE_WRITTEN = 2.0
+
+
+def disk_needed(drawn_bytes: float, *, baseline: bool, free_disk: bool) -> int:
+    """The bytes a run needs free where its home is made: one table's worth (:data:`DISK_PER_BYTE_WRITTEN`
+    × what the trace writes, and a tenth more), two with the baseline unless ``free_disk`` deletes the
+    service's table before the baseline writes."""
+    tables = 2 if baseline and not free_disk else 1
+    return int(tables * DISK_PER_BYTE_WRITTEN * drawn_bytes * 1.1)
+
+
+def check_disk(trace: Sequence[Any], args: argparse.Namespace, where: str) -> None:
+    """Refuse to start a run the disk under ``where`` cannot hold (before anything is created): on
+    2026-12-01 a second m03 run beside a kept one filled the disk, and its merges failed."""
+    need = disk_needed(sum(f.drawn_bytes for c in trace for f in c.files), baseline=not args.no_baseline,
+                       free_disk=args.free_disk)
+    free = shutil.disk_usage(where).free
+    if free < need:
+        raise SystemExit(f"this run needs about {need / 1e9:.1f} GB free under {where}, and {free / 1e9:.1f} GB "
+                         "are: remove kept runs (/tmp/ao-bench-stream-*), or use --free-disk, --no-baseline "
+                         "or --commits N")
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     shape = TraceShape(commits=args.commits, seed=args.seed, commits_per_hour=args.commits_per_hour)
     trace = family_trace(args.family_member, args.seed, args.commits) if args.family_member else make_trace(shape)
+    check_disk(trace, args, tempfile.gettempdir())
     home = Path(tempfile.mkdtemp(prefix="ao-bench-stream-"))
     db_name = f"ao_bench_stream_{uuid.uuid4().hex[:8]}"
     settings = Settings(database_url=f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db_name}",
