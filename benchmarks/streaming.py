@@ -1227,11 +1227,11 @@ def disk_needed(drawn_bytes: float, *, baseline: bool, free_disk: bool) -> int:
     return int(tables * DISK_PER_BYTE_WRITTEN * drawn_bytes * 1.1)
 
 
-def check_disk(trace: Sequence[Any], args: argparse.Namespace, where: str) -> None:
-    """Refuse to start a run the disk under ``where`` cannot hold (before anything is created): on
-    2026-12-01 a second m03 run beside a kept one filled the disk, and its merges failed."""
-    need = disk_needed(sum(f.drawn_bytes for c in trace for f in c.files), baseline=not args.no_baseline,
-                       free_disk=args.free_disk)
+def check_disk(drawn_bytes: float, args: argparse.Namespace, where: str) -> None:
+    """Refuse to start a run whose trace writes ``drawn_bytes`` that the disk under ``where`` cannot hold
+    (before anything is created): on 2026-12-01 a second m03 run beside a kept one filled the disk, and its
+    merges failed."""
+    need = disk_needed(drawn_bytes, baseline=not args.no_baseline, free_disk=args.free_disk)
     free = shutil.disk_usage(where).free
     if free < need:
         raise SystemExit(f"this run needs about {need / 1e9:.1f} GB free under {where}, and {free / 1e9:.1f} GB "
@@ -1242,7 +1242,8 @@ def check_disk(trace: Sequence[Any], args: argparse.Namespace, where: str) -> No
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     shape = TraceShape(commits=args.commits, seed=args.seed, commits_per_hour=args.commits_per_hour)
     trace = family_trace(args.family_member, args.seed, args.commits) if args.family_member else make_trace(shape)
-    check_disk(trace, args, tempfile.gettempdir())
+    summary = trace_summary(shape, trace, args.rate, args.grain)
+    check_disk(summary["drawn_mb"] * 1e6, args, tempfile.gettempdir())
     home = Path(tempfile.mkdtemp(prefix="ao-bench-stream-"))
     db_name = f"ao_bench_stream_{uuid.uuid4().hex[:8]}"
     settings = Settings(database_url=f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db_name}",
@@ -1250,7 +1251,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         default_target_file_size=args.target_size, auto_track=SERVICE_TABLE)
     engine: Engine | None = None
     catalog: Catalog | None = None
-    result: dict[str, Any] = {"trace": trace_summary(shape, trace, args.rate, args.grain), "target_size": args.target_size,
+    result: dict[str, Any] = {"trace": summary, "target_size": args.target_size,
                               "member": args.family_member.name if args.family_member else None,
                               "compact_every": args.compact_every, "baseline_rule": args.baseline_rule}
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")

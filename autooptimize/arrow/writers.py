@@ -81,9 +81,7 @@ class FileWriter:
         """Close the file after a failed write without writing what is held, each error of closing logged
         and dropped (:meth:`Writers.__exit__`)."""
         self.pending, self.pending_rows = [], 0
-        for close in (self.writer.close if self.writer is not None else None, self.stream.close):
-            if close is None:
-                continue
+        for close in ([self.writer.close] if self.writer is not None else []) + [self.stream.close]:
             try:
                 close()
             except Exception as exc:  # the stream already failed: the write's own error is the one raised
