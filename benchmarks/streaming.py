@@ -438,18 +438,14 @@ class RunFigures:
 
 
 def end_excess_mse(files: Sequence[DataFile], target: int) -> float:
-    """What the policy simulator reports at the end: Σ over partitions of max(0, SSE − SSE_best) over all
-    files, in MiB² (SSE_best: the best layout of the partition's bytes capped at the target)."""
-    from autooptimize.domain.entropy import best_layout
+    """What the policy simulator reports at the end (``domain.entropy.end_layout``), in MiB²: Σ over partitions of
+    max(0, SSE − SSE_best) over all files (SSE_best: the best layout of the partition's bytes capped at the target)."""
+    from autooptimize.domain.entropy import end_layout
 
     parts: dict[Any, list[int]] = {}
     for df in files:
         parts.setdefault((df.spec_id, tuple(df.partition)), []).append(int(df.file_size_in_bytes))
-    over = 0
-    for sizes in parts.values():
-        sse = sum((target - s) ** 2 for s in sizes if s < target)
-        over += max(0, sse - best_layout(sum(min(s, target) for s in sizes), target)[1])
-    return round(over / len(files) / MiB ** 2, 1) if files else 0.0
+    return round(end_layout(parts.values(), target)[1] / MiB ** 2, 1)
 
 
 def read_back(table: Table) -> tuple[Digest, bool]:

@@ -277,6 +277,19 @@ def _suggest(args: argparse.Namespace) -> int:
             ("files at the end", "end_files", "{:.0f}"))
     for label, key, fmt in rows:
         print(f"{label:<24}" + "".join(f"{fmt.format(out[col][key]):>12}" for col in ("predicted", "defaults", "baseline")))
+    print_check(out)
+    if out.get("live_files_bias", 1.0) > 1.0:
+        weighed = out.get("margin_checks", 1)
+        which = "that margin" if weighed <= 1 else f"the largest margin its last {weighed} checks ask"
+        print(f"so this suggestion keeps the file goal with {which}: judged on {out['live_files_bias']:.3f}× "
+              f"the live files its replay predicts")
+    print("applied as the table's tuning" if out["applied"] else
+          "recorded (apply with --apply, or let it apply itself: track --auto-tune)")
+    return 0
+
+
+def print_check(out: dict[str, Any]) -> None:
+    """The check of the previous prediction in a suggestion (``out["check"]``), and how it judged the tuning in force."""
     check = out.get("check")
     if check:
         p, r, e = check["predicted"], check["realised"], check["relative_error"]
@@ -286,14 +299,16 @@ def _suggest(args: argparse.Namespace) -> int:
               f"WA {p['write_amplification']:.2f} and {p['mean_live_files']:.1f} live files, realised "
               f"WA {_fmt(r['write_amplification'], '{:.2f}')} ({rel['write_amplification']}) and "
               f"{_fmt(r['mean_live_files'], '{:.1f}')} ({rel['mean_live_files']})")
-    if out.get("live_files_bias", 1.0) > 1.0:
-        weighed = out.get("margin_checks", 1)
-        which = "that margin" if weighed <= 1 else f"the largest margin its last {weighed} checks ask"
-        print(f"so this suggestion keeps the file goal with {which}: judged on {out['live_files_bias']:.3f}× "
-              f"the live files its replay predicts")
-    print("applied as the table's tuning" if out["applied"] else
-          "recorded (apply with --apply, or let it apply itself: track --auto-tune)")
-    return 0
+        end = check.get("end")
+        if end:
+            def layout(x: dict) -> str:
+                return f"{x['end_files']:.0f} files, {x['end_excess_mse_mib2']:.1f} MiB²"
+            print(f"on the {end['partitions']} partition(s) finished since (no write for "
+                  f"{end['finished_after_seconds']:.0f} s): predicted {layout(end['predicted'])}, realised "
+                  f"{layout(end['realised'])}, bin-pack's replay {layout(end['baseline'])}")
+    if out.get("end_in_force") is not None:
+        verdict = "held" if out["end_in_force"] == 0 else f"missed by {out['end_in_force']:.0%}"
+        print(f"the tuning in force's end layout is judged on what the table did ({verdict}), not on its replay")
 
 
 def _fmt(value: float | None, fmt: str) -> str:

@@ -14,7 +14,7 @@ whatever the sequence of appends, overwrites, deletes, rewrites and expirations.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from autooptimize.domain.checks import non_negative_int, positive_int
@@ -24,6 +24,7 @@ __all__ = [
     "EntropyStats",
     "best_layout",
     "capped_bytes_of",
+    "end_layout",
     "excess_needs_attention",
     "excess_over_best",
     "file_error",
@@ -196,6 +197,18 @@ def best_layout(total_bytes: int, target: int) -> tuple[int, int]:
     t = _check_target(target)
     full, r = divmod(b, t)
     return (full + 1, (t - r) * (t - r)) if r else (full, 0)
+
+
+def end_layout(parts: Iterable[Sequence[int]], target: int) -> tuple[int, float]:
+    """Files and excess MSE (bytes²) of a layout, given the sizes of each partition's files: the files, and
+    Σ over partitions of max(0, SSE − SSE of the best layout of its bytes capped at the target), over the files
+    (0 for no files). What a replay reports at its end, and what a check reads from the table."""
+    n = over = 0
+    for sizes in parts:
+        n += len(sizes)
+        sse = sum((target - s) ** 2 for s in sizes if s < target)
+        over += max(0, sse - best_layout(sum(min(s, target) for s in sizes), target)[1])
+    return n, over / n if n else 0.0
 
 
 def excess_over_best(sse: int, total_bytes: int, target: int) -> int:

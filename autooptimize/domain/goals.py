@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from autooptimize.domain.simulate import Figures
 
-__all__ = ["END_EXCESS_SLACK", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "end_excess_limit", "end_layout_holds"]
+__all__ = ["END_EXCESS_SLACK", "LIVE_FILES_GOAL", "WRITE_AMPLIFICATION_GOAL", "end_excess_limit", "end_layout_holds",
+           "end_shortfall"]
 
 
 #: The file goal ``suggest_tuning`` holds a tuning to: mean live files at most this times the bin-pack's.
@@ -32,3 +33,11 @@ def end_excess_limit(base: Figures) -> float:
 def end_layout_holds(f: Figures, base: Figures) -> bool:
     """Files and excess MSE at the end within 10 % of the bin-pack's (``END_EXCESS_SLACK`` on the MSE)."""
     return f.end_files <= 1.1 * base.end_files and f.end_excess_mse <= end_excess_limit(base)
+
+
+def end_shortfall(files: int, excess_mse: float, base_files: int, base_excess_mse: float) -> float:
+    """How far an end layout of ``files`` and ``excess_mse`` misses the goal beside the bin-pack's, summed as
+    fractions: files over 1.1× (none when the bin-pack ended with none), excess MSE over 1.1× (+ 1 MiB²)."""
+    over_files = files / (1.1 * base_files) - 1 if base_files else 0.0
+    over_excess = excess_mse / (1.1 * base_excess_mse + END_EXCESS_SLACK) - 1
+    return max(0.0, over_files) + max(0.0, over_excess)

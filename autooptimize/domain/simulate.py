@@ -36,11 +36,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autooptimize.domain.entropy import best_layout
+from autooptimize.domain.entropy import end_layout
 from autooptimize.domain.pace import SizePace
 from autooptimize.domain.planning import Plan, PlanFile, RewriteGroup, balance_outputs, plan_iceberg_bin_pack
 from autooptimize.domain.planning.types import split_evenly
@@ -162,27 +162,22 @@ class _Table:
             self.live_files += len(outputs) - len(g.files)
             self.actions += 1
 
-    def figures(self, rules: dict[str, int] | None = None) -> Figures:
-        sse_over = 0
-        n = 0
-        for files in self.parts.values():
-            sizes = list(files.values())
-            n += len(sizes)
-            sse = sum((self.target - s) ** 2 for s in sizes if s < self.target)
-            capped = sum(min(s, self.target) for s in sizes)
-            sse_over += max(0, sse - best_layout(capped, self.target)[1])
+    def figures(self, rules: dict[str, int] | None = None, end_parts: Collection[Hashable] | None = None) -> Figures:
+        parts = self.parts if end_parts is None else {p: f for p, f in self.parts.items() if p in end_parts}
+        n, excess = end_layout((list(files.values()) for files in parts.values()), self.target)
         return Figures(
             mean_live_files=sum(self.counts) / len(self.counts) if self.counts else 0.0,
             max_live_files=max(self.counts, default=0), files_replaced=self.replaced - self.start[2],
             bytes_rewritten=self.rewritten - self.start[1], bytes_written=self.written - self.start[0],
-            end_files=n, end_excess_mse=sse_over / n if n else 0.0, actions=self.actions - self.start[3],
+            end_files=n, end_excess_mse=excess, actions=self.actions - self.start[3],
             rules=tuple(sorted((rules or {}).items())))
 
 
 def simulate_baseline(writes: Sequence[Write], target: int, every: int = BASELINE_EVERY,
                       output_ratio: float = 1.0, file_overhead: int | None = None,
-                      first_ratio: float = 1.0) -> Figures:
-    """A blocking Iceberg bin-pack of every partition after every ``every`` writes and after the last."""
+                      first_ratio: float = 1.0, end_parts: Collection[Hashable] | None = None) -> Figures:
+    """A blocking Iceberg bin-pack of every partition after every ``every`` writes and after the last.
+    ``end_parts``: the partitions the end layout counts (None: all), as :func:`simulate_policy`'s."""
     t = _Table(target, output_ratio, file_overhead, first_ratio)
 
     def binpack() -> None:
@@ -197,7 +192,7 @@ def simulate_baseline(writes: Sequence[Write], target: int, every: int = BASELIN
             binpack()
     if len(writes) % every:
         binpack()
-    return t.figures()
+    return t.figures(end_parts=end_parts)
 
 
 def expected_bytes(held: dict[Hashable, int], part: Hashable, target: int) -> int | None:
@@ -250,7 +245,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
                     planner: Planner | None = None, start_delay: float | None = None,
                     timer_lag: float = 0.0, timer_every: float = 0.0, timer_phase: float = 0.0,
                     on_merge: MergeLog | None = None, file_overhead: int | None = None,
-                    pace: SizePace | None = None, first_ratio: float = 1.0) -> Figures:
+                    pace: SizePace | None = None, first_ratio: float = 1.0,
+                    end_parts: Collection[Hashable] | None = None) -> Figures:
     """The live-partition policy with ``tuning`` over ``writes`` (see the module doc). ``start_delay``:
     seconds from a decision to the moment its merge plans (reads the partition's files), as the service's
     action does when it starts; it lands ``latency`` after the decision (None: it plans as it lands, so
@@ -274,6 +270,8 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     old, as ``services.submit_decided`` does: a cold moment soon after the settle judgement waits, and a
     late write meanwhile cancels it (``replay_clock.simulate_on_clock``; docs/policy-history.md, "The
     listener's clock in the replay"). ``on_merge``: called with each merge as it lands (``replay_diff``).
+    ``end_parts``: the partitions the end layout (end files, excess MSE) counts (None: all; a check of a
+    prediction counts those the table has finished, ``services.autotune.check_prediction``).
 
     With ``tuning.late_horizon`` (time partitions: integer ordinals such as hours, or :class:`TimePartition`,
     each spec on its own): a partition further behind its spec's newest than any write has reached back is cold
@@ -396,5 +394,5 @@ def simulate_policy(writes: Sequence[Write], tuning: PolicyTuning, latency: floa
     if not measuring:  # no write at or after measure_from: nothing to count
         t.measure_from_here()
     run_until(float("inf"))
-    return t.figures(rules)
+    return t.figures(rules, end_parts)
 

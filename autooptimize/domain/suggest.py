@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from autooptimize.domain.goals import (
     LIVE_FILES_GOAL,
     WRITE_AMPLIFICATION_GOAL,
-    end_excess_limit,
     end_layout_holds,
+    end_shortfall,
 )
 from autooptimize.domain.pace import SizePace
 from autooptimize.domain.policy import PolicyTuning
@@ -29,9 +29,9 @@ from autooptimize.domain.simulate import (
     simulate_policy,
 )
 
-__all__ = ["ABSORB_TRIED", "MARGIN_CHECKS", "MAX_LIVE_FILES_BIAS", "SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS",
-           "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "live_files_bias", "live_files_margin", "shortfall",
-           "suggest_tuning"]
+__all__ = ["ABSORB_TRIED", "MARGIN_CHECKS", "MAX_LIVE_FILES_BIAS", "MIN_END_PARTITIONS", "SUGGEST_COLD_AFTER",
+           "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "end_in_force", "live_files_bias",
+           "live_files_margin", "shortfall", "suggest_tuning"]
 
 #: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
 SUGGEST_FAN_INS = (4, 6, 8, 12, 16, 24, 32)
@@ -58,11 +58,13 @@ class Suggestion:
     meets_goal: bool  # mean live files within LIVE_FILES_GOAL × the bin-pack's; end files and excess within 10 %
     tried: int
     live_files_bias: float = 1.0  # the goal was judged on the predicted live files times this
+    end_in_force: float | None = None  # the tuning in force's end layout was judged on this shortfall, not its replay
 
     def as_dict(self) -> dict[str, object]:
         return {"tuning": self.tuning.as_dict(), "predicted": self.predicted.as_dict(),
                 "baseline": self.baseline.as_dict(), "defaults": self.defaults.as_dict(),
-                "meets_goal": self.meets_goal, "tried": self.tried, "live_files_bias": self.live_files_bias}
+                "meets_goal": self.meets_goal, "tried": self.tried, "live_files_bias": self.live_files_bias,
+                "end_in_force": self.end_in_force}
 
 
 def live_files_bias(check: Mapping[str, object] | None) -> float:
@@ -96,20 +98,40 @@ def live_files_margin(checks: Sequence[Mapping[str, object] | None]) -> float:
     return max((live_files_bias(c) for c in checks[:MARGIN_CHECKS]), default=1.0)
 
 
-def _meets(f: Figures, base: Figures) -> bool:
-    """The file goal: mean live files within 1.05× the bin-pack's; files and excess MSE at the end within 10 %."""
-    return f.mean_live_files <= LIVE_FILES_GOAL * base.mean_live_files and end_layout_holds(f, base)
+#: The fewest partitions a check must have seen finished for its end layout to stand for the replay's.
+MIN_END_PARTITIONS = 3
 
 
-def shortfall(f: Figures, base: Figures) -> float:
+def end_in_force(check: Mapping[str, object] | None) -> float | None:
+    """How far the table's end layout under the tuning in force missed the end goal, from its check
+    (``check["end"]``, :mod:`autooptimize.services.end_check`): the search judges that tuning's end layout on
+    it instead of on its replay. None without a check, or when it saw fewer than :data:`MIN_END_PARTITIONS`
+    partitions finished (the replay's stands)."""
+    end = check.get("end") if check else None
+    if not isinstance(end, Mapping) or not isinstance(end.get("partitions"), int):
+        return None
+    short = end.get("shortfall")
+    value = short.get("realised") if isinstance(short, Mapping) else None
+    if end["partitions"] < MIN_END_PARTITIONS or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)
+
+
+def _meets(f: Figures, base: Figures, end: float | None = None) -> bool:
+    """The file goal: mean live files within 1.05× the bin-pack's; files and excess MSE at the end within 10 %
+    (``end``: the end layout's shortfall as the table realised it, which stands for ``f``'s)."""
+    held = end_layout_holds(f, base) if end is None else end == 0
+    return f.mean_live_files <= LIVE_FILES_GOAL * base.mean_live_files and held
+
+
+def shortfall(f: Figures, base: Figures, end: float | None = None) -> float:
     """How far ``f`` misses the goals, summed as fractions: mean live files over 1.05× the bin-pack's,
-    end files over 1.1×, end excess MSE over 1.1× (+ 1 MiB²), write amplification over 1.5 (0 when every
-    goal holds)."""
+    end files over 1.1×, end excess MSE over 1.1× (+ 1 MiB²) (``end``: that end shortfall as the table
+    realised it, in place of ``f``'s), write amplification over 1.5 (0 when every goal holds)."""
     live = f.mean_live_files / (LIVE_FILES_GOAL * base.mean_live_files) - 1 if base.mean_live_files else 0.0
-    end = f.end_files / (1.1 * base.end_files) - 1 if base.end_files else 0.0
-    excess = f.end_excess_mse / end_excess_limit(base) - 1
-    return (max(0.0, live) + max(0.0, end) + max(0.0, excess)
-            + max(0.0, f.write_amplification / WRITE_AMPLIFICATION_GOAL - 1))
+    if end is None:
+        end = end_shortfall(f.end_files, f.end_excess_mse, base.end_files, base.end_excess_mse)
+    return max(0.0, live) + end + max(0.0, f.write_amplification / WRITE_AMPLIFICATION_GOAL - 1)
 
 
 def candidate_tunings(default: PolicyTuning, fan_ins: Sequence[int] = SUGGEST_FAN_INS,
@@ -146,7 +168,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    output_ratio: float = 1.0, start_delay: float | None = None,
                    timer_lag: float = 0.0, timer_every: float = 0.0,
                    file_overhead: int | None = None, pace: SizePace | None = None,
-                   live_files_bias: float = 1.0, first_ratio: float = 1.0) -> Suggestion:
+                   live_files_bias: float = 1.0, first_ratio: float = 1.0,
+                   end_in_force: float | None = None) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
@@ -161,7 +184,9 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     the prediction, the goal is judged on it, and the defaults stay unless the tuning found is better on it
     too. ``live_files_bias`` (at least 1; :func:`live_files_bias`): the file goal is judged on the replay's
     mean live files times it, for a table whose replays have kept fewer files than the table did; the
-    figures returned stay the replay's own."""
+    figures returned stay the replay's own. ``end_in_force`` (:func:`end_in_force`): how far the table's end
+    layout under ``default`` (the tuning in force) missed the end goal; ``default``'s end layout is judged on
+    it instead of on its replay (None: on the replay)."""
     if not writes:
         raise ValueError("suggest_tuning needs at least one write in the history")
     if not 1.0 <= live_files_bias <= MAX_LIVE_FILES_BIAS:
@@ -182,7 +207,10 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     results = [replay(t) for t in cands]
     results += [replay(t) for t in _absorbing([(t, judged(f)) for t, f in results], base)]
     defaults = next(f for t, f in results if t == default)
-    tuning, fig = min(results, key=lambda tf: _rank(judged(tf[1]), base))  # the first of equals: the defaults first
+
+    def rank(t: PolicyTuning, f: Figures) -> tuple[int, float, int]:
+        return _rank(judged(f), base, end_in_force if t == default else None)
+    tuning, fig = min(results, key=lambda tf: rank(*tf))  # the first of equals: the defaults first
     if timer_every:
 
         def on_clock(t: PolicyTuning) -> Figures:
@@ -191,9 +219,10 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                                      pace=pace, first_ratio=first_ratio)
         fig = on_clock(tuning)
         defaults = fig if tuning == default else on_clock(default)
-        if _rank(judged(defaults), base) <= _rank(judged(fig), base):  # found on one phase, no better over all
+        if rank(default, defaults) <= rank(tuning, fig):  # found on one phase, no better over all
             tuning, fig = default, defaults
-    return Suggestion(tuning, fig, base, defaults, _meets(judged(fig), base), len(results), live_files_bias)
+    meets = _meets(judged(fig), base, end_in_force if tuning == default else None)
+    return Suggestion(tuning, fig, base, defaults, meets, len(results), live_files_bias, end_in_force)
 
 
 def _absorbing(results: Sequence[tuple[PolicyTuning, Figures]], base: Figures) -> list[PolicyTuning]:
@@ -211,9 +240,9 @@ def _absorbing(results: Sequence[tuple[PolicyTuning, Figures]], base: Figures) -
     return [t for t in out if t not in tried][:ABSORB_TRIED]
 
 
-def _rank(f: Figures, base: Figures) -> tuple[int, float, int]:
+def _rank(f: Figures, base: Figures, end: float | None = None) -> tuple[int, float, int]:
     """The search's order: those that keep the file goal first, by bytes rewritten; then the rest by how far
-    they miss the goals (:func:`shortfall`), then by bytes rewritten."""
-    if _meets(f, base):
+    they miss the goals (:func:`shortfall`), then by bytes rewritten. ``end`` as :func:`_meets`'s."""
+    if _meets(f, base, end):
         return 0, 0.0, f.bytes_rewritten
-    return 1, round(shortfall(f, base), 6), f.bytes_rewritten
+    return 1, round(shortfall(f, base, end), 6), f.bytes_rewritten

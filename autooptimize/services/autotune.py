@@ -48,12 +48,13 @@ from autooptimize.config import Settings
 from autooptimize.domain.pace import SizePace
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
-from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write
+from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write, simulate_baseline
 from autooptimize.domain.suggest import (
     MARGIN_CHECKS,
     SUGGEST_COLD_AFTER,
     Suggestion,
     candidate_tunings,
+    end_in_force,
     live_files_margin,
     suggest_tuning,
 )
@@ -63,6 +64,7 @@ from autooptimize.iceberg.partitions import time_ordinal
 from autooptimize.iceberg.snapshots import HistoryGap, snapshot_diff
 from autooptimize.services.choose import policy_tuning
 from autooptimize.services.choose import table_target as tracked_target
+from autooptimize.services.end_check import end_check, finish_after, finished_partitions, realised_end
 from autooptimize.services.learned_timings import (
     ASSUMED,
     ASSUMED_RUN_SECONDS,
@@ -189,7 +191,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
                             timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead, pace=pace,
                             live_files_bias=live_files_margin([check, *earlier]),  # what its recent checks ask
-                            first_ratio=model.first_ratio)
+                            first_ratio=model.first_ratio, end_in_force=end_in_force(check))
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"], out["file_overhead"], out["output_commits"] = ratio, overhead, model.commits
@@ -276,10 +278,12 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
                      history: tuple[list[Write], int] | None = None,
                      start_delay: float | None = None, timer_lag: float = 0.0,
                      file_overhead: int | None = None, pace: SizePace | None = None,
-                     first_ratio: float = 1.0) -> dict[str, Any] | None:
+                     first_ratio: float = 1.0, now_ms: int | None = None) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
-    time (:func:`realised_since`), and the relative error of write amplification and mean live files.
+    time (:func:`realised_since`), and the relative error of write amplification and mean live files;
+    and, under ``end``, the end layout on the partitions the table has finished by ``now_ms`` (None: now),
+    as the replay, the bin-pack's replay and the table have it (:mod:`~autooptimize.services.end_check`).
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
     the time of its first (as :func:`table_writes` returns them), when the caller has read them already;
     ``start_delay``, ``timer_lag``, ``file_overhead``, ``first_ratio`` and ``pace`` as ``simulate_policy``'s. The prediction is the mean
@@ -289,18 +293,28 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
     commits = sum(1 for w in writes if w.at >= measure_from)
     if commits < min_commits:
         return None
-    predicted = simulate_on_clock(writes, tuning, latency, timer_lag=timer_lag, measure_from=measure_from,
-                                  output_ratio=output_ratio, start_delay=start_delay,
-                                  file_overhead=file_overhead, pace=pace, first_ratio=first_ratio).as_dict()
+    now = ((time.time() * 1000 if now_ms is None else now_ms) - start_ms) / 1000
+    after = finish_after(tuning, latency)
+    finished = finished_partitions(writes, measure_from, now, after)
+    replayed = simulate_on_clock(writes, tuning, latency, timer_lag=timer_lag, measure_from=measure_from,
+                                 output_ratio=output_ratio, start_delay=start_delay, file_overhead=file_overhead,
+                                 pace=pace, first_ratio=first_ratio, end_parts=finished)
+    predicted = replayed.as_dict()
     realised = realised_since(table, since_ms)
     error = {}
     for key in ("write_amplification", "mean_live_files"):
         p, r = predicted[key], realised[key]
         error[key] = (r - p) / p if p and r is not None else None
-    return {"since_ms": since_ms, "commits": commits, "tuning": tuning.as_dict(),
-            "predicted": {k: predicted[k] for k in ("mean_live_files", "write_amplification", "bytes_written",
-                                                    "bytes_rewritten")},
-            "realised": realised, "relative_error": error}
+    out = {"since_ms": since_ms, "commits": commits, "tuning": tuning.as_dict(),
+           "predicted": {k: predicted[k] for k in ("mean_live_files", "write_amplification", "bytes_written",
+                                                   "bytes_rewritten")},
+           "realised": realised, "relative_error": error, "end": None}
+    if finished:
+        base = simulate_baseline(writes, tuning.target, output_ratio=output_ratio, file_overhead=file_overhead,
+                                 first_ratio=first_ratio, end_parts=finished)
+        held = realised_end(table, finished, lambda spec_id, key: _partition(table, spec_id, key), tuning.target)
+        out["end"] = end_check(replayed, base, held, len(finished), after)
+    return out
 
 
 def writer_commits_since(table: Table, since_ms: int) -> int:

@@ -19,7 +19,7 @@ from autooptimize.services import tracking
 from autooptimize.services.autotune import suggest
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import AuditLog, TrackedTable
-from tests.integration.tables import DAY1, batch, identifier, make_table
+from tests.integration.tables import DAY1, DAY2, batch, identifier, make_table
 
 
 def test_the_next_suggestion_checks_the_previous_prediction_against_what_the_table_did(settings, catalog):
@@ -424,3 +424,59 @@ def test_the_timer_lag_is_learned_from_the_merges_a_settle_or_cold_moment_prompt
     assert (shown["listener_pass_seconds"], shown["clock_phases"]) == (LISTENER_PASS_SECONDS, CLOCK_PHASES)
     assert (f"the figures are the mean of {CLOCK_PHASES} replays, each with the listener's passes 1 s apart at "
             "another phase") in printed.stdout
+
+
+def test_the_check_sets_the_end_layout_of_the_finished_partitions_beside_the_replays(settings, catalog, monkeypatch,
+                                                                                     capsys):
+    """The check puts the end layout of the partitions written since and finished (not written for the tuning's
+    cold-after time and two merges' latency) beside the replay's and the bin-pack replay's, and the search
+    judges the tuning in force's end layout on what the table did."""
+    import datetime as dt
+
+    from autooptimize.cli.actions import print_check
+    from autooptimize.domain.entropy import end_layout
+    from autooptimize.domain.policy import PolicyTuning
+    from autooptimize.iceberg.files import live_partitions
+    from autooptimize.services import actions, end_check
+    from autooptimize.services.end_check import finish_after
+    from tests.integration.tables import key_of
+
+    monkeypatch.setattr(end_check, "FINISH_SLACK_SECONDS", 0.0)  # finished 3 s + 2 × 0.2 s after its last write
+    day3, day4 = dt.date(2026, 1, 3), dt.date(2026, 1, 4)
+    table = make_table(catalog, {DAY1: 2}, rows=20, name="end_check")
+    name = identifier(table)
+    tracking.track(settings, name, target_file_size="1MiB")
+    time.sleep(1.1)
+    tracking.track(settings, name, cold_after_seconds=3.0)  # the tuning in force, and the check's window, from here
+    first = 10_000
+    for day in (DAY1, DAY2, day3):
+        for _ in range(4):
+            table.append(batch(first, 20, day))
+            first += 20
+            time.sleep(0.1)
+    local = settings.model_copy(update={"rewrite_engine": "local"})
+    merged = actions.execute(local, actions.submit(local, name, partition="day=2026-01-02", dispatch=False), spark=None)
+    assert merged["state"] == "succeeded"
+    time.sleep(3.6)
+    table.append(batch(first, 20, day4))  # still being written: not finished
+
+    out = suggest(settings, name, min_commits=10, latency=0.2)
+
+    end = out["check"]["end"]
+    assert end["partitions"] == 3 and end["finished_after_seconds"] == pytest.approx(3.4)
+    assert out["check"]["tuning"]["cold_after_seconds"] == 3.0
+    assert finish_after(PolicyTuning(1 << 20, cold_after_seconds=3.0), 0.2) == pytest.approx(3.4)
+    parts = live_partitions(catalog.load_table(name))
+    finished = [[f.size for f in pf.data_files] for (_, key), pf in parts.items() if key != key_of(day4)]
+    files, excess = end_layout(finished, 1 << 20)
+    assert files == 6 + 1 + 4  # DAY1 as written (2 + 4), DAY2 merged into one, DAY3 as written
+    assert end["realised"] == {"end_files": files, "end_excess_mse_mib2": pytest.approx(excess / (1 << 40))}
+    assert end["baseline"]["end_files"] == 3  # the bin-pack leaves one file in each
+    assert end["predicted"]["end_files"] < files  # the replay finished the cold partitions; nothing ran here
+    assert end["shortfall"]["realised"] == pytest.approx(files / 3.3 - 1 + max(0.0, end["realised"]["end_excess_mse_mib2"]
+                                                         / (1.1 * end["baseline"]["end_excess_mse_mib2"] + 1) - 1))
+    assert out["end_in_force"] == end["shortfall"]["realised"] > 0  # judged on the table's, not the replay's
+    print_check(out)
+    shown = capsys.readouterr().out
+    assert f"on the 3 partition(s) finished since (no write for 3 s): predicted {end['predicted']['end_files']} files" in shown
+    assert f"realised {files} files" in shown and "judged on what the table did (missed by" in shown

@@ -222,6 +222,7 @@ async function tablePage(main) {
   const s = t.suggested_tuning;
   if (s) {
     const fig = (f) => `${f.mean_live_files.toFixed(1)} live files, WA ${f.write_amplification.toFixed(2)}`;
+    const endLayout = (x) => `${num(x.end_files)} files, ${x.end_excess_mse_mib2.toFixed(1)} MiB²`;
     main.append(el("div", {class: "panel", "data-testid": "suggestion"},
       el("h2", {}, "Suggested tuning (AutoAnalyze)"),
       el("p", {}, (s.tuning.price ? `the priced rule at price ${s.tuning.price}, ` : "") +
@@ -254,7 +255,12 @@ async function tablePage(main) {
         `${s.check.realised.mean_live_files === null ? "–" : s.check.realised.mean_live_files.toFixed(1)} live files, ` +
         `WA ${s.check.realised.write_amplification === null ? "–" : s.check.realised.write_amplification.toFixed(2)}` +
         (s.live_files_bias > 1 ? `; so this suggestion's file goal is judged on ${s.live_files_bias.toFixed(3)}× ` +
-          `the live files its replay predicts` : "")) : null));
+          `the live files its replay predicts` : "") +
+        (s.check.end ? `; on the ${num(s.check.end.partitions)} partitions finished since: predicted ` +
+          `${endLayout(s.check.end.predicted)}, realised ${endLayout(s.check.end.realised)}, bin-pack's replay ` +
+          `${endLayout(s.check.end.baseline)}` : "") +
+        (s.end_in_force === null || s.end_in_force === undefined ? "" : `; the tuning in force's end layout judged ` +
+          `on what the table did (${s.end_in_force === 0 ? "held" : `missed by ${(100 * s.end_in_force).toFixed(0)} %`})`)) : null));
   }
   main.append(el("h2", {}, "Latest actions: before and after"));
   const withPlans = t.actions.filter((a) => a.before_after);
