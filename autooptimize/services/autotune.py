@@ -28,7 +28,9 @@ the tuning in force, beside what the table did, with their relative error; recor
 suggestion (``check``), in the audit log (``table.tuning_checked``), and shown by ``whatif --suggest``
 and the console. Where the table kept more live files than that replay said, the new suggestion's file
 goal is judged with that margin: the largest of what the table's last three checks ask
-(``domain.suggest.live_files_margin``, recorded as ``live_files_bias``).
+(``domain.suggest.live_files_margin``, recorded as ``live_files_bias``). The check also sets the end layout
+of the partitions the table finished since beside the replay's (:mod:`~autooptimize.services.end_check`),
+and the tuning in force's end layout is judged on the table's (``domain.suggest.end_in_force``).
 """
 
 from __future__ import annotations
