@@ -38,7 +38,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -83,7 +83,7 @@ from autooptimize.services.output_models import (
 )
 from autooptimize.services.tracking import tuning_in_force_since
 from autooptimize.storage.db import session_scope
-from autooptimize.storage.models import AuditLog, TrackedTable
+from autooptimize.storage.models import Action, AuditLog, TrackedTable
 from autooptimize.storage.repositories import audit, now, tracked_table, tracked_tables
 from spark_actors.session import get_session
 
@@ -179,6 +179,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
         borrowed = borrowed_output_model(session, row.id if row is not None else None) if not model.commits else None
         recorded = (row.suggested_tuning or {}).get("output_calibration") if row is not None else None
         earlier = earlier_checks(session, row.id) if row is not None else []
+        busy = open_action_partitions(session, row.id) if row is not None else set()
     model, calibration, calibration_failed = choose_output_model(settings, table, model, borrowed, recorded,
                                                                  current.target, spark)
     # the previous suggestion's time: what the table did since, under the tuning in force, against the
@@ -187,7 +188,8 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     lag = learned.timer_lag
     check = (check_prediction(table, current, int(last_at.timestamp() * 1000), latency, output_ratio=ratio,
                               history=(writes, start_ms), start_delay=start_delay, timer_lag=lag,
-                              file_overhead=overhead, pace=pace, first_ratio=model.first_ratio) if last_at else None)
+                              file_overhead=overhead, pace=pace, first_ratio=model.first_ratio, busy=busy)
+             if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
@@ -237,6 +239,13 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     return out
 
 
+def open_action_partitions(session: Session, table_id: int) -> set[tuple[int | None, str | None]]:
+    """The ``(spec_id, partition_key)`` of the table's actions still queued or running (``(None, None)``: one
+    for every partition): a check leaves those partitions out of the end layout, as not finished yet."""
+    return {(a.spec_id, a.partition_key) for a in session.scalars(
+        select(Action).where(Action.table_id == table_id, Action.state.in_(("queued", "running"))))}
+
+
 def earlier_checks(session: Session, table_id: int) -> list[dict[str, Any]]:
     """The table's checks before this one, newest first (``table.tuning_checked`` in the audit log), as many as
     :data:`~autooptimize.domain.suggest.MARGIN_CHECKS` leaves room for beside the new one."""
@@ -280,12 +289,15 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
                      history: tuple[list[Write], int] | None = None,
                      start_delay: float | None = None, timer_lag: float = 0.0,
                      file_overhead: int | None = None, pace: SizePace | None = None,
-                     first_ratio: float = 1.0, now_ms: int | None = None) -> dict[str, Any] | None:
+                     first_ratio: float = 1.0, now_ms: int | None = None,
+                     busy: Collection[tuple[int | None, str | None]] = ()) -> dict[str, Any] | None:
     """What the simulator predicts for the writer commits since ``since_ms`` under ``tuning`` (the whole
     history replayed, the figures counted from ``since_ms`` on) beside what the table did in the same
     time (:func:`realised_since`), and the relative error of write amplification and mean live files;
     and, under ``end``, the end layout on the partitions the table has finished by ``now_ms`` (None: now),
-    as the replay, the bin-pack's replay and the table have it (:mod:`~autooptimize.services.end_check`).
+    as the replay, the bin-pack's replay and the table have it (:mod:`~autooptimize.services.end_check`),
+    less the partitions in ``busy`` (``(spec_id, partition_key)`` of actions still queued or running; a
+    ``partition_key`` None: every partition).
     None when fewer than ``min_commits`` writer commits landed since. ``history``: the table's writes and
     the time of its first (as :func:`table_writes` returns them), when the caller has read them already;
     ``start_delay``, ``timer_lag``, ``file_overhead``, ``first_ratio`` and ``pace`` as ``simulate_policy``'s. The prediction is the mean
@@ -298,6 +310,9 @@ def check_prediction(table: Table, tuning: PolicyTuning, since_ms: int, latency:
     now = ((time.time() * 1000 if now_ms is None else now_ms) - start_ms) / 1000
     after = finish_after(tuning, latency)
     finished = finished_partitions(writes, measure_from, now, after)
+    if any(key is None for _, key in busy):
+        finished = set()
+    finished -= {_partition(table, spec_id, key) for spec_id, key in busy if spec_id is not None and key is not None}
     replayed = simulate_on_clock(writes, tuning, latency, timer_lag=timer_lag, measure_from=measure_from,
                                  output_ratio=output_ratio, start_delay=start_delay, file_overhead=file_overhead,
                                  pace=pace, first_ratio=first_ratio, end_parts=finished)

@@ -3,7 +3,8 @@
 A replay ends once every partition has gone cold and been finished; the table is checked while it is written.
 So the check compares the end layout only on the partitions the table has finished: written to since the
 tuning in force was set, and not since for longer than that tuning's cold-after time plus two merges' latency
-and :data:`FINISH_SLACK_SECONDS`. On those the replay's end layout, the bin-pack's replay of the same writes,
+and :data:`FINISH_SLACK_SECONDS`, and with no action of ours queued or running on it (a finish held back by a
+budget or a tenant's cap is not the tuning's end layout). On those the replay's end layout, the bin-pack's replay of the same writes,
 and the files the table holds now are set side by side, each with how far it misses the end goal
 (``domain.goals.end_shortfall``).
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS
 from autooptimize.domain.suggest import MAX_LIVE_FILES_BIAS
@@ -429,8 +429,8 @@ def test_the_timer_lag_is_learned_from_the_merges_a_settle_or_cold_moment_prompt
 def test_the_check_sets_the_end_layout_of_the_finished_partitions_beside_the_replays(settings, catalog, monkeypatch,
                                                                                      capsys):
     """The check puts the end layout of the partitions written since and finished (not written for the tuning's
-    cold-after time and two merges' latency) beside the replay's and the bin-pack replay's, and the search
-    judges the tuning in force's end layout on what the table did."""
+    cold-after time and two merges' latency, no action of ours queued or running on it) beside the replay's and
+    the bin-pack replay's, and the search judges the tuning in force's end layout on what the table did."""
     import datetime as dt
 
     from autooptimize.cli.actions import print_check
@@ -442,14 +442,14 @@ def test_the_check_sets_the_end_layout_of_the_finished_partitions_beside_the_rep
     from tests.integration.tables import key_of
 
     monkeypatch.setattr(end_check, "FINISH_SLACK_SECONDS", 0.0)  # finished 3 s + 2 × 0.2 s after its last write
-    day3, day4 = dt.date(2026, 1, 3), dt.date(2026, 1, 4)
+    day3, day4, day5 = dt.date(2026, 1, 3), dt.date(2026, 1, 4), dt.date(2026, 1, 5)
     table = make_table(catalog, {DAY1: 2}, rows=20, name="end_check")
     name = identifier(table)
     tracking.track(settings, name, target_file_size="1MiB")
     time.sleep(1.1)
     tracking.track(settings, name, cold_after_seconds=3.0)  # the tuning in force, and the check's window, from here
     first = 10_000
-    for day in (DAY1, DAY2, day3):
+    for day in (DAY1, DAY2, day3, day5):
         for _ in range(4):
             table.append(batch(first, 20, day))
             first += 20
@@ -457,6 +457,7 @@ def test_the_check_sets_the_end_layout_of_the_finished_partitions_beside_the_rep
     local = settings.model_copy(update={"rewrite_engine": "local"})
     merged = actions.execute(local, actions.submit(local, name, partition="day=2026-01-02", dispatch=False), spark=None)
     assert merged["state"] == "succeeded"
+    queued = actions.submit(local, name, partition="day=2026-01-03", dispatch=False)  # not finished while queued
     time.sleep(3.6)
     table.append(batch(first, 20, day4))  # still being written: not finished
 
@@ -467,9 +468,10 @@ def test_the_check_sets_the_end_layout_of_the_finished_partitions_beside_the_rep
     assert out["check"]["tuning"]["cold_after_seconds"] == 3.0
     assert finish_after(PolicyTuning(1 << 20, cold_after_seconds=3.0), 0.2) == pytest.approx(3.4)
     parts = live_partitions(catalog.load_table(name))
-    finished = [[f.size for f in pf.data_files] for (_, key), pf in parts.items() if key != key_of(day4)]
+    finished = [[f.size for f in pf.data_files] for (_, key), pf in parts.items() if key not in (key_of(day3),
+                                                                                                   key_of(day4))]
     files, excess = end_layout(finished, 1 << 20)
-    assert files == 6 + 1 + 4  # DAY1 as written (2 + 4), DAY2 merged into one, DAY3 as written
+    assert files == 6 + 1 + 4  # DAY1 as written (2 + 4), DAY2 merged into one, day 5 as written
     assert end["realised"] == {"end_files": files, "end_excess_mse_mib2": pytest.approx(excess / (1 << 40))}
     assert end["baseline"]["end_files"] == 3  # the bin-pack leaves one file in each
     assert end["predicted"]["end_files"] < files  # the replay finished the cold partitions; nothing ran here
@@ -480,3 +482,6 @@ def test_the_check_sets_the_end_layout_of_the_finished_partitions_beside_the_rep
     shown = capsys.readouterr().out
     assert f"on the 3 partition(s) finished since (no write for 3 s): predicted {end['predicted']['end_files']} files" in shown
     assert f"realised {files} files" in shown and "judged on what the table did (missed by" in shown
+    with session_scope(settings) as session:  # the queued action would otherwise wait for a dispatcher
+        session.execute(text("UPDATE ao_actions SET state = 'failed', reason = 'test_isolation' WHERE id = :id"),
+                        {"id": queued})
