@@ -81,6 +81,7 @@ from autooptimize.services.output_models import (
     learned_output_model,
     main_snapshots,
 )
+from autooptimize.services.sizing import REWRITE_KINDS
 from autooptimize.services.tracking import tuning_in_force_since
 from autooptimize.storage.db import session_scope
 from autooptimize.storage.models import Action, AuditLog, TrackedTable
@@ -240,10 +241,12 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
 
 
 def open_action_partitions(session: Session, table_id: int) -> set[tuple[int | None, str | None]]:
-    """The ``(spec_id, partition_key)`` of the table's actions still queued or running (``(None, None)``: one
-    for every partition): a check leaves those partitions out of the end layout, as not finished yet."""
+    """The ``(spec_id, partition_key)`` of the table's rewrites of data files (``sizing.REWRITE_KINDS``) still
+    queued or running (``(None, None)``: one for every partition): a check leaves those partitions out of the
+    end layout, as not finished yet."""
     return {(a.spec_id, a.partition_key) for a in session.scalars(
-        select(Action).where(Action.table_id == table_id, Action.state.in_(("queued", "running"))))}
+        select(Action).where(Action.table_id == table_id, Action.kind.in_(REWRITE_KINDS),
+                             Action.state.in_(("queued", "running"))))}
 
 
 def earlier_checks(session: Session, table_id: int) -> list[dict[str, Any]]:
