@@ -27,7 +27,11 @@ END_EXCESS_SLACK = 1 << 40
 
 def end_excess_limit(base: Figures) -> float:
     """The most excess MSE at the end the goal allows beside the bin-pack's ``base``."""
-    return 1.1 * base.end_excess_mse + END_EXCESS_SLACK
+    return _excess_limit(base.end_excess_mse)
+
+
+def _excess_limit(base_excess_mse: float) -> float:
+    return 1.1 * base_excess_mse + END_EXCESS_SLACK
 
 
 def end_layout_holds(f: Figures, base: Figures) -> bool:
@@ -39,5 +43,5 @@ def end_shortfall(files: int, excess_mse: float, base_files: int, base_excess_ms
     """How far an end layout of ``files`` and ``excess_mse`` misses the goal beside the bin-pack's, summed as
     fractions: files over 1.1× (none when the bin-pack ended with none), excess MSE over 1.1× (+ 1 MiB²)."""
     over_files = files / (1.1 * base_files) - 1 if base_files else 0.0
-    over_excess = excess_mse / (1.1 * base_excess_mse + END_EXCESS_SLACK) - 1
+    over_excess = excess_mse / _excess_limit(base_excess_mse) - 1
     return max(0.0, over_files) + max(0.0, over_excess)

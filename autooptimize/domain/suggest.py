@@ -208,8 +208,11 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     results += [replay(t) for t in _absorbing([(t, judged(f)) for t, f in results], base)]
     defaults = next(f for t, f in results if t == default)
 
+    def end_of(t: PolicyTuning) -> float | None:  # the table's own end shortfall stands for its tuning in force's
+        return end_in_force if t == default else None
+
     def rank(t: PolicyTuning, f: Figures) -> tuple[int, float, int]:
-        return _rank(judged(f), base, end_in_force if t == default else None)
+        return _rank(judged(f), base, end_of(t))
     tuning, fig = min(results, key=lambda tf: rank(*tf))  # the first of equals: the defaults first
     if timer_every:
 
@@ -221,8 +224,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
         defaults = fig if tuning == default else on_clock(default)
         if rank(default, defaults) <= rank(tuning, fig):  # found on one phase, no better over all
             tuning, fig = default, defaults
-    meets = _meets(judged(fig), base, end_in_force if tuning == default else None)
-    return Suggestion(tuning, fig, base, defaults, meets, len(results), live_files_bias, end_in_force)
+    return Suggestion(tuning, fig, base, defaults, _meets(judged(fig), base, end_of(tuning)), len(results),
+                      live_files_bias, end_in_force)
 
 
 def _absorbing(results: Sequence[tuple[PolicyTuning, Figures]], base: Figures) -> list[PolicyTuning]:
