@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 from typing import Any
 
@@ -308,7 +309,14 @@ def print_check(out: dict[str, Any]) -> None:
                   f"{layout(end['realised'])}, bin-pack's replay {layout(end['baseline'])}")
     if out.get("end_in_force") is not None:
         verdict = "held" if out["end_in_force"] == 0 else f"missed by {out['end_in_force']:.0%}"
-        print(f"the tuning in force's end layout is judged on what the table did ({verdict}), not on its replay")
+        since = out.get("end_checked_since_ms")
+        earlier = "" if since is None or (check and check.get("since_ms") == since) else (
+            f", as the check of the commits since {_iso_ms(since)} saw it")
+        print(f"the tuning in force's end layout is judged on what the table did ({verdict}{earlier}), not on its replay")
+
+
+def _iso_ms(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
 
 
 def _fmt(value: float | None, fmt: str) -> str:

@@ -29,8 +29,8 @@ from autooptimize.domain.simulate import (
     simulate_policy,
 )
 
-__all__ = ["ABSORB_TRIED", "MARGIN_CHECKS", "MAX_LIVE_FILES_BIAS", "MIN_END_PARTITIONS", "SUGGEST_COLD_AFTER",
-           "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "end_in_force", "live_files_bias",
+__all__ = ["ABSORB_TRIED", "END_CHECKS", "MARGIN_CHECKS", "MAX_LIVE_FILES_BIAS", "MIN_END_PARTITIONS", "SUGGEST_COLD_AFTER",
+           "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "end_check_of", "end_in_force", "live_files_bias",
            "live_files_margin", "shortfall", "suggest_tuning"]
 
 #: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
@@ -115,6 +115,26 @@ def end_in_force(check: Mapping[str, object] | None) -> float | None:
     if end["partitions"] < MIN_END_PARTITIONS or not isinstance(value, int | float) or value < 0:
         return None
     return float(value)
+
+
+#: The most checks on record :func:`end_check_of` looks back through for one that saw the tuning in force finish
+#: partitions.
+END_CHECKS = 8
+
+
+def end_check_of(checks: Sequence[Mapping[str, object] | None], tuning: PolicyTuning) -> Mapping[str, object] | None:
+    """The newest of ``checks`` (newest first, the first :data:`END_CHECKS` looked at) that checked ``tuning``
+    (``check["tuning"]``) and saw at least :data:`MIN_END_PARTITIONS` partitions finished: the table's own
+    end layout under that tuning (:func:`end_in_force`). A check of fewer commits, or one that saw too few
+    partitions finished, does not undo what an earlier check of the same tuning saw: a second ``whatif
+    --suggest`` right after a first one checks no commits, and on m06 it judged the tuning in force on its
+    replay's end layout again (25.4 MiB², limit 18.8) where the table had held it (13.9) and suggested
+    another tuning, which rewrote more bytes. None when no check qualifies (the replay's stands)."""
+    want = tuning.as_dict()
+    for check in checks[:END_CHECKS]:
+        if check and check.get("tuning") == want and end_in_force(check) is not None:
+            return check
+    return None
 
 
 def _meets(f: Figures, base: Figures, end: float | None = None) -> bool:

@@ -30,7 +30,8 @@ and the console. Where the table kept more live files than that replay said, the
 goal is judged with that margin: the largest of what the table's last three checks ask
 (``domain.suggest.live_files_margin``, recorded as ``live_files_bias``). The check also sets the end layout
 of the partitions the table finished since beside the replay's (:mod:`~autooptimize.services.end_check`),
-and the tuning in force's end layout is judged on the table's (``domain.suggest.end_in_force``).
+and the tuning in force's end layout is judged on the table's: this check's, or the newest earlier check of
+the same tuning that saw partitions finished (``domain.suggest.end_check_of``).
 """
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS, simulate_on_clock
 from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write, simulate_baseline
 from autooptimize.domain.suggest import (
+    END_CHECKS,
     MARGIN_CHECKS,
     SUGGEST_COLD_AFTER,
     Suggestion,
     candidate_tunings,
+    end_check_of,
     end_in_force,
     live_files_margin,
     suggest_tuning,
@@ -192,11 +195,12 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
                               file_overhead=overhead, pace=pace, first_ratio=model.first_ratio, busy=busy)
              if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
+    ended = end_check_of([check, *earlier], current)  # the newest check that saw this tuning finish partitions
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
                             timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead, pace=pace,
                             live_files_bias=live_files_margin([check, *earlier]),  # what its recent checks ask
-                            first_ratio=model.first_ratio, end_in_force=end_in_force(check))
+                            first_ratio=model.first_ratio, end_in_force=end_in_force(ended))
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"], out["file_overhead"], out["output_commits"] = ratio, overhead, model.commits
@@ -214,6 +218,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out["timer_lag_learned"] = learned.timer_merges >= MIN_LATENCY_ACTIONS
     out["listener_pass_seconds"], out["clock_phases"] = LISTENER_PASS_SECONDS, CLOCK_PHASES
     out["check"] = check
+    out["end_checked_since_ms"] = ended["since_ms"] if ended else None  # the check end_in_force is from
     out["margin_checks"] = sum(1 for c in [check, *earlier][:MARGIN_CHECKS] if c)  # the checks the margin weighed
     applied = False
     if record or apply:
@@ -251,10 +256,11 @@ def open_action_partitions(session: Session, table_id: int) -> set[tuple[int | N
 
 def earlier_checks(session: Session, table_id: int) -> list[dict[str, Any]]:
     """The table's checks before this one, newest first (``table.tuning_checked`` in the audit log), as many as
-    :data:`~autooptimize.domain.suggest.MARGIN_CHECKS` leaves room for beside the new one."""
+    :data:`~autooptimize.domain.suggest.MARGIN_CHECKS` and :data:`~autooptimize.domain.suggest.END_CHECKS` leave
+    room for beside the new one."""
     return [e.detail for e in session.scalars(
         select(AuditLog).where(AuditLog.table_id == table_id, AuditLog.event == "table.tuning_checked")
-        .order_by(AuditLog.at.desc(), AuditLog.id.desc()).limit(MARGIN_CHECKS - 1))]
+        .order_by(AuditLog.at.desc(), AuditLog.id.desc()).limit(max(MARGIN_CHECKS, END_CHECKS) - 1))]
 
 
 def realised_since(table: Table, since_ms: int | None = None) -> dict[str, Any]:

@@ -266,6 +266,8 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
             + f"; so this suggestion's file goal is judged on {_to_fixed(suggestion['live_files_bias'], 3)}× the "
             "live files its replay predicts"), \
             _card(driver, "suggestion-check")
+        assert suggestion["end_in_force"] is None  # no partition finished in the check: no end card
+        assert driver.execute_script("return document.querySelector(`[data-testid='suggestion-end']`)") is None
         edges = power_of_two_edges(every, 1024 * 1024)
         assert _histogram(driver, "hist-table") == {"table": list(size_histogram(every, edges).counts)}
         assert len(_cells(driver, "partitions", "partition")) == len(DAYS)
@@ -279,6 +281,18 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
         assert _histogram(driver, f"ba-{merge.id}") == {"before": list(size_histogram(before, ba_edges).counts),
                                                         "after": list(size_histogram(after, ba_edges).counts)}
         assert sum(size_histogram(before, ba_edges).counts) == merge.files_in
+
+        # a suggestion made with no check of its own judges the tuning in force's end layout on an earlier check
+        since = 1_796_152_806_000
+        with session_scope(settings) as session:
+            row = tracked_table(session, settings.catalog, name)
+            row.suggested_tuning = {**row.suggested_tuning, "check": None, "end_in_force": 0.25,
+                                    "end_checked_since_ms": since}
+        _open(driver, base, f"/tables/{name}", "table-end-in-force")
+        assert _card(driver, "suggestion-end") == (
+            "the tuning in force's end layout judged on what the table did (missed by 25 %, as the check of the "
+            f"commits since {dt.datetime.fromtimestamp(since / 1000, dt.UTC).isoformat(timespec='milliseconds')[:-6]}Z "
+            "saw it), not on its replay")
 
         _open(driver, base, "/actions", "actions")
         # the service under test keeps working (beat's hygiene sweep may queue actions of other tables):

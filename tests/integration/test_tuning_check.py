@@ -482,6 +482,12 @@ def test_the_check_sets_the_end_layout_of_the_finished_partitions_beside_the_rep
     shown = capsys.readouterr().out
     assert f"on the 3 partition(s) finished since (no write for 3 s): predicted {end['predicted']['end_files']} files" in shown
     assert f"realised {files} files" in shown and "judged on what the table did (missed by" in shown
+    again = suggest(settings, name, min_commits=10, latency=0.2)  # right after: no commit since, no check
+    assert again["check"] is None and again["end_checked_since_ms"] == out["check"]["since_ms"]
+    assert again["end_in_force"] == out["end_in_force"]  # what the newest check of the tuning in force saw
+    print_check(again)
+    shown = capsys.readouterr().out
+    assert "judged on what the table did (missed by" in shown and ", as the check of the commits since 20" in shown
     with session_scope(settings) as session:  # the queued action would otherwise wait for a dispatcher
         session.execute(text("UPDATE ao_actions SET state = 'failed', reason = 'test_isolation' WHERE id = :id"),
                         {"id": queued})

@@ -14,7 +14,14 @@ from autooptimize.domain.entropy import best_layout, end_layout
 from autooptimize.domain.goals import END_EXCESS_SLACK, end_shortfall
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.simulate import Write, simulate_baseline, simulate_policy
-from autooptimize.domain.suggest import MIN_END_PARTITIONS, candidate_tunings, end_in_force, suggest_tuning
+from autooptimize.domain.suggest import (
+    END_CHECKS,
+    MIN_END_PARTITIONS,
+    candidate_tunings,
+    end_check_of,
+    end_in_force,
+    suggest_tuning,
+)
 from autooptimize.services.end_check import FINISH_SLACK_SECONDS, finish_after, finished_partitions
 from benchmarks.policy_sim import family_writes
 from benchmarks.trace_family import member
@@ -77,6 +84,27 @@ def _end(partitions: object, realised: object) -> dict[str, object]:
 ])
 def test_the_end_in_force_is_the_checks_realised_shortfall_on_enough_finished_partitions(check, value):
     assert end_in_force(check) == value
+
+
+def test_the_end_in_force_comes_from_the_newest_check_of_the_same_tuning_that_saw_partitions_finished():
+    """A second ``whatif --suggest`` right after a first checks no commits (no check), and a check of a short
+    window may see no partition finished: neither undoes what the newest check of the tuning in force saw."""
+    in_force, other = PolicyTuning(32 * MiB, price=32, cold_after_seconds=300.0), PolicyTuning(32 * MiB)
+
+    def check(tuning: PolicyTuning, partitions: object, realised: float, since: int) -> dict[str, object]:
+        return {**_end(partitions, realised), "tuning": tuning.as_dict(), "since_ms": since}
+    held, missed = check(in_force, 5, 0.0, 3), check(in_force, 4, 0.4, 1)
+    few, elsewhere = check(in_force, MIN_END_PARTITIONS - 1, 0.9, 4), check(other, 5, 0.7, 5)
+    assert end_check_of([None, held, missed], in_force) is held  # no check of its own now: the newest on record
+    assert end_check_of([elsewhere, few, held, missed], in_force) is held  # another tuning's; too few finished
+    assert end_check_of([missed, held], in_force) is missed  # the newest that qualifies, whatever it says
+    assert end_check_of([elsewhere, few, {"tuning": in_force.as_dict(), "end": None}], in_force) is None
+    assert end_check_of([elsewhere], other) is elsewhere and end_check_of([held], other) is None
+    assert end_check_of([*[None] * (END_CHECKS - 1), held], in_force) is held
+    assert end_check_of([*[None] * END_CHECKS, held], in_force) is None  # looked back END_CHECKS checks at most
+    stored = {**held, "tuning": {**in_force.as_dict(), "cold_after_seconds": 300}}  # JSON may give back an int
+    assert end_check_of([stored], in_force) is stored
+    assert end_in_force(end_check_of([None, missed], in_force)) == 0.4
 
 
 def _search(writes, default, cands, **kw):

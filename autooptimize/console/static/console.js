@@ -258,9 +258,13 @@ async function tablePage(main) {
           `the live files its replay predicts` : "") +
         (s.check.end ? `; on the ${num(s.check.end.partitions)} partitions finished since: predicted ` +
           `${endLayout(s.check.end.predicted)}, realised ${endLayout(s.check.end.realised)}, bin-pack's replay ` +
-          `${endLayout(s.check.end.baseline)}` : "") +
-        (s.end_in_force === null || s.end_in_force === undefined ? "" : `; the tuning in force's end layout judged ` +
-          `on what the table did (${s.end_in_force === 0 ? "held" : `missed by ${(100 * s.end_in_force).toFixed(0)} %`})`)) : null));
+          `${endLayout(s.check.end.baseline)}` : "")) : null,
+      s.end_in_force === null || s.end_in_force === undefined ? null : el("p", {"data-testid": "suggestion-end"},
+        `the tuning in force's end layout judged on what the table did (` +
+        (s.end_in_force === 0 ? "held" : `missed by ${(100 * s.end_in_force).toFixed(0)} %`) +
+        (s.end_checked_since_ms && !(s.check && s.check.since_ms === s.end_checked_since_ms)
+          ? `, as the check of the commits since ${new Date(s.end_checked_since_ms).toISOString()} saw it` : "") +
+        "), not on its replay")));
   }
   main.append(el("h2", {}, "Latest actions: before and after"));
   const withPlans = t.actions.filter((a) => a.before_after);
