@@ -313,6 +313,12 @@ def print_check(out: dict[str, Any]) -> None:
         earlier = "" if since is None or (check and check.get("since_ms") == since) else (
             f", as the check of the commits since {_iso_ms(since)} saw it")
         print(f"the tuning in force's end layout is judged on what the table did ({verdict}{earlier}), not on its replay")
+    if out.get("live_in_force") is not None:
+        since = out.get("live_checked_since_ms")
+        earlier = "" if since is None or (check and check.get("since_ms") == since) else (
+            f", as the check of the commits since {_iso_ms(since)} saw it")
+        print(f"the tuning in force's live files are judged on what the table kept: {out['live_in_force']:.3f}× "
+              f"its replay's{earlier}")
 
 
 def _iso_ms(ms: int) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from autooptimize.domain.goals import (
@@ -29,8 +29,8 @@ from autooptimize.domain.simulate import (
     simulate_policy,
 )
 
-__all__ = ["ABSORB_TRIED", "END_CHECKS", "MARGIN_CHECKS", "MAX_LIVE_FILES_BIAS", "MIN_END_PARTITIONS", "SUGGEST_COLD_AFTER",
-           "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "end_check_of", "end_in_force", "live_files_bias",
+__all__ = ["ABSORB_TRIED", "END_CHECKS", "IN_FORCE_COMMITS", "MARGIN_CHECKS", "MAX_LIVE_FILES_BIAS", "MIN_END_PARTITIONS", "SUGGEST_COLD_AFTER",
+           "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "end_check_of", "end_in_force", "live_check_of", "live_error", "live_files_bias",
            "live_files_margin", "shortfall", "suggest_tuning"]
 
 #: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
@@ -59,12 +59,13 @@ class Suggestion:
     tried: int
     live_files_bias: float = 1.0  # the goal was judged on the predicted live files times this
     end_in_force: float | None = None  # the tuning in force's end layout was judged on this shortfall, not its replay
+    live_in_force: float | None = None  # the tuning in force's live files were judged on its replay's times this
 
     def as_dict(self) -> dict[str, object]:
         return {"tuning": self.tuning.as_dict(), "predicted": self.predicted.as_dict(),
                 "baseline": self.baseline.as_dict(), "defaults": self.defaults.as_dict(),
                 "meets_goal": self.meets_goal, "tried": self.tried, "live_files_bias": self.live_files_bias,
-                "end_in_force": self.end_in_force}
+                "end_in_force": self.end_in_force, "live_in_force": self.live_in_force}
 
 
 def live_files_bias(check: Mapping[str, object] | None) -> float:
@@ -76,13 +77,8 @@ def live_files_bias(check: Mapping[str, object] | None) -> float:
     service was stopped, or the table paused or out of budget, which says nothing of the replay).
     On m03 a suggestion predicted at 0.95× the bin-pack's files kept 1.06× live, where the replay of its own
     commits said 0.99×."""
-    error = check.get("relative_error") if check else None
-    realised = check.get("realised") if check else None
-    value = error.get("mean_live_files") if isinstance(error, Mapping) else None
-    merged = realised.get("bytes_rewritten") if isinstance(realised, Mapping) else None
-    if not isinstance(value, int | float) or not value > 0 or not isinstance(merged, int) or merged <= 0:
-        return 1.0
-    return min(MAX_LIVE_FILES_BIAS, 1.0 + float(value))
+    value = live_error(check)
+    return 1.0 if value is None or value <= 0 else min(MAX_LIVE_FILES_BIAS, 1.0 + value)
 
 
 #: A table's margin is the largest its last this many checks asked.
@@ -130,9 +126,48 @@ def end_check_of(checks: Sequence[Mapping[str, object] | None], tuning: PolicyTu
     --suggest`` right after a first one checks no commits, and on m06 it judged the tuning in force on its
     replay's end layout again (25.4 MiB², limit 18.8) where the table had held it (13.9) and suggested
     another tuning, which rewrote more bytes. None when no check qualifies (the replay's stands)."""
+    return _newest_of(checks, tuning, lambda c: end_in_force(c) is not None)
+
+
+#: The fewest writer commits a check must have seen for the tuning in force's live files to be judged on
+#: what the table kept (:func:`live_check_of`; fewer when the history replayed is shorter).
+IN_FORCE_COMMITS = 100
+
+
+def live_check_of(checks: Sequence[Mapping[str, object] | None], tuning: PolicyTuning,
+                  commits: int = IN_FORCE_COMMITS) -> Mapping[str, object] | None:
+    """The newest of ``checks`` (as :func:`end_check_of`'s) that checked ``tuning`` over at least ``commits``
+    writer commits in which the service merged (:func:`live_files_bias`'s conditions): the search judges the
+    tuning in force's mean live files on its replay's times ``1 +`` that check's relative error, what the
+    table kept beside what the replay of the same commits said, below 1 as well as above. Every other
+    tuning keeps the margin, which only tightens. On m01 a tuning kept 0.991× the bin-pack's files live
+    where its replay of the same writes said 1.052×, over the goal's 1.05×: the search left it for a
+    neighbour, whose own run's replay then sent it back, a loop that did not settle. None when no check
+    qualifies (the replay's, times the margin, stands)."""
+    def enough(c: Mapping[str, object]) -> bool:
+        n = c.get("commits")
+        return isinstance(n, int) and n >= commits and live_error(c) is not None
+    return _newest_of(checks, tuning, enough)
+
+
+def live_error(check: Mapping[str, object] | None) -> float | None:
+    """How much more (above 0) or fewer (below) mean live files the table kept than the replay of the same
+    commits said (``check["relative_error"]["mean_live_files"]``); None without a check, or where nothing
+    merged the table in the checked time (:func:`live_files_bias`'s reasons)."""
+    error = check.get("relative_error") if check else None
+    realised = check.get("realised") if check else None
+    value = error.get("mean_live_files") if isinstance(error, Mapping) else None
+    merged = realised.get("bytes_rewritten") if isinstance(realised, Mapping) else None
+    if not isinstance(value, int | float) or not value > -1 or not isinstance(merged, int) or merged <= 0:
+        return None
+    return float(value)
+
+
+def _newest_of(checks: Sequence[Mapping[str, object] | None], tuning: PolicyTuning,
+               ok: Callable[[Mapping[str, object]], bool]) -> Mapping[str, object] | None:
     want = tuning.as_dict()
     for check in checks[:END_CHECKS]:
-        if check and check.get("tuning") == want and end_in_force(check) is not None:
+        if check and check.get("tuning") == want and ok(check):
             return check
     return None
 
@@ -189,7 +224,7 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                    timer_lag: float = 0.0, timer_every: float = 0.0,
                    file_overhead: int | None = None, pace: SizePace | None = None,
                    live_files_bias: float = 1.0, first_ratio: float = 1.0,
-                   end_in_force: float | None = None) -> Suggestion:
+                   end_in_force: float | None = None, live_in_force: float | None = None) -> Suggestion:
     """The candidate tuning that rewrites the fewest bytes over ``writes`` while its mean live files stay
     within :data:`LIVE_FILES_GOAL` × the bin-pack's and its end files within 10 % (the file goal); when
     none does, the one that misses the goals by least (:func:`shortfall`, write amplification included,
@@ -206,14 +241,19 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     mean live files times it, for a table whose replays have kept fewer files than the table did; the
     figures returned stay the replay's own. ``end_in_force`` (:func:`end_in_force`): how far the table's end
     layout under ``default`` (the tuning in force) missed the end goal; ``default``'s end layout is judged on
-    it instead of on its replay (None: on the replay)."""
+    it instead of on its replay (None: on the replay). ``live_in_force`` (above 0; ``1 +`` :func:`live_error`
+    of :func:`live_check_of`): ``default``'s mean live files are judged on its replay's times this, what the
+    table kept under it beside its replay, instead of times ``live_files_bias`` (None: the margin)."""
     if not writes:
         raise ValueError("suggest_tuning needs at least one write in the history")
     if not 1.0 <= live_files_bias <= MAX_LIVE_FILES_BIAS:
         raise ValueError(f"live_files_bias must be within [1, {MAX_LIVE_FILES_BIAS:g}], got {live_files_bias!r}")
+    if live_in_force is not None and not 0 < live_in_force <= MAX_LIVE_FILES_BIAS:
+        raise ValueError(f"live_in_force must be within (0, {MAX_LIVE_FILES_BIAS:g}], got {live_in_force!r}")
 
-    def judged(f: Figures) -> Figures:
-        return dataclasses.replace(f, mean_live_files=f.mean_live_files * live_files_bias)
+    def judged(t: PolicyTuning, f: Figures) -> Figures:  # the tuning in force on what the table kept, if known
+        factor = live_in_force if t == default and live_in_force is not None else live_files_bias
+        return dataclasses.replace(f, mean_live_files=f.mean_live_files * factor)
 
     cands = list(candidates) if candidates is not None else candidate_tunings(default)
     if default not in cands:
@@ -225,14 +265,14 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
                                   timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead,
                                   pace=pace, first_ratio=first_ratio)
     results = [replay(t) for t in cands]
-    results += [replay(t) for t in _absorbing([(t, judged(f)) for t, f in results], base)]
+    results += [replay(t) for t in _absorbing([(t, judged(t, f)) for t, f in results], base)]
     defaults = next(f for t, f in results if t == default)
 
     def end_of(t: PolicyTuning) -> float | None:  # the table's own end shortfall stands for its tuning in force's
         return end_in_force if t == default else None
 
     def rank(t: PolicyTuning, f: Figures) -> tuple[int, float, int]:
-        return _rank(judged(f), base, end_of(t))
+        return _rank(judged(t, f), base, end_of(t))
     tuning, fig = min(results, key=lambda tf: rank(*tf))  # the first of equals: the defaults first
     if timer_every:
 
@@ -244,8 +284,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
         defaults = fig if tuning == default else on_clock(default)
         if rank(default, defaults) <= rank(tuning, fig):  # found on one phase, no better over all
             tuning, fig = default, defaults
-    return Suggestion(tuning, fig, base, defaults, _meets(judged(fig), base, end_of(tuning)), len(results),
-                      live_files_bias, end_in_force)
+    return Suggestion(tuning, fig, base, defaults, _meets(judged(tuning, fig), base, end_of(tuning)), len(results),
+                      live_files_bias, end_in_force, live_in_force)
 
 
 def _absorbing(results: Sequence[tuple[PolicyTuning, Figures]], base: Figures) -> list[PolicyTuning]:

@@ -54,12 +54,15 @@ from autooptimize.domain.replay_clock import CLOCK_PHASES, LISTENER_PASS_SECONDS
 from autooptimize.domain.simulate import LATENCY_SECONDS, TimePartition, Write, simulate_baseline
 from autooptimize.domain.suggest import (
     END_CHECKS,
+    IN_FORCE_COMMITS,
     MARGIN_CHECKS,
     SUGGEST_COLD_AFTER,
     Suggestion,
     candidate_tunings,
     end_check_of,
     end_in_force,
+    live_check_of,
+    live_error,
     live_files_margin,
     suggest_tuning,
 )
@@ -196,11 +199,13 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
              if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
     ended = end_check_of([check, *earlier], current)  # the newest check that saw this tuning finish partitions
+    lived = live_check_of([check, *earlier], current, min(IN_FORCE_COMMITS, len(writes)))
+    kept = 1.0 + live_error(lived) if lived else None  # what the table kept under it, beside its replay
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
                             timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead, pace=pace,
                             live_files_bias=live_files_margin([check, *earlier]),  # what its recent checks ask
-                            first_ratio=model.first_ratio, end_in_force=end_in_force(ended))
+                            first_ratio=model.first_ratio, end_in_force=end_in_force(ended), live_in_force=kept)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
     out["output_ratio"], out["file_overhead"], out["output_commits"] = ratio, overhead, model.commits
@@ -219,6 +224,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out["listener_pass_seconds"], out["clock_phases"] = LISTENER_PASS_SECONDS, CLOCK_PHASES
     out["check"] = check
     out["end_checked_since_ms"] = ended["since_ms"] if ended else None  # the check end_in_force is from
+    out["live_checked_since_ms"] = lived["since_ms"] if lived else None  # the check live_in_force is from
     out["margin_checks"] = sum(1 for c in [check, *earlier][:MARGIN_CHECKS] if c)  # the checks the margin weighed
     applied = False
     if record or apply:

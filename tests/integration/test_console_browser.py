@@ -287,12 +287,16 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
         with session_scope(settings) as session:
             row = tracked_table(session, settings.catalog, name)
             row.suggested_tuning = {**row.suggested_tuning, "check": None, "end_in_force": 0.25,
-                                    "end_checked_since_ms": since}
+                                    "end_checked_since_ms": since, "live_in_force": 0.9416,
+                                    "live_checked_since_ms": since}
         _open(driver, base, f"/tables/{name}", "table-end-in-force")
         assert _card(driver, "suggestion-end") == (
             "the tuning in force's end layout judged on what the table did (missed by 25 %, as the check of the "
             f"commits since {dt.datetime.fromtimestamp(since / 1000, dt.UTC).isoformat(timespec='milliseconds')[:-6]}Z "
             "saw it), not on its replay")
+        assert _card(driver, "suggestion-live").startswith(
+            "the tuning in force's live files judged on what the table kept: 0.942× its replay's, as the check of "
+            "the commits since 20")
 
         _open(driver, base, "/actions", "actions")
         # the service under test keeps working (beat's hygiene sweep may queue actions of other tables):

@@ -437,11 +437,12 @@ def test_the_check_sets_the_end_layout_of_the_finished_partitions_beside_the_rep
     from autooptimize.domain.entropy import end_layout
     from autooptimize.domain.policy import PolicyTuning
     from autooptimize.iceberg.files import live_partitions
-    from autooptimize.services import actions, end_check
+    from autooptimize.services import actions, autotune, end_check
     from autooptimize.services.end_check import finish_after
     from tests.integration.tables import key_of
 
     monkeypatch.setattr(end_check, "FINISH_SLACK_SECONDS", 0.0)  # finished 3 s + 2 × 0.2 s after its last write
+    monkeypatch.setattr(autotune, "IN_FORCE_COMMITS", 10)  # the check's 16 commits are enough to judge live files
     day3, day4, day5 = dt.date(2026, 1, 3), dt.date(2026, 1, 4), dt.date(2026, 1, 5)
     table = make_table(catalog, {DAY1: 2}, rows=20, name="end_check")
     name = identifier(table)
@@ -485,9 +486,13 @@ def test_the_check_sets_the_end_layout_of_the_finished_partitions_beside_the_rep
     again = suggest(settings, name, min_commits=10, latency=0.2)  # right after: no commit since, no check
     assert again["check"] is None and again["end_checked_since_ms"] == out["check"]["since_ms"]
     assert again["end_in_force"] == out["end_in_force"]  # what the newest check of the tuning in force saw
+    kept = 1 + out["check"]["relative_error"]["mean_live_files"]  # the live files the table kept, over its replay's
+    assert out["live_in_force"] == again["live_in_force"] == pytest.approx(kept)
+    assert again["live_checked_since_ms"] == out["check"]["since_ms"]
     print_check(again)
     shown = capsys.readouterr().out
     assert "judged on what the table did (missed by" in shown and ", as the check of the commits since 20" in shown
+    assert f"live files are judged on what the table kept: {kept:.3f}× its replay's, as the check of the" in shown
     with session_scope(settings) as session:  # the queued action would otherwise wait for a dispatcher
         session.execute(text("UPDATE ao_actions SET state = 'failed', reason = 'test_isolation' WHERE id = :id"),
                         {"id": queued})

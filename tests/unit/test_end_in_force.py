@@ -20,6 +20,9 @@ from autooptimize.domain.suggest import (
     candidate_tunings,
     end_check_of,
     end_in_force,
+    live_check_of,
+    live_error,
+    live_files_bias,
     suggest_tuning,
 )
 from autooptimize.services.end_check import FINISH_SLACK_SECONDS, finish_after, finished_partitions
@@ -143,3 +146,45 @@ def test_a_tuning_in_force_whose_replay_holds_the_end_goal_is_left_when_the_tabl
     assert missed.predicted.bytes_rewritten >= kept.predicted.bytes_rewritten  # never for fewer bytes
     # a tuning that misses is still ranked by how far: judged on the table's shortfall, not the replay's
     assert not _search(writes, in_force, [in_force], end_in_force=0.5).meets_goal
+
+
+def _live(tuning: PolicyTuning, commits: int, error: float, merged: int = 1, since: int = 0) -> dict[str, object]:
+    return {"tuning": tuning.as_dict(), "commits": commits, "since_ms": since,
+            "relative_error": {"mean_live_files": error}, "realised": {"bytes_rewritten": merged}}
+
+
+def test_the_live_files_in_force_come_from_the_newest_check_of_that_tuning_over_enough_commits():
+    in_force, other = PolicyTuning(128 * MiB, fan_in=24, quiet_merge=True, price=0), PolicyTuning(128 * MiB)
+    fewer, more = _live(in_force, 480, -0.058, since=2), _live(in_force, 300, 0.04, since=1)
+    short, idle = _live(in_force, 40, -0.3, since=3), _live(in_force, 480, -0.5, merged=0, since=4)
+    assert live_error(fewer) == -0.058 and live_error(more) == 0.04
+    assert live_error(idle) is None and live_error(None) is None  # nothing merged: says nothing of the replay
+    assert live_error(_live(in_force, 480, -1.0)) is None and live_error({"relative_error": {}}) is None
+    assert live_files_bias(fewer) == 1.0 and live_files_bias(more) == 1.04  # the margin only tightens
+    assert live_check_of([short, idle, fewer, more], in_force) is fewer  # too short; nothing merged
+    assert live_check_of([short], in_force, commits=40) is short  # a history of 40 commits asks no more
+    assert live_check_of([_live(other, 480, -0.2), more], in_force) is more  # another tuning's is not its
+    assert live_check_of([None, short, idle], in_force) is None
+
+
+def test_a_tuning_in_force_whose_replay_misses_the_live_files_goal_stays_when_the_table_kept_fewer():
+    """m01's first 240 commits: fan-in 32 under the tiers rewrites the fewest bytes, but its replay keeps
+    1.33× the bin-pack's files. Where the table kept 0.75× what that replay said, it stays; at 0.8× it does not."""
+    m = member("m01")
+    writes, default = family_writes(m)[:240], PolicyTuning(m.target)
+    cands = candidate_tunings(default, fan_ins=(4, 12, 32), cold_after=(60.0,), quiet_merge=(False,), prices=(16, 32))
+    in_force = next(t for t in cands if t.fan_in == 32 and t.cold_gap_factor)
+    plain = _search(writes, in_force, cands)
+    assert plain.tuning != in_force and plain.meets_goal and plain.live_in_force is None
+    assert plain.defaults.mean_live_files > 1.3 * plain.baseline.mean_live_files
+    assert plain.defaults.bytes_rewritten < plain.predicted.bytes_rewritten  # it was the cheapest
+
+    kept = _search(writes, in_force, cands, live_in_force=0.75)
+    assert kept.tuning == in_force and kept.meets_goal and kept.predicted == plain.defaults
+    assert kept.as_dict()["live_in_force"] == 0.75
+    assert _search(writes, in_force, cands, live_in_force=0.8).tuning == plain.tuning  # 1.066×: still over
+    # only the tuning in force is judged on what the table kept: the margin still weighs the rest
+    assert _search(writes, default, cands, live_in_force=0.75).tuning == plain.tuning
+    with pytest.raises(ValueError, match="live_in_force"):
+        _search(writes, in_force, cands, live_in_force=0.0)
+

@@ -264,7 +264,11 @@ async function tablePage(main) {
         (s.end_in_force === 0 ? "held" : `missed by ${(100 * s.end_in_force).toFixed(0)} %`) +
         (s.end_checked_since_ms && !(s.check && s.check.since_ms === s.end_checked_since_ms)
           ? `, as the check of the commits since ${new Date(s.end_checked_since_ms).toISOString()} saw it` : "") +
-        "), not on its replay")));
+        "), not on its replay"),
+      s.live_in_force === null || s.live_in_force === undefined ? null : el("p", {"data-testid": "suggestion-live"},
+        `the tuning in force's live files judged on what the table kept: ${s.live_in_force.toFixed(3)}× its replay's` +
+        (s.live_checked_since_ms && !(s.check && s.check.since_ms === s.live_checked_since_ms)
+          ? `, as the check of the commits since ${new Date(s.live_checked_since_ms).toISOString()} saw it` : ""))));
   }
   main.append(el("h2", {}, "Latest actions: before and after"));
   const withPlans = t.actions.filter((a) => a.before_after);
