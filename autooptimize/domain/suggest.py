@@ -248,8 +248,8 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
         raise ValueError("suggest_tuning needs at least one write in the history")
     if not 1.0 <= live_files_bias <= MAX_LIVE_FILES_BIAS:
         raise ValueError(f"live_files_bias must be within [1, {MAX_LIVE_FILES_BIAS:g}], got {live_files_bias!r}")
-    if live_in_force is not None and not 0 < live_in_force <= MAX_LIVE_FILES_BIAS:
-        raise ValueError(f"live_in_force must be within (0, {MAX_LIVE_FILES_BIAS:g}], got {live_in_force!r}")
+    if live_in_force is not None and not 0 < live_in_force < float("inf"):
+        raise ValueError(f"live_in_force must be a positive number, got {live_in_force!r}")
 
     def judged(t: PolicyTuning, f: Figures) -> Figures:  # the tuning in force on what the table kept, if known
         factor = live_in_force if t == default and live_in_force is not None else live_files_bias

@@ -187,4 +187,7 @@ def test_a_tuning_in_force_whose_replay_misses_the_live_files_goal_stays_when_th
     assert _search(writes, default, cands, live_in_force=0.75).tuning == plain.tuning
     with pytest.raises(ValueError, match="live_in_force"):
         _search(writes, in_force, cands, live_in_force=0.0)
+    # a table that kept 2.5× what its replay said (over the margin's cap of 2): judged on that, not refused
+    assert not _search(writes, default, cands[:1], live_in_force=2.5).meets_goal  # 0.70× its replay × 2.5
+    assert live_error(_live(in_force, 480, 1.5)) == 1.5
 
