@@ -309,20 +309,20 @@ def print_check(out: dict[str, Any]) -> None:
                   f"{layout(end['realised'])}, bin-pack's replay {layout(end['baseline'])}")
     if out.get("end_in_force") is not None:
         verdict = "held" if out["end_in_force"] == 0 else f"missed by {out['end_in_force']:.0%}"
-        since = out.get("end_checked_since_ms")
-        earlier = "" if since is None or (check and check.get("since_ms") == since) else (
-            f", as the check of the commits since {_iso_ms(since)} saw it")
+        earlier = _earlier_check(check, out.get("end_checked_since_ms"))
         print(f"the tuning in force's end layout is judged on what the table did ({verdict}{earlier}), not on its replay")
     if out.get("live_in_force") is not None:
-        since = out.get("live_checked_since_ms")
-        earlier = "" if since is None or (check and check.get("since_ms") == since) else (
-            f", as the check of the commits since {_iso_ms(since)} saw it")
+        earlier = _earlier_check(check, out.get("live_checked_since_ms"))
         print(f"the tuning in force's live files are judged on what the table kept: {out['live_in_force']:.3f}× "
               f"its replay's{earlier}")
 
 
-def _iso_ms(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
+def _earlier_check(check: dict[str, Any] | None, since: int | None) -> str:
+    """Which check a judgement of the tuning in force came from, when not this suggestion's own."""
+    if since is None or (check and check.get("since_ms") == since):
+        return ""
+    at = dt.datetime.fromtimestamp(since / 1000, dt.UTC).isoformat(timespec="seconds")
+    return f", as the check of the commits since {at} saw it"
 
 
 def _fmt(value: float | None, fmt: str) -> str:

@@ -29,8 +29,9 @@ from autooptimize.domain.simulate import (
     simulate_policy,
 )
 
-__all__ = ["ABSORB_TRIED", "END_CHECKS", "IN_FORCE_COMMITS", "MARGIN_CHECKS", "MAX_LIVE_FILES_BIAS", "MIN_END_PARTITIONS", "SUGGEST_COLD_AFTER",
-           "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion", "candidate_tunings", "end_check_of", "end_in_force", "live_check_of", "live_error", "live_files_bias",
+__all__ = ["ABSORB_TRIED", "END_CHECKS", "IN_FORCE_COMMITS", "MARGIN_CHECKS", "MAX_LIVE_FILES_BIAS",
+           "MIN_END_PARTITIONS", "SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion",
+           "candidate_tunings", "end_check_of", "end_in_force", "live_check_of", "live_error", "live_files_bias",
            "live_files_margin", "shortfall", "suggest_tuning"]
 
 #: The fan-ins and cold-after times ``suggest_tuning`` tries by default (the target stays the table's).
@@ -113,8 +114,8 @@ def end_in_force(check: Mapping[str, object] | None) -> float | None:
     return float(value)
 
 
-#: The most checks on record :func:`end_check_of` looks back through for one that saw the tuning in force finish
-#: partitions.
+#: The most checks on record :func:`end_check_of` and :func:`live_check_of` look back through for one of the
+#: tuning in force.
 END_CHECKS = 8
 
 

@@ -198,13 +198,14 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
                               file_overhead=overhead, pace=pace, first_ratio=model.first_ratio, busy=busy)
              if last_at else None)
     leave = sorted({0, min(current.target // 8, 1 << 20)})
-    ended = end_check_of([check, *earlier], current)  # the newest check that saw this tuning finish partitions
-    lived = live_check_of([check, *earlier], current, min(IN_FORCE_COMMITS, len(writes)))
+    checks = [check, *earlier]  # newest first
+    ended = end_check_of(checks, current)  # the newest check that saw this tuning finish partitions
+    lived = live_check_of(checks, current, min(IN_FORCE_COMMITS, len(writes)))
     kept = 1.0 + live_error(lived) if lived else None  # what the table kept under it, beside its replay
     result = suggest_tuning(writes, current, candidate_tunings(current, cold_after=cold_after, leave_alone=leave),
                             latency=latency, output_ratio=ratio, start_delay=start_delay, timer_lag=lag,
                             timer_every=LISTENER_PASS_SECONDS, file_overhead=overhead, pace=pace,
-                            live_files_bias=live_files_margin([check, *earlier]),  # what its recent checks ask
+                            live_files_bias=live_files_margin(checks),  # what its recent checks ask
                             first_ratio=model.first_ratio, end_in_force=end_in_force(ended), live_in_force=kept)
     out = suggestion_dict(result, len(writes), writes[-1].at)
     out["table"] = identifier
@@ -225,7 +226,7 @@ def suggest(settings: Settings, identifier: str, *, record: bool = True, apply: 
     out["check"] = check
     out["end_checked_since_ms"] = ended["since_ms"] if ended else None  # the check end_in_force is from
     out["live_checked_since_ms"] = lived["since_ms"] if lived else None  # the check live_in_force is from
-    out["margin_checks"] = sum(1 for c in [check, *earlier][:MARGIN_CHECKS] if c)  # the checks the margin weighed
+    out["margin_checks"] = sum(1 for c in checks[:MARGIN_CHECKS] if c)  # the checks the margin weighed
     applied = False
     if record or apply:
         with session_scope(settings) as session:

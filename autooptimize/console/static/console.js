@@ -166,6 +166,12 @@ async function tablesPage(main) {
   ], tables, "tables", (t) => ({"data-table": t.table})));
 }
 
+// which check a judgement of the tuning in force came from, when not the suggestion's own
+function earlierCheck(s, since) {
+  return since && !(s.check && s.check.since_ms === since)
+    ? `, as the check of the commits since ${new Date(since).toISOString()} saw it` : "";
+}
+
 async function tablePage(main) {
   const t = await api(`/api/tables/${encodeURIComponent(arg)}`);
   const target = t.target_file_size;
@@ -262,13 +268,11 @@ async function tablePage(main) {
       s.end_in_force === null || s.end_in_force === undefined ? null : el("p", {"data-testid": "suggestion-end"},
         `the tuning in force's end layout judged on what the table did (` +
         (s.end_in_force === 0 ? "held" : `missed by ${(100 * s.end_in_force).toFixed(0)} %`) +
-        (s.end_checked_since_ms && !(s.check && s.check.since_ms === s.end_checked_since_ms)
-          ? `, as the check of the commits since ${new Date(s.end_checked_since_ms).toISOString()} saw it` : "") +
+        earlierCheck(s, s.end_checked_since_ms) +
         "), not on its replay"),
       s.live_in_force === null || s.live_in_force === undefined ? null : el("p", {"data-testid": "suggestion-live"},
         `the tuning in force's live files judged on what the table kept: ${s.live_in_force.toFixed(3)}× its replay's` +
-        (s.live_checked_since_ms && !(s.check && s.check.since_ms === s.live_checked_since_ms)
-          ? `, as the check of the commits since ${new Date(s.live_checked_since_ms).toISOString()} saw it` : ""))));
+        earlierCheck(s, s.live_checked_since_ms))));
   }
   main.append(el("h2", {}, "Latest actions: before and after"));
   const withPlans = t.actions.filter((a) => a.before_after);
