@@ -128,9 +128,12 @@ def test_tenants_share_by_weight_and_urgent_goes_first(tenants_env) -> None:
 
     log = dispatch_log(settings, ns)
     mine = next(e for e in log if e["action_id"] == "urgent-1")
-    # reads begun once the enqueue had returned: each of them saw the urgent item in its backlog
-    after = [e for e in log if e["read_at"] >= landed[0]]
-    assert after[0]["action_id"] == "urgent-1" and mine["reason"] == "urgent" and mine["tenant"] == b
+    # a read begun once the enqueue had returned saw the urgent item in its backlog, so no dispatch before the
+    # urgent one came from such a read (the urgent one's own read may begin earlier: after the item reached
+    # Redis, before the enqueue returned; CI met that once)
+    ahead = log[:log.index(mine)]
+    assert all(e["read_at"] < landed[0] for e in ahead), [e for e in ahead if e["read_at"] >= landed[0]]
+    assert mine["reason"] == "urgent" and mine["tenant"] == b
     # chosen from the first read that found a slot free (actors started together may free two at once)
     assert mine["leased_before"] < 4 and len(mine["in_flight_tables"]) == mine["leased_before"]
 
