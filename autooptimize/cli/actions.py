@@ -219,13 +219,7 @@ def _suggest(args: argparse.Namespace) -> int:
     t = out["tuning"]
     print(f"{out['table']}: {out['commits']} writer commits over {out['history_seconds']:.0f} s replayed, "
           f"{out['tried']} tunings tried")
-    gaps = t.get("cold_gap_factor", 0)
-    own = f" (or {gaps:g} × a partition's recent gaps between writes, at least 5 s)" if gaps else ""
-    price = f"the priced rule at price {t['price']}, " if t.get("price") else ""
-    print(f"suggested: {price}fan-in {t['fan_in']}, cold after {t['cold_after_seconds']:g} s{own}, leave alone below "
-          f"{t['leave_alone_below']} bytes, quiet merge {'on' if t['quiet_merge'] else 'off'}"
-          f"{', the cold finish absorbs its remainder' if t.get('cold_absorb') else ''} "
-          f"(target {t['target']} bytes, settle {t['settle_seconds']:g} s)"
+    print(f"suggested: {describe_tuning(t)}"
           + ("" if out["meets_goal"] else "; no candidate keeps the file goal: the fewest live files shown"))
     print(f"the same by hand: {track_command(out['table'], t)}")
     calibration = out.get("output_calibration")
@@ -284,9 +278,32 @@ def _suggest(args: argparse.Namespace) -> int:
         which = "that margin" if weighed <= 1 else f"the largest margin its last {weighed} checks ask"
         print(f"so this suggestion keeps the file goal with {which}: judged on {out['live_files_bias']:.3f}× "
               f"the live files its replay predicts")
+    print_passed_over(out)
     print("applied as the table's tuning" if out["applied"] else
           "recorded (apply with --apply, or let it apply itself: track --auto-tune)")
     return 0
+
+
+def describe_tuning(t: dict[str, Any]) -> str:
+    """A tuning (``PolicyTuning.as_dict()``) in words."""
+    gaps = t.get("cold_gap_factor", 0)
+    own = f" (or {gaps:g} × a partition's recent gaps between writes, at least 5 s)" if gaps else ""
+    price = f"the priced rule at price {t['price']}, " if t.get("price") else ""
+    return (f"{price}fan-in {t['fan_in']}, cold after {t['cold_after_seconds']:g} s{own}, leave alone below "
+            f"{t['leave_alone_below']} bytes, quiet merge {'on' if t['quiet_merge'] else 'off'}"
+            f"{', the cold finish absorbs its remainder' if t.get('cold_absorb') else ''} "
+            f"(target {t['target']} bytes, settle {t['settle_seconds']:g} s)")
+
+
+def print_passed_over(out: dict[str, Any]) -> None:
+    """The better tuning the tuning in force was kept over (``out["passed_over"]``), and why."""
+    over = out.get("passed_over")
+    if not over:
+        return
+    why = (f"under the {over['switch_saving']:.0%} a change needs" if over["reason"] == "saving" else
+           f"but fewer on only {over['phases_fewer']} of the clock's {over['phases']} phases")
+    print(f"the tuning in force is kept over {describe_tuning(over['tuning'])}: it would rewrite "
+          f"{over['saving']:.2%} fewer bytes ({over['predicted']['bytes_rewritten']:.0f}), {why}")
 
 
 def print_check(out: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from autooptimize.domain.policy import PolicyTuning
 from autooptimize.domain.simulate import LATENCY_SECONDS, Figures, Write, simulate_policy
 
-__all__ = ["CLOCK_PHASES", "LISTENER_PASS_SECONDS", "mean_figures", "simulate_on_clock"]
+__all__ = ["CLOCK_PHASES", "LISTENER_PASS_SECONDS", "mean_figures", "simulate_on_clock", "simulate_phases"]
 
 #: The service's listener hands settled and cold partitions over on its passes, at most this many seconds
 #: apart (``scheduler.listener.SettledRecheck``): the clock :func:`simulate_on_clock` judges timers on.
@@ -46,15 +46,23 @@ def mean_figures(runs: Sequence[Figures]) -> Figures:
                    tuple(sorted((rule, round(count / n)) for rule, count in rules.items())))
 
 
-def simulate_on_clock(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS, *,
-                      timer_lag: float = 0.0, phases: int = CLOCK_PHASES, every: float = LISTENER_PASS_SECONDS,
-                      **kwargs: Any) -> Figures:
+def simulate_phases(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS, *,
+                    timer_lag: float = 0.0, phases: int = CLOCK_PHASES, every: float = LISTENER_PASS_SECONDS,
+                    **kwargs: Any) -> list[Figures]:
     """:func:`simulate_policy` with every settle and cold-after moment judged on the listener's passes
-    (``every`` seconds apart; ``timer_every``), as the mean over ``phases`` evenly spaced phases of that
-    clock; ``kwargs`` as :func:`simulate_policy`'s."""
+    (``every`` seconds apart; ``timer_every``), once for each of ``phases`` evenly spaced phases of that
+    clock (each a history the same writes could have had); ``kwargs`` as :func:`simulate_policy`'s."""
     if not isinstance(phases, int) or phases < 1:
         raise ValueError(f"phases must be an integer ≥ 1, got {phases!r}")
     if not every > 0:
         raise ValueError(f"every must be seconds > 0, got {every!r}")
-    return mean_figures([simulate_policy(writes, tuning, latency, timer_lag=timer_lag, timer_every=every,
-                                         timer_phase=k * every / phases, **kwargs) for k in range(phases)])
+    return [simulate_policy(writes, tuning, latency, timer_lag=timer_lag, timer_every=every,
+                            timer_phase=k * every / phases, **kwargs) for k in range(phases)]
+
+
+def simulate_on_clock(writes: Sequence[Write], tuning: PolicyTuning, latency: float = LATENCY_SECONDS, *,
+                      timer_lag: float = 0.0, phases: int = CLOCK_PHASES, every: float = LISTENER_PASS_SECONDS,
+                      **kwargs: Any) -> Figures:
+    """The mean of :func:`simulate_phases` (the same arguments)."""
+    return mean_figures(simulate_phases(writes, tuning, latency, timer_lag=timer_lag, phases=phases, every=every,
+                                        **kwargs))

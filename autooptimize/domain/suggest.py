@@ -19,7 +19,7 @@ from autooptimize.domain.goals import (
 )
 from autooptimize.domain.pace import SizePace
 from autooptimize.domain.policy import PolicyTuning
-from autooptimize.domain.replay_clock import simulate_on_clock
+from autooptimize.domain.replay_clock import mean_figures, simulate_phases
 from autooptimize.domain.simulate import (
     BASELINE_EVERY,
     LATENCY_SECONDS,
@@ -30,7 +30,7 @@ from autooptimize.domain.simulate import (
 )
 
 __all__ = ["ABSORB_TRIED", "END_CHECKS", "IN_FORCE_COMMITS", "MARGIN_CHECKS", "MAX_LIVE_FILES_BIAS",
-           "MIN_END_PARTITIONS", "SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS", "SUGGEST_PRICES", "Suggestion",
+           "MIN_END_PARTITIONS", "SUGGEST_COLD_AFTER", "SUGGEST_FAN_INS", "SUGGEST_PRICES", "SWITCH_SAVING", "Suggestion",
            "candidate_tunings", "end_check_of", "end_in_force", "live_check_of", "live_error", "live_files_bias",
            "live_files_margin", "shortfall", "suggest_tuning"]
 
@@ -43,6 +43,11 @@ SUGGEST_COLD_AFTER = (30.0, 60.0, 120.0, 300.0)
 SUGGEST_PRICES = (16, 20, 24, 32, 48)
 #: The candidates short of the end layout that ``suggest_tuning`` tries again with ``cold_absorb`` on.
 ABSORB_TRIED = 8
+#: The least share of its bytes rewritten another tuning must save to replace a tuning in force that keeps the
+#: goals, as it must on every phase of the listener's clock. Two live runs of one tuning on m01 differed by
+#: 0.6 % in WA; a suggestion predicted to save 0.05 % on m07 (the loop's second step) is noise, and one
+#: predicted to save 3.6 % on the mean of the phases but not on one of them saved nothing live (m07, session 53).
+SWITCH_SAVING = 0.02
 #: The most a table's own check tightens the file goal (:func:`live_files_bias`): a table that kept more
 #: than twice the live files its replay said has a replay that does not describe it, and no margin mends that.
 MAX_LIVE_FILES_BIAS = 2.0
@@ -61,12 +66,14 @@ class Suggestion:
     live_files_bias: float = 1.0  # the goal was judged on the predicted live files times this
     end_in_force: float | None = None  # the tuning in force's end layout was judged on this shortfall, not its replay
     live_in_force: float | None = None  # the tuning in force's live files were judged on its replay's times this
+    passed_over: Mapping[str, object] | None = None  # the better tuning the tuning in force was kept over, and why
 
     def as_dict(self) -> dict[str, object]:
         return {"tuning": self.tuning.as_dict(), "predicted": self.predicted.as_dict(),
                 "baseline": self.baseline.as_dict(), "defaults": self.defaults.as_dict(),
                 "meets_goal": self.meets_goal, "tried": self.tried, "live_files_bias": self.live_files_bias,
-                "end_in_force": self.end_in_force, "live_in_force": self.live_in_force}
+                "end_in_force": self.end_in_force, "live_in_force": self.live_in_force,
+                "passed_over": dict(self.passed_over) if self.passed_over is not None else None}
 
 
 def live_files_bias(check: Mapping[str, object] | None) -> float:
@@ -238,7 +245,9 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     the clock, and the figures of the tuning found and of the defaults are their means over
     :data:`~autooptimize.domain.replay_clock.CLOCK_PHASES` phases (:func:`simulate_on_clock`): that mean is
     the prediction, the goal is judged on it, and the defaults stay unless the tuning found is better on it
-    too. ``live_files_bias`` (at least 1; :func:`live_files_bias`): the file goal is judged on the replay's
+    too. A tuning in force that keeps the goals is kept over one that keeps them too unless that one rewrites
+    :data:`SWITCH_SAVING` fewer bytes, and fewer on every phase of the clock (``passed_over`` says which and
+    why). ``live_files_bias`` (at least 1; :func:`live_files_bias`): the file goal is judged on the replay's
     mean live files times it, for a table whose replays have kept fewer files than the table did; the
     figures returned stay the replay's own. ``end_in_force`` (:func:`end_in_force`): how far the table's end
     layout under ``default`` (the tuning in force) missed the end goal; ``default``'s end layout is judged on
@@ -275,18 +284,41 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     def rank(t: PolicyTuning, f: Figures) -> tuple[int, float, int]:
         return _rank(judged(t, f), base, end_of(t))
     tuning, fig = min(results, key=lambda tf: rank(*tf))  # the first of equals: the defaults first
+    found, kept = [fig], [defaults]  # their figures on each phase of the clock
     if timer_every:
 
-        def on_clock(t: PolicyTuning) -> Figures:
-            return simulate_on_clock(writes, t, latency, timer_lag=timer_lag, every=timer_every,
-                                     output_ratio=output_ratio, start_delay=start_delay, file_overhead=file_overhead,
-                                     pace=pace, first_ratio=first_ratio)
-        fig = on_clock(tuning)
-        defaults = fig if tuning == default else on_clock(default)
+        def on_clock(t: PolicyTuning) -> list[Figures]:
+            return simulate_phases(writes, t, latency, timer_lag=timer_lag, every=timer_every,
+                                   output_ratio=output_ratio, start_delay=start_delay, file_overhead=file_overhead,
+                                   pace=pace, first_ratio=first_ratio)
+        found = on_clock(tuning)
+        kept = found if tuning == default else on_clock(default)
+        fig, defaults = mean_figures(found), mean_figures(kept)
         if rank(default, defaults) <= rank(tuning, fig):  # found on one phase, no better over all
             tuning, fig = default, defaults
+    passed_over = None
+    if tuning != default and (why := _not_worth_it(rank(default, defaults), rank(tuning, fig), found, kept)):
+        passed_over = {"tuning": tuning.as_dict(), "predicted": fig.as_dict(), **why}
+        tuning, fig = default, defaults
     return Suggestion(tuning, fig, base, defaults, _meets(judged(tuning, fig), base, end_of(tuning)), len(results),
-                      live_files_bias, end_in_force, live_in_force)
+                      live_files_bias, end_in_force, live_in_force, passed_over)
+
+
+def _not_worth_it(in_force: tuple[int, float, int], other: tuple[int, float, int],
+                  other_phases: Sequence[Figures], in_force_phases: Sequence[Figures]) -> dict[str, object] | None:
+    """Why a tuning ranked ``other`` (:func:`_rank`), better than the tuning in force's ``in_force``, should not
+    replace it (None: it should): both keep the goals and it saves under :data:`SWITCH_SAVING` of the bytes
+    rewritten, or not on every phase of the clock (``*_phases``: their figures on each)."""
+    if in_force[0] or other[0]:  # the tuning in force misses a goal: any tuning better ranked replaces it
+        return None
+    saving = 1 - other[2] / in_force[2] if in_force[2] else 0.0
+    fewer = sum(o.bytes_rewritten < k.bytes_rewritten for o, k in zip(other_phases, in_force_phases, strict=True))
+    out = {"saving": round(saving, 6), "phases_fewer": fewer, "phases": len(other_phases), "switch_saving": SWITCH_SAVING}
+    if saving < SWITCH_SAVING:
+        return {**out, "reason": "saving"}
+    if fewer < len(other_phases):
+        return {**out, "reason": "phases"}
+    return None
 
 
 def _absorbing(results: Sequence[tuple[PolicyTuning, Figures]], base: Figures) -> list[PolicyTuning]:

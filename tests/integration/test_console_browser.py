@@ -288,7 +288,11 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
             row = tracked_table(session, settings.catalog, name)
             row.suggested_tuning = {**row.suggested_tuning, "check": None, "end_in_force": 0.25,
                                     "end_checked_since_ms": since, "live_in_force": 0.9416,
-                                    "live_checked_since_ms": since}
+                                    "live_checked_since_ms": since,
+                                    "passed_over": {"tuning": {**row.suggested_tuning["tuning"], "fan_in": 8},
+                                                    "predicted": row.suggested_tuning["predicted"], "saving": 0.0005,
+                                                    "phases_fewer": 4, "phases": 4, "switch_saving": 0.02,
+                                                    "reason": "saving"}}
         _open(driver, base, f"/tables/{name}", "table-end-in-force")
         assert _card(driver, "suggestion-end") == (
             "the tuning in force's end layout judged on what the table did (missed by 25 %, as the check of the "
@@ -297,6 +301,9 @@ def test_console_pages_show_the_database_after_a_demo_sized_run(settings, catalo
         assert _card(driver, "suggestion-live").startswith(
             "the tuning in force's live files judged on what the table kept: 0.942× its replay's, as the check of "
             "the commits since 20")
+        kept = _card(driver, "suggestion-kept")  # the tuning the tuning in force was kept over, and why
+        assert kept.startswith("the tuning in force is kept over ") and "fan-in 8, cold after" in kept, kept
+        assert kept.endswith(": it would rewrite 0.05 % fewer bytes, under the 2 % a change needs"), kept
 
         _open(driver, base, "/actions", "actions")
         # the service under test keeps working (beat's hygiene sweep may queue actions of other tables):

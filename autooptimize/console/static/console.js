@@ -167,6 +167,14 @@ async function tablesPage(main) {
 }
 
 // which check a judgement of the tuning in force came from, when not the suggestion's own
+function tuningWords(t) {
+  return (t.price ? `the priced rule at price ${t.price}, ` : "") +
+    `fan-in ${t.fan_in}, cold after ${t.cold_after_seconds} s` +
+    (t.cold_gap_factor ? ` (or ${t.cold_gap_factor} × a partition's recent gaps between writes)` : "") +
+    `, leave alone below ${bytes(t.leave_alone_below)}` +
+    (t.cold_absorb ? ", the cold finish absorbs its remainder" : "");
+}
+
 function earlierCheck(s, since) {
   return since && !(s.check && s.check.since_ms === since)
     ? `, as the check of the commits since ${new Date(since).toISOString()} saw it` : "";
@@ -231,12 +239,7 @@ async function tablePage(main) {
     const endLayout = (x) => `${num(x.end_files)} files, ${x.end_excess_mse_mib2.toFixed(1)} MiB²`;
     main.append(el("div", {class: "panel", "data-testid": "suggestion"},
       el("h2", {}, "Suggested tuning (AutoAnalyze)"),
-      el("p", {}, (s.tuning.price ? `the priced rule at price ${s.tuning.price}, ` : "") +
-         `fan-in ${s.tuning.fan_in}, cold after ${s.tuning.cold_after_seconds} s` +
-         (s.tuning.cold_gap_factor ? ` (or ${s.tuning.cold_gap_factor} × a partition's recent gaps between writes)` : "") +
-         `, leave alone below ${bytes(s.tuning.leave_alone_below)}` +
-         (s.tuning.cold_absorb ? ", the cold finish absorbs its remainder" : ""),
-         ` · from ${num(s.commits)} commits · ${s.applied ? "applied" : "not applied"}`),
+      el("p", {}, tuningWords(s.tuning), ` · from ${num(s.commits)} commits · ${s.applied ? "applied" : "not applied"}`),
       el("p", {class: "muted"}, `predicted ${fig(s.predicted)}; current tuning ${fig(s.defaults)}; bin-pack ${fig(s.baseline)}`),
       s.latency_seconds === undefined ? null : el("p", {class: "muted", "data-testid": "suggestion-replay"},
         `replayed with merges landing ${s.latency_seconds.toFixed(2)} s after the write that prompted them (` +
@@ -272,7 +275,12 @@ async function tablePage(main) {
         "), not on its replay"),
       s.live_in_force === null || s.live_in_force === undefined ? null : el("p", {"data-testid": "suggestion-live"},
         `the tuning in force's live files judged on what the table kept: ${s.live_in_force.toFixed(3)}× its replay's` +
-        earlierCheck(s, s.live_checked_since_ms))));
+        earlierCheck(s, s.live_checked_since_ms)),
+      s.passed_over ? el("p", {"data-testid": "suggestion-kept"},
+        `the tuning in force is kept over ${tuningWords(s.passed_over.tuning)}: it would rewrite ` +
+        `${(100 * s.passed_over.saving).toFixed(2)} % fewer bytes, ` +
+        (s.passed_over.reason === "saving" ? `under the ${(100 * s.passed_over.switch_saving).toFixed(0)} % a change needs`
+          : `but fewer on only ${num(s.passed_over.phases_fewer)} of the clock's ${num(s.passed_over.phases)} phases`)) : null));
   }
   main.append(el("h2", {}, "Latest actions: before and after"));
   const withPlans = t.actions.filter((a) => a.before_after);
