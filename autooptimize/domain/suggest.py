@@ -270,10 +270,11 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
         cands.insert(0, default)
     base = simulate_baseline(writes, default.target, every, output_ratio, file_overhead, first_ratio)
 
+    model = {"output_ratio": output_ratio, "start_delay": start_delay, "timer_lag": timer_lag,
+             "file_overhead": file_overhead, "pace": pace, "first_ratio": first_ratio}  # every replay's
+
     def replay(t: PolicyTuning) -> tuple[PolicyTuning, Figures]:
-        return t, simulate_policy(writes, t, latency, output_ratio=output_ratio, start_delay=start_delay,
-                                  timer_lag=timer_lag, timer_every=timer_every, file_overhead=file_overhead,
-                                  pace=pace, first_ratio=first_ratio)
+        return t, simulate_policy(writes, t, latency, timer_every=timer_every, **model)
     results = [replay(t) for t in cands]
     results += [replay(t) for t in _absorbing([(t, judged(t, f)) for t, f in results], base)]
     defaults = next(f for t, f in results if t == default)
@@ -288,9 +289,7 @@ def suggest_tuning(writes: Sequence[Write], default: PolicyTuning,
     if timer_every:
 
         def on_clock(t: PolicyTuning) -> list[Figures]:
-            return simulate_phases(writes, t, latency, timer_lag=timer_lag, every=timer_every,
-                                   output_ratio=output_ratio, start_delay=start_delay, file_overhead=file_overhead,
-                                   pace=pace, first_ratio=first_ratio)
+            return simulate_phases(writes, t, latency, every=timer_every, **model)
         found = on_clock(tuning)
         kept = found if tuning == default else on_clock(default)
         fig, defaults = mean_figures(found), mean_figures(kept)
@@ -309,7 +308,7 @@ def _not_worth_it(in_force: tuple[int, float, int], other: tuple[int, float, int
     """Why a tuning ranked ``other`` (:func:`_rank`), better than the tuning in force's ``in_force``, should not
     replace it (None: it should): both keep the goals and it saves under :data:`SWITCH_SAVING` of the bytes
     rewritten, or not on every phase of the clock (``*_phases``: their figures on each)."""
-    if in_force[0] or other[0]:  # the tuning in force misses a goal: any tuning better ranked replaces it
+    if in_force[0]:  # the tuning in force misses a goal: any tuning better ranked replaces it
         return None
     saving = 1 - other[2] / in_force[2] if in_force[2] else 0.0
     fewer = sum(o.bytes_rewritten < k.bytes_rewritten for o, k in zip(other_phases, in_force_phases, strict=True))

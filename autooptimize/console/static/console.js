@@ -166,7 +166,7 @@ async function tablesPage(main) {
   ], tables, "tables", (t) => ({"data-table": t.table})));
 }
 
-// which check a judgement of the tuning in force came from, when not the suggestion's own
+// a tuning (PolicyTuning.as_dict()) in words
 function tuningWords(t) {
   return (t.price ? `the priced rule at price ${t.price}, ` : "") +
     `fan-in ${t.fan_in}, cold after ${t.cold_after_seconds} s` +
@@ -175,6 +175,7 @@ function tuningWords(t) {
     (t.cold_absorb ? ", the cold finish absorbs its remainder" : "");
 }
 
+// which check a judgement of the tuning in force came from, when not the suggestion's own
 function earlierCheck(s, since) {
   return since && !(s.check && s.check.since_ms === since)
     ? `, as the check of the commits since ${new Date(since).toISOString()} saw it` : "";
